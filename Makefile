@@ -1,0 +1,51 @@
+# The README's two commands: `make dev` and `make test`. Both set up everything they need.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+VENV := .venv
+PY := $(VENV)/bin/python
+UV := $(VENV)/bin/uv
+export UV_PYTHON_DOWNLOADS := never
+export UV_PROJECT_ENVIRONMENT := $(VENV)
+
+HOST ?= 127.0.0.1
+MODEL_PORT ?= 8080
+
+.PHONY: help setup dev test lint typecheck bench-model lock clean
+
+help:
+	@echo "make dev          run the model server on $(HOST):$(MODEL_PORT)"
+	@echo "make test         lint, type-check and run the test suite"
+	@echo "make bench-model  model-server latency/RTF table"
+	@echo "make lock         re-resolve uv.lock after changing pyproject.toml"
+
+# The virtual environment, rebuilt whenever the lock file or the project metadata changes.
+$(VENV)/.synced: uv.lock pyproject.toml
+	@if ! $(PY) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; then \
+		py=$$(scripts/find-python) && rm -rf $(VENV) && $$py -m venv $(VENV); fi
+	@$(PY) -m pip install --quiet --disable-pip-version-check "uv==0.13.8"
+	$(UV) sync --frozen --python $(PY)
+	@touch $@
+
+setup: $(VENV)/.synced
+
+dev: setup
+	$(VENV)/bin/model-server --host $(HOST) --port $(MODEL_PORT)
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: setup
+	$(VENV)/bin/mypy
+
+test: lint typecheck
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+bench-model: setup
+	$(PY) -m bench.bench_model $(BENCH_ARGS)
+
+lock: setup
+	$(UV) lock
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,51 @@
+"""Console scripts: `model-server` (flags) and `serve` (what SageMaker runs: 0.0.0.0:8080)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Sequence
+
+import uvicorn
+
+from model_server.app import create_app
+from model_server.config import Settings, parse_settings
+from model_server.engines.weights import assemble_model, default_cache_dir
+from model_server.errors import ModelUnavailable
+
+
+def run(settings: Settings) -> None:
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    if settings.engine == "onnx" and settings.model_path is None:
+        try:  # fail at once, with the packages to install, rather than after binding the port
+            assemble_model(settings.cache_dir or default_cache_dir())
+        except ModelUnavailable as exc:
+            print(f"model-server: {exc}", file=sys.stderr)
+            raise SystemExit(2) from exc
+    print(
+        f"model-server: listening on http://{settings.host}:{settings.port} "
+        f"(ws://{settings.host}:{settings.port}/invocations-bidirectional-stream)",
+        flush=True,
+    )
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        ws="websockets-sansio",
+        timeout_graceful_shutdown=25,  # SageMaker sends SIGKILL 30 s after SIGTERM
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    run(parse_settings(argv))
+
+
+def serve(argv: Sequence[str] | None = None) -> None:
+    """SageMaker starts the container with `docker run IMAGE serve`: listen on 0.0.0.0:8080."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["serve"]:
+        args = args[1:]
+    run(parse_settings(args, host="0.0.0.0", port=8080))

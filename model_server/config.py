@@ -1,0 +1,96 @@
+"""The model server's settings: one object, from command-line flags or MODEL_SERVER_* variables."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+ENV_PREFIX = "MODEL_SERVER_"
+
+
+@dataclass(frozen=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    engine: str = "onnx"
+    voices_dir: Path | None = None
+    default_voice: str = "jf_alpha"
+    model_path: Path | None = None
+    cache_dir: Path | None = None
+    workers: int = 2  # engine calls running at once, across all sessions
+    threads: int = 0  # onnxruntime intra-op threads per call; 0: cores / workers
+    max_text_chars: int = 5_000
+    max_pending: int = 32  # queued + running requests per WebSocket session
+    warmup: bool = True
+    log_level: str = "info"
+
+    @property
+    def engine_threads(self) -> int:
+        return self.threads or max(1, (os.cpu_count() or 1) // self.workers)
+
+
+_HELP = {
+    "host": "interface to listen on",
+    "port": "port to listen on",
+    "engine": "synthesis engine",
+    "voices_dir": "directory of extra voice packs (.pt, .npy, .npz, .bin)",
+    "default_voice": "voice used when a request names none",
+    "model_path": "Kokoro ONNX model file (default: assembled from the registry packages)",
+    "cache_dir": "where the model is assembled (default: ~/.cache/kokoro-voice-stream)",
+    "workers": "engine calls running at once, across all sessions",
+    "threads": "onnxruntime threads per engine call (0: cores / workers)",
+    "max_text_chars": "longest text accepted in one request",
+    "max_pending": "requests queued or running per WebSocket session",
+    "warmup": "run one synthesis before /ping reports ready",
+    "log_level": "logging level",
+}
+
+
+def _parse_bool(value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off"}:
+        return False
+    raise argparse.ArgumentTypeError(f"not a boolean: {value!r}")
+
+
+def parse_settings(
+    argv: Sequence[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    **overrides: object,
+) -> Settings:
+    """Flags win over environment variables, which win over the defaults."""
+    env = os.environ if env is None else env
+    parser = argparse.ArgumentParser(
+        prog="model-server", description="Kokoro-82M TTS behind the SageMaker container contract"
+    )
+    base = Settings(**overrides)  # type: ignore[arg-type]
+    for f in fields(Settings):
+        flag = "--" + f.name.replace("_", "-")
+        env_name = ENV_PREFIX + f.name.upper()
+        default = getattr(base, f.name)
+        convert: Callable[[str], object]
+        if f.name in {"voices_dir", "model_path", "cache_dir"}:
+            convert = Path
+        elif isinstance(default, bool):
+            convert = _parse_bool
+        elif isinstance(default, int):
+            convert = int
+        else:
+            convert = str
+        if env_name in env:
+            default = convert(env[env_name])
+        kwargs: dict[str, object] = {
+            "default": default,
+            "type": convert,
+            "help": f"{_HELP[f.name]} (env {env_name}; default {default})",
+        }
+        if f.name == "engine":
+            kwargs["choices"] = ["onnx"]
+        parser.add_argument(flag, **kwargs)  # type: ignore[arg-type]
+    ns = parser.parse_args(argv)
+    return Settings(**vars(ns))

@@ -1,0 +1,60 @@
+"""The seam between routes and models: every engine turns phonemes into float audio."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+FloatAudio = npt.NDArray[np.float32]
+VoicePack = npt.NDArray[np.float32]  # (510, 1, 256): one style vector per phoneme count
+
+
+class CancelToken:
+    """Set from the event loop, read (or hooked) by the engine's worker thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._cancelled = False
+        self._callbacks: list[Callable[[], None]] = []
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def cancel(self) -> None:
+        with self._lock:
+            if self._cancelled:
+                return
+            self._cancelled = True
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+
+    def on_cancel(self, callback: Callable[[], None]) -> None:
+        """Run `callback` on cancel (at once if already cancelled)."""
+        with self._lock:
+            if not self._cancelled:
+                self._callbacks.append(callback)
+                return
+        callback()
+
+
+class Engine(Protocol):
+    """A loaded Kokoro model. `infer` is blocking and thread-safe; the scheduler runs it in a
+    worker thread and bounds how many run at once."""
+
+    name: str
+    max_phonemes: int
+
+    def voices(self) -> dict[str, str]:
+        """Loaded voice names, each with where it came from."""
+        ...
+
+    def infer(self, phonemes: str, voice: str, speed: float, cancel: CancelToken) -> FloatAudio:
+        """Synthesize one segment (at most `max_phonemes`) at 24 kHz; raises
+        `SynthesisCancelled` when `cancel` fires mid-run."""
+        ...

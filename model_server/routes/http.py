@@ -1,0 +1,91 @@
+"""GET /ping, GET /voices, POST /invocations."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from model_server.audio import wav_header
+from model_server.errors import InvalidRequest, ServiceError
+from model_server.protocol import ProtocolError, decode_frame, pcm_duration_s, validate_synthesis
+from model_server.service import ModelService
+
+log = logging.getLogger(__name__)
+router = APIRouter()
+
+MEDIA_TYPES = {"pcm": "audio/pcm;rate=24000;channels=1;encoding=s16le", "wav": "audio/wav"}
+
+
+def _service(request: Request) -> ModelService:
+    service: ModelService = request.app.state.service
+    return service
+
+
+@router.get("/ping")
+async def ping(request: Request) -> JSONResponse:
+    service = _service(request)
+    if service.ready:
+        return JSONResponse({"status": "ok"})
+    status = "failed" if service.failure else "loading"
+    body = {"status": status, "detail": service.failure or "model loading"}
+    return JSONResponse(body, status_code=503)
+
+
+@router.get("/voices")
+async def voices(request: Request) -> JSONResponse:
+    loaded = _service(request).get()
+    engine_voices = loaded.synthesizer.engine.voices()
+    return JSONResponse(
+        {
+            "default": loaded.rules.default_voice,
+            "voices": [{"name": n, "source": s} for n, s in sorted(engine_voices.items())],
+        }
+    )
+
+
+@router.post("/invocations")
+async def invocations(request: Request) -> Response:
+    loaded = _service(request).get()
+    obj = decode_frame(await request.body())
+    if isinstance(obj, ProtocolError):
+        raise InvalidRequest(obj.message, code=obj.code)
+    synth = validate_synthesis(obj, loaded.rules)
+    if isinstance(synth, ProtocolError):
+        raise InvalidRequest(synth.message, code=synth.code)
+    fmt = obj.get("format", "pcm")
+    if fmt not in MEDIA_TYPES:
+        raise InvalidRequest(
+            f"format {fmt!r} is not supported; use one of {', '.join(MEDIA_TYPES)}",
+            code="unsupported_format",
+        )
+    stream = obj.get("stream", False)
+    if not isinstance(stream, bool):
+        raise InvalidRequest("field 'stream' must be true or false", code="invalid_field")
+    key = object()  # every HTTP request takes its own turns in the scheduler
+    headers = {"X-Request-Id": synth.request_id}
+
+    if stream:
+
+        async def body() -> AsyncIterator[bytes]:
+            if fmt == "wav":
+                yield wav_header(None)
+            try:
+                async for pcm in loaded.synthesizer.stream(synth, key):
+                    yield pcm
+            except ServiceError as exc:  # headers are gone: end the stream, log why
+                log.warning("request %s ended early: %s", synth.request_id, exc.message)
+
+        return StreamingResponse(body(), media_type=MEDIA_TYPES[fmt], headers=headers)
+
+    started = time.perf_counter()
+    chunks = [pcm async for pcm in loaded.synthesizer.stream(synth, key)]
+    pcm = b"".join(chunks)
+    elapsed = time.perf_counter() - started
+    headers["X-Audio-Duration-S"] = f"{pcm_duration_s(len(pcm)):.4f}"
+    headers["X-Inference-Time-S"] = f"{elapsed:.4f}"
+    content = wav_header(len(pcm)) + pcm if fmt == "wav" else pcm
+    return Response(content, media_type=MEDIA_TYPES[fmt], headers=headers)

@@ -1,0 +1,108 @@
+"""The model server's runtime state: the engine loads in the background while /ping says 503."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from model_server.config import Settings
+from model_server.engines.base import Engine
+from model_server.errors import NotReady
+from model_server.protocol import RequestRules, SynthesisRequest, new_request_id
+from model_server.scheduler import Scheduler
+from model_server.synthesis import Synthesizer
+from model_server.text.g2p import G2P, english_g2p
+
+log = logging.getLogger(__name__)
+
+EngineFactory = Callable[[Settings], Engine]
+
+
+def default_engine_factory(settings: Settings) -> Engine:
+    from model_server.engines.onnx import OnnxEngine, OnnxOptions
+
+    return OnnxEngine(
+        OnnxOptions(
+            model_path=settings.model_path,
+            cache_dir=settings.cache_dir,
+            voices_dir=settings.voices_dir,
+            intra_op_threads=settings.engine_threads,
+        )
+    )
+
+
+@dataclass
+class Loaded:
+    synthesizer: Synthesizer
+    rules: RequestRules
+    load_s: float
+
+
+class ModelService:
+    def __init__(
+        self,
+        settings: Settings,
+        engine_factory: EngineFactory = default_engine_factory,
+        g2p_factory: Callable[[], G2P] = english_g2p,
+    ) -> None:
+        self.settings = settings
+        self._engine_factory = engine_factory
+        self._g2p_factory = g2p_factory
+        self._loaded: Loaded | None = None
+        self.failure: str | None = None
+        self.settled = threading.Event()  # loaded or failed; for embedding and tests
+
+    @property
+    def ready(self) -> bool:
+        return self._loaded is not None
+
+    def get(self) -> Loaded:
+        if self._loaded is None:
+            raise NotReady(self.failure or "the model is still loading; retry shortly")
+        return self._loaded
+
+    async def load(self) -> None:
+        """Load the engine and G2P off the event loop, warm up, then report ready."""
+        started = time.perf_counter()
+        try:
+            engine, g2p = await asyncio.to_thread(
+                lambda: (self._engine_factory(self.settings), self._g2p_factory())
+            )
+            voices = frozenset(engine.voices())
+            if self.settings.default_voice not in voices:
+                raise ValueError(
+                    f"default voice {self.settings.default_voice!r} is not loaded "
+                    f"(loaded: {', '.join(sorted(voices))})"
+                )
+            rules = RequestRules(
+                voices=voices,
+                default_voice=self.settings.default_voice,
+                max_text_chars=self.settings.max_text_chars,
+            )
+            synthesizer = Synthesizer(engine, g2p, Scheduler(self.settings.workers))
+            if self.settings.warmup:
+                warm = SynthesisRequest("Hello there.", rules.default_voice, 1.0, new_request_id())
+                async for _ in synthesizer.stream(warm, key="warmup"):
+                    pass
+        except Exception as exc:
+            self.failure = f"model failed to load: {exc}"
+            log.error("%s", self.failure)
+            self.settled.set()
+            raise
+        self._loaded = Loaded(synthesizer, rules, time.perf_counter() - started)
+        self.settled.set()
+        log.info(
+            "ready: engine %s, g2p %s, %d workers, loaded in %.1f s",
+            engine.name,
+            g2p.name,
+            self.settings.workers,
+            self._loaded.load_s,
+        )
+
+    def close(self) -> None:
+        if self._loaded is not None:
+            self._loaded.synthesizer.close()

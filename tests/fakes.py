@@ -1,0 +1,67 @@
+"""A fast, controllable stand-in for the Kokoro engine, for protocol edge cases.
+
+The real onnx engine is covered end to end in test_model_server_real.py; this one makes
+in-flight states (a synthesis that is running right now) observable without timing.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from model_server.engines.base import CancelToken, FloatAudio
+from model_server.errors import SynthesisCancelled
+
+SECONDS_PER_PHONEME = 0.01
+
+
+class FakeEngine:
+    name = "fake"
+    max_phonemes = 510
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()  # infer blocks until set (or cancelled) when `hold` is on
+        self.hold = False
+        self.entered = threading.Event()
+        self.cancelled: list[str] = []
+        self.calls: list[str] = []
+
+    def voices(self) -> dict[str, str]:
+        return {"jf_alpha": "fake", "af_test": "fake"}
+
+    def infer(self, phonemes: str, voice: str, speed: float, cancel: CancelToken) -> FloatAudio:
+        self.calls.append(phonemes)
+        if self.hold:
+            cancel.on_cancel(self.gate.set)
+            self.entered.set()
+            self.gate.wait(timeout=30)
+            if cancel.cancelled:
+                self.cancelled.append(phonemes)
+                raise SynthesisCancelled()
+        n = int(len(phonemes) * SECONDS_PER_PHONEME * 24_000 / speed)
+        # a 218 Hz square wave: every sample is loud, so trimming only adds the tail pause
+        return np.where((np.arange(n) // 55) % 2 == 0, 0.5, -0.5).astype(np.float32)
+
+
+def identity_g2p() -> IdentityG2P:
+    return IdentityG2P()
+
+
+class IdentityG2P:
+    """Treats every character as one phoneme: durations follow text length exactly."""
+
+    name = "identity"
+
+    def __call__(self, text: str) -> str:
+        return text.strip()
+
+
+def expected_pcm_bytes(text: str, speed: float = 1.0) -> int:
+    """PCM bytes the fake engine yields for one segment: the square wave plus the tail pause."""
+    from model_server.audio import TrimPolicy
+
+    n = int(len(text) * SECONDS_PER_PHONEME * 24_000 / speed)
+    policy = TrimPolicy()
+    tail = int(policy.tail_s * 24_000)
+    return 2 * (n + tail) if n else 0

@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from model_server.config import Settings, parse_settings
+
+
+def test_defaults() -> None:
+    s = parse_settings([], env={})
+    assert s == Settings()
+    assert (s.host, s.port, s.engine) == ("127.0.0.1", 8080, "onnx")
+
+
+def test_env_then_flags() -> None:
+    env = {
+        "MODEL_SERVER_PORT": "9000",
+        "MODEL_SERVER_VOICES_DIR": "/v",
+        "MODEL_SERVER_WARMUP": "no",
+    }
+    s = parse_settings([], env=env)
+    assert (s.port, s.voices_dir, s.warmup) == (9000, Path("/v"), False)
+    s = parse_settings(["--port", "9100", "--workers", "3"], env=env)
+    assert (s.port, s.workers) == (9100, 3)
+
+
+def test_serve_defaults_listen_everywhere() -> None:
+    s = parse_settings([], env={}, host="0.0.0.0", port=8080)
+    assert (s.host, s.port) == ("0.0.0.0", 8080)
+
+
+def test_bad_values_exit_with_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse_settings(["--engine", "tensorrt"], env={})
+    assert "invalid choice" in capsys.readouterr().err

@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from model_server.engines.voices import VoicePackError, load_dir, load_file
+
+
+def _pack(seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((510, 1, 256)).astype(np.float32)
+
+
+def test_every_supported_file_type_loads(tmp_path: Path) -> None:
+    np.save(tmp_path / "af_npy.npy", _pack(1))
+    np.savez(tmp_path / "bundle.npz", af_one=_pack(2), am_two=_pack(3).reshape(510, 256))
+    (tmp_path / "af_raw.bin").write_bytes(_pack(4).astype("<f4").tobytes())
+    with (tmp_path / "onnx-voices.bin").open("wb") as f:  # kokoro-onnx's voices-v1.0.bin
+        np.savez(f, bf_zip=_pack(5))
+    (tmp_path / "notes.txt").write_text("not a voice")
+    voices = load_dir(tmp_path)
+    assert sorted(voices) == ["af_npy", "af_one", "af_raw", "am_two", "bf_zip"]
+    for name, seed in [("af_npy", 1), ("af_one", 2), ("am_two", 3), ("af_raw", 4), ("bf_zip", 5)]:
+        assert voices[name].shape == (510, 1, 256)
+        np.testing.assert_array_equal(voices[name].reshape(510, 256), _pack(seed).reshape(510, 256))
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("short.bin", b"\x00" * 1000, "not a whole number"),
+        ("bad.npy", b"garbage", "cannot read"),
+        ("voice.wav", b"RIFF", "unsupported"),
+    ],
+)
+def test_bad_files_give_clear_errors(
+    tmp_path: Path, name: str, content: bytes, message: str
+) -> None:
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(VoicePackError, match=message):
+        load_file(path)
+
+
+def test_wrong_shape_is_rejected(tmp_path: Path) -> None:
+    np.save(tmp_path / "odd.npy", np.zeros((10, 100), np.float32))
+    with pytest.raises(VoicePackError, match=r"expected \(N, 1, 256\)"):
+        load_file(tmp_path / "odd.npy")
+
+
+def test_empty_or_missing_dir(tmp_path: Path) -> None:
+    with pytest.raises(VoicePackError, match="no voice packs"):
+        load_dir(tmp_path)
+    with pytest.raises(VoicePackError, match="does not exist"):
+        load_dir(tmp_path / "nope")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="torch is installed")
+def test_pt_without_torch_says_what_to_do(tmp_path: Path) -> None:
+    (tmp_path / "af_heart.pt").write_bytes(b"PK")
+    with pytest.raises(VoicePackError, match="need torch"):
+        load_file(tmp_path / "af_heart.pt")
