@@ -204,3 +204,9 @@ async def test_concurrent_sessions_all_complete(model_server: RunningServer) -> 
     sizes = await asyncio.gather(*(one(i) for i in range(4)))
     assert sizes[0] == sizes[3]  # same text, same audio, regardless of interleaving
     assert all(s > 0 for s in sizes)
+
+
+async def test_post_deployment_check_cli(model_server: RunningServer) -> None:
+    from model_server.check import check
+
+    assert await check(model_server.ws_url, voice=None) == []

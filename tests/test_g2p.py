@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+import pytest
+
+from model_server.text import g2p
+from model_server.text.g2p import EspeakG2P, english_g2p
+
+
+@pytest.fixture(scope="module")
+def espeak() -> EspeakG2P:
+    return EspeakG2P()
+
+
+def test_english_becomes_kokoro_phonemes(espeak: EspeakG2P) -> None:
+    assert espeak("Hello there.") == "həlˈO ðˈɛɹ."
+    assert espeak("It has three sentences.") == "ɪt həz θɹˈi sˈɛntənsᵻz."
+
+
+def test_numbers_are_normalised_before_g2p(espeak: EspeakG2P) -> None:
+    assert espeak("It costs $5.") == espeak("It costs five dollars.")
+    assert espeak("See Dr. Lee.") == espeak("See Doctor Lee.")
+
+
+def test_without_spacy_model_the_espeak_path_is_used() -> None:
+    assert not g2p.spacy_model_installed("no_such_spacy_model_pkg")
+    assert isinstance(english_g2p(), EspeakG2P) or g2p.spacy_model_installed()
+
+
+def test_a_broken_lexicon_install_falls_back_cleanly(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(g2p, "spacy_model_installed", lambda name="en_core_web_sm": True)
+
+    class Broken:
+        def __init__(self, british: bool = False) -> None:
+            raise ImportError("spaCy is broken")
+
+    monkeypatch.setattr(g2p, "LexiconG2P", Broken)
+    assert isinstance(english_g2p(), EspeakG2P)
