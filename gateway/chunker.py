@@ -1,0 +1,164 @@
+"""Incremental sentence chunking of streamed LLM text, pure: no I/O, no asyncio.
+
+`push(text)` returns the chunks that became final, `flush()` the rest. Every decision is made
+from the text seen so far, only once the characters after a candidate boundary show what it is
+(a period followed by a space and a capital is a sentence end; one followed by a digit, a letter
+or a lower-case word is not), so the chunks never depend on how the text was split into pushes.
+
+- Sentences end at `.` `!` `?` `…` (with closing quotes or brackets) or a newline; never inside
+  abbreviations (Dr., e.g., U.S. before a lower-case word), initials (J. R. R.), decimals
+  (3.14, $29.99), times, version numbers, URLs or e-mail addresses.
+- The first chunk is released early: at the first clause mark (`,` `;` `:` or a dash) once it
+  has `first_min_words` words, or after `first_max_words` words without punctuation.
+- Later chunks merge sentences shorter than `merge_below_chars` with the next, and are cut at a
+  clause mark past `soft_max_chars` or between words at `max_chars`, well under Kokoro's
+  510-phoneme limit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+TERMINALS = ".!?…"
+CLOSERS = "\"')]}»”’"
+CLAUSE_MARKS = ",;:—–"
+# Never end a sentence, whatever follows.
+TITLES = frozenset(
+    {"mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "mt", "vs", "cf", "fig", "no", "vol",
+     "approx", "capt", "col", "gen", "lt", "sgt", "rep", "sen", "gov", "e.g", "i.e"}
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ChunkerConfig:
+    first_min_words: int = 4
+    first_max_words: int = 12
+    merge_below_chars: int = 40
+    soft_max_chars: int = 200
+    max_chars: int = 300
+
+    def __post_init__(self) -> None:
+        if not 0 < self.first_min_words <= self.first_max_words:
+            raise ValueError("need 0 < first_min_words <= first_max_words")
+        if not 0 < self.soft_max_chars <= self.max_chars:
+            raise ValueError("need 0 < soft_max_chars <= max_chars")
+
+
+_NEED_MORE = -1
+_NO = -2
+
+
+class IncrementalSentenceChunker:
+    def __init__(self, config: ChunkerConfig | None = None) -> None:
+        self.config = config or ChunkerConfig()
+        self._buf = ""
+        self._scan = 0  # every position before this one has been decided: no cut
+        self.chunks_emitted = 0
+
+    def push(self, text: str) -> list[str]:
+        self._buf += text
+        out: list[str] = []
+        while True:
+            cut = self._next_cut()
+            if cut is None:
+                return out
+            chunk, self._buf = self._buf[:cut].strip(), self._buf[cut:]
+            self._scan = 0
+            if chunk:
+                out.append(chunk)
+                self.chunks_emitted += 1
+
+    def flush(self) -> list[str]:
+        rest, self._buf, self._scan = self._buf.strip(), "", 0
+        if not rest:
+            return []
+        self.chunks_emitted += 1
+        return [rest]
+
+    # --- decisions ------------------------------------------------------------------------
+
+    def _next_cut(self) -> int | None:
+        """The end of the next chunk, or None until more text shows where it is."""
+        buf = self._buf
+        while self._scan < len(buf):
+            i = self._scan
+            decision = self._decide(i)
+            if decision == _NEED_MORE:
+                return None
+            if decision >= 0:
+                return decision
+            self._scan = i + 1
+        return None
+
+    def _decide(self, i: int) -> int:
+        buf, cfg, c = self._buf, self.config, self._buf[i]
+        first = self.chunks_emitted == 0
+        if c == "\n":
+            return i + 1 if buf[:i].strip() else _NO
+        if c in TERMINALS:
+            return self._sentence_end(i, first)
+        if c.isspace():
+            if i == 0 or buf[i - 1].isspace():
+                return _NO
+            if first and len(buf[:i].split()) >= cfg.first_max_words:
+                return i
+            return self._cap(i)
+        if c in CLAUSE_MARKS or (c == "-" and buf[i - 1 : i] == " "):
+            if i + 1 == len(buf):
+                return _NEED_MORE
+            if not buf[i + 1].isspace():
+                return _NO  # 3,000 / 10:30 / well-known
+            words = len(buf[:i].split())
+            if first and words >= cfg.first_min_words:
+                return i + 1
+            return i + 1 if len(buf[:i].strip()) >= cfg.soft_max_chars else _NO
+        return _NO
+
+    def _sentence_end(self, i: int, first: bool) -> int:
+        buf = self._buf
+        j = i + 1
+        while j < len(buf) and (buf[j] in TERMINALS or buf[j] in CLOSERS):
+            j += 1
+        if j == len(buf):
+            return _NEED_MORE
+        if not buf[j].isspace():
+            return _NO  # 3.14, e.g, example.com, v2.1, "wait!"x
+        k = j
+        while k < len(buf) and buf[k].isspace():
+            if buf[k] == "\n":
+                break  # a newline right after the mark settles it
+            k += 1
+        if k == len(buf):
+            return _NEED_MORE
+        if buf[k] != "\n":
+            if buf[k].islower():
+                return _NO  # "approx. five", "“Really?” she asked"
+            if buf[i] == "." and self._abbreviation_before(i):
+                return _NO
+        if not first and len(buf[:j].strip()) < self.config.merge_below_chars:
+            return _NO  # a short sentence waits for the next one
+        return j
+
+    def _cap(self, i: int) -> int:
+        """At the end of a word: cut here if the next word would take the chunk past
+        `max_chars` (looked at only once the chunk is half full)."""
+        buf, limit = self._buf, self.config.max_chars
+        if len(buf[:i].strip()) <= limit // 2:
+            return _NO
+        e = i
+        while e < len(buf) and buf[e].isspace():
+            e += 1
+        while e < len(buf) and not buf[e].isspace():
+            e += 1
+        if len(buf[:e].strip()) > limit:
+            return i
+        return _NEED_MORE if e == len(buf) else _NO
+
+    def _abbreviation_before(self, i: int) -> bool:
+        start = i
+        while start > 0 and not self._buf[start - 1].isspace():
+            start -= 1
+        word = self._buf[start:i].lstrip("\"'([{“‘").lower()
+        if word in TITLES or "." in word:
+            return True  # Dr. Smith; U.S. Army (a dotted initialism never ends a chunk)
+        return len(word) == 1 and word.isalpha()  # an initial: J. R. R. Tolkien

@@ -1,0 +1,141 @@
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.chunker import ChunkerConfig, IncrementalSentenceChunker
+
+
+def one_shot(text: str, config: ChunkerConfig | None = None) -> list[str]:
+    chunker = IncrementalSentenceChunker(config)
+    return chunker.push(text) + chunker.flush()
+
+
+def streamed(pieces: list[str], config: ChunkerConfig | None = None) -> list[str]:
+    chunker = IncrementalSentenceChunker(config)
+    out: list[str] = []
+    for piece in pieces:
+        out += chunker.push(piece)
+    return out + chunker.flush()
+
+
+def split_every(text: str, n: int) -> list[str]:
+    return [text[i : i + n] for i in range(0, len(text), n)]
+
+
+LATER = "This sentence is long enough to stand on its own as a chunk."
+
+
+@pytest.mark.parametrize(
+    ("text", "chunks"),
+    [
+        # the reference's three sentences: first released at once, the short ones merge
+        (
+            "Hello there. This is a post deployment check. It has three sentences.",
+            ["Hello there.", "This is a post deployment check. It has three sentences."],
+        ),
+        (f"Hi! {LATER} {LATER}", ["Hi!", LATER, LATER]),
+        (f"Dr. Smith arrived. {LATER}", ["Dr. Smith arrived.", LATER]),
+        (f"Mr. and Mrs. Lee came. {LATER}", ["Mr. and Mrs. Lee came.", LATER]),
+        (f"Fruit, e.g. apples. {LATER}", ["Fruit, e.g. apples.", LATER]),
+        ("We use i.e. notation here. Next.", ["We use i.e. notation here.", "Next."]),
+        ("The U.S. Army is big. Next one.", ["The U.S. Army is big.", "Next one."]),
+        ("J. R. R. Tolkien wrote it. Next.", ["J. R. R. Tolkien wrote it.", "Next."]),
+        ("Pi is 3.14 exactly. Next.", ["Pi is 3.14 exactly.", "Next."]),
+        ("It costs $29.99 today. Next.", ["It costs $29.99 today.", "Next."]),
+        ("Meet at 10:30 sharp. Next.", ["Meet at 10:30 sharp.", "Next."]),
+        ("Install version 2.4.1 now. Next.", ["Install version 2.4.1 now.", "Next."]),
+        ("See example.com/a.html today. Next.", ["See example.com/a.html today.", "Next."]),
+        ("Mail bob@mail.example.org now. Next.", ["Mail bob@mail.example.org now.", "Next."]),
+        ('He said "Stop." Then he left.', ['He said "Stop."', "Then he left."]),
+        ("Is it (really?) Yes.", ["Is it (really?)", "Yes."]),
+        ('"Really?" she asked. Next.', ['"Really?" she asked.', "Next."]),
+        ("It costs approx. five dollars. Next.", ["It costs approx. five dollars.", "Next."]),
+        ("Wait… What happened? Next.", ["Wait…", "What happened? Next."]),
+        ("Line one\nLine two", ["Line one", "Line two"]),
+        ("No. 5 is here. Next.", ["No. 5 is here.", "Next."]),
+        # first clause released early, once it has a few words
+        (
+            "Well, I think that the answer, after a lot of thought, is yes.",
+            ["Well, I think that the answer,", "after a lot of thought, is yes."],
+        ),
+        (
+            "Here is the plan: we start early and finish late.",
+            ["Here is the plan:", "we start early and finish late."],
+        ),
+        (
+            "The short answer here — as always — depends on you.",
+            ["The short answer here —", "as always — depends on you."],
+        ),
+        ("There are 3,000 people, more or less.", ["There are 3,000 people,", "more or less."]),
+        # no punctuation at all: the first chunk is forced after 12 words
+        (
+            "one two three four five six seven eight nine ten eleven twelve thirteen fourteen",
+            ["one two three four five six seven eight nine ten eleven twelve", "thirteen fourteen"],
+        ),
+    ],
+)
+def test_tricky_sentences(text: str, chunks: list[str]) -> None:
+    assert one_shot(text) == chunks
+    for n in (1, 2, 4):
+        assert streamed(split_every(text, n)) == chunks
+
+
+def test_later_chunks_are_capped() -> None:
+    words = " ".join(["word"] * 400)
+    text = "Start here. Then " + words + "."
+    chunks = one_shot(text)
+    assert chunks[0] == "Start here."
+    assert len(chunks) == 8
+    assert all(len(c) <= 300 for c in chunks)
+    assert " ".join(chunks).split() == text.split()
+
+
+def test_long_later_sentence_breaks_at_a_clause_past_the_soft_cap() -> None:
+    clause = "and this goes on " * 12  # 204 characters
+    chunks = one_shot(f"First one. A{clause.strip()}, then more words follow here. End.")
+    assert chunks[0] == "First one."
+    assert chunks[1].endswith(",")
+    assert len(chunks[1]) <= 300
+
+
+def test_nothing_is_released_before_the_boundary_is_certain() -> None:
+    chunker = IncrementalSentenceChunker()
+    assert chunker.push("Hello there.") == []  # maybe "Hello there.com"? wait
+    assert chunker.push(" ") == []  # maybe "Hello there. and ..."? wait
+    assert chunker.push("T") == ["Hello there."]
+    assert chunker.flush() == ["T"]
+    assert chunker.flush() == []
+
+
+def test_config_is_checked() -> None:
+    with pytest.raises(ValueError, match="first_min_words"):
+        ChunkerConfig(first_min_words=5, first_max_words=3)
+
+
+_tokens = st.sampled_from(
+    ["Hello", "there", "Dr.", "Smith", "e.g.", "3.14", "$29.99", "10:30", "U.S.", "J.",
+     "example.com", "a", "word", "it", "Yes", ",", ".", "!", "?", "…", ";", ":", "—", "-",
+     '"', "(", ")", " ", " ", " ", "\n", "one", "two", "Three"]
+)  # fmt: skip
+_texts = st.lists(_tokens, max_size=80).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_texts, st.data())
+def test_streamed_equals_one_shot_for_any_split(text: str, data: st.DataObject) -> None:
+    cuts = sorted(data.draw(st.sets(st.integers(0, len(text)), max_size=20)))
+    pieces = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
+    expected = one_shot(text)
+    assert streamed(pieces) == expected
+    assert "".join("".join(expected).split()) == "".join(text.split())
+    assert all(chunk == chunk.strip() and chunk for chunk in expected)
+
+
+@settings(max_examples=100, deadline=None)
+@given(_texts)
+def test_one_two_four_characters_at_a_time(text: str) -> None:
+    expected = one_shot(text)
+    for n in (1, 2, 4):
+        assert streamed(split_every(text, n)) == expected
