@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 import os
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+
+from model_server.settings_cli import parse_dataclass
 
 ENV_PREFIX = "MODEL_SERVER_"
 
@@ -51,48 +52,20 @@ _HELP = {
 }
 
 
-def _parse_bool(value: str) -> bool:
-    lowered = value.strip().lower()
-    if lowered in {"1", "true", "yes", "on"}:
-        return True
-    if lowered in {"0", "false", "no", "off"}:
-        return False
-    raise argparse.ArgumentTypeError(f"not a boolean: {value!r}")
-
-
 def parse_settings(
     argv: Sequence[str] | None = None,
     env: Mapping[str, str] | None = None,
     **overrides: object,
 ) -> Settings:
-    """Flags win over environment variables, which win over the defaults."""
-    env = os.environ if env is None else env
-    parser = argparse.ArgumentParser(
-        prog="model-server", description="Kokoro-82M TTS behind the SageMaker container contract"
+    """Flags win over MODEL_SERVER_* variables, which win over the defaults."""
+    return parse_dataclass(
+        Settings,
+        prog="model-server",
+        description="Kokoro-82M TTS behind the SageMaker container contract",
+        env_prefix=ENV_PREFIX,
+        help=_HELP,
+        choices={"engine": ["onnx"]},
+        argv=argv,
+        env=env,
+        overrides=overrides,
     )
-    base = Settings(**overrides)  # type: ignore[arg-type]
-    for f in fields(Settings):
-        flag = "--" + f.name.replace("_", "-")
-        env_name = ENV_PREFIX + f.name.upper()
-        default = getattr(base, f.name)
-        convert: Callable[[str], object]
-        if f.name in {"voices_dir", "model_path", "cache_dir"}:
-            convert = Path
-        elif isinstance(default, bool):
-            convert = _parse_bool
-        elif isinstance(default, int):
-            convert = int
-        else:
-            convert = str
-        if env_name in env:
-            default = convert(env[env_name])
-        kwargs: dict[str, object] = {
-            "default": default,
-            "type": convert,
-            "help": f"{_HELP[f.name]} (env {env_name}; default {default})",
-        }
-        if f.name == "engine":
-            kwargs["choices"] = ["onnx"]
-        parser.add_argument(flag, **kwargs)  # type: ignore[arg-type]
-    ns = parser.parse_args(argv)
-    return Settings(**vars(ns))

@@ -14,8 +14,9 @@ from model_server.protocol import (
     parse_control,
 )
 
-RULES = RequestRules(voices=frozenset({"jf_alpha", "af_heart"}), default_voice="jf_alpha",
-                     max_text_chars=20)  # fmt: skip
+RULES = RequestRules(
+    voices=frozenset({"jf_alpha", "af_heart"}), default_voice="jf_alpha", max_text_chars=20
+)
 
 
 def test_text_and_binary_frames_parse_alike() -> None:

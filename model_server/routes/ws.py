@@ -8,6 +8,7 @@ through the shared scheduler, so no session holds the model for longer than one 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
@@ -64,7 +65,8 @@ class BidiSession:
         except* _Gone:
             pass
         if close_requested and self.ws.application_state is WebSocketState.CONNECTED:
-            await self.ws.close(1000)
+            with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
+                await self.ws.close(1000)  # the client may already be gone
 
     async def _read(self) -> bool:
         """Handle client messages until close (True) or disconnect (False)."""

@@ -45,8 +45,11 @@ _ABBR_RE = re.compile(
 _INITIALISM_RE = re.compile(r"(?<![\w.])((?:[A-Za-z]\.){2,})(?=\W|$)")
 _NO_NUMBER_RE = re.compile(r"\bNo\.\s?(?=\d)")
 
-_CURRENCIES = {"$": ("dollar", "dollars", "cent", "cents"), "€": ("euro", "euros", "cent", "cents"),
-               "£": ("pound", "pounds", "penny", "pence")}  # fmt: skip
+_CURRENCIES = {
+    "$": ("dollar", "dollars", "cent", "cents"),
+    "€": ("euro", "euros", "cent", "cents"),
+    "£": ("pound", "pounds", "penny", "pence"),
+}
 _SCALES = r"thousand|million|billion|trillion"
 _CURRENCY_RE = re.compile(
     r"([$€£])\s?(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d{1,2}))?(?:\s?(" + _SCALES + r"|[kKmMbB])\b)?"
