@@ -1,0 +1,91 @@
+"""Server-Sent Events, pure: an incremental decoder and an encoder.
+
+Event boundaries (a blank line) do not line up with transport chunks: a decoder must buffer
+until the boundary. `SSEDecoder.push(bytes) -> list[SSEEvent]` accepts input cut anywhere,
+even inside a UTF-8 character or between the CR and LF of a line ending.
+"""
+
+from __future__ import annotations
+
+import codecs
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SSEEvent:
+    event: str = "message"
+    data: str = ""
+    id: str | None = None
+    retry: int | None = None
+
+
+class SSEDecoder:
+    def __init__(self) -> None:
+        self._text = codecs.getincrementaldecoder("utf-8")("replace")
+        self._line = ""
+        self._pending_cr = False
+        self._event = ""
+        self._data: list[str] = []
+        self._id: str | None = None
+        self._retry: int | None = None
+        self.last_event_id: str | None = None
+
+    def push(self, chunk: bytes) -> list[SSEEvent]:
+        text = self._text.decode(chunk)
+        out: list[SSEEvent] = []
+        for ch in text:
+            if self._pending_cr:
+                self._pending_cr = False
+                if ch == "\n":
+                    continue  # the LF of a CRLF
+            if ch in "\r\n":
+                self._pending_cr = ch == "\r"
+                event = self._line_done(self._line)
+                self._line = ""
+                if event is not None:
+                    out.append(event)
+            else:
+                self._line += ch
+        return out
+
+    def flush(self) -> list[SSEEvent]:
+        """End of stream: an event without its closing blank line is discarded (per spec)."""
+        self._line, self._data, self._event = "", [], ""
+        return []
+
+    def _line_done(self, line: str) -> SSEEvent | None:
+        if not line:
+            return self._dispatch()
+        if line.startswith(":"):
+            return None  # comment / keep-alive
+        name, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if name == "event":
+            self._event = value
+        elif name == "data":
+            self._data.append(value)
+        elif name == "id" and "\0" not in value:
+            self._id = value
+        elif name == "retry" and value.isdigit():
+            self._retry = int(value)
+        return None
+
+    def _dispatch(self) -> SSEEvent | None:
+        if self._id is not None:
+            self.last_event_id = self._id
+        if not self._data:
+            self._event, self._id, self._retry = "", None, None
+            return None
+        event = SSEEvent(self._event or "message", "\n".join(self._data), self._id, self._retry)
+        self._event, self._data, self._id, self._retry = "", [], None, None
+        return event
+
+
+def encode_event(data: str, event: str | None = None, id: str | None = None) -> bytes:
+    lines = []
+    if id is not None:
+        lines.append(f"id: {id}")
+    if event is not None:
+        lines.append(f"event: {event}")
+    lines += [f"data: {part}" for part in data.split("\n")]
+    return ("\n".join(lines) + "\n\n").encode()
