@@ -9,12 +9,14 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 
 HOST ?= 127.0.0.1
 MODEL_PORT ?= 8080
+PORT ?= 8000
 
-.PHONY: help setup dev test lint typecheck bench-model lock clean
+.PHONY: help setup dev test lint typecheck bench bench-model lock clean
 
 help:
-	@echo "make dev          run the model server on $(HOST):$(MODEL_PORT)"
+	@echo "make dev          model server ($(HOST):$(MODEL_PORT)) and gateway (http://$(HOST):$(PORT))"
 	@echo "make test         lint, type-check and run the test suite"
+	@echo "make bench        gateway: time to first audio, bidi vs batch"
 	@echo "make bench-model  model-server latency/RTF table"
 	@echo "make lock         re-resolve uv.lock after changing pyproject.toml"
 
@@ -29,7 +31,7 @@ $(VENV)/.synced: uv.lock pyproject.toml
 setup: $(VENV)/.synced
 
 dev: setup
-	$(VENV)/bin/model-server --host $(HOST) --port $(MODEL_PORT)
+	$(PY) scripts/dev.py --host $(HOST) --model-port $(MODEL_PORT) --port $(PORT) $(DEV_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check .
@@ -40,6 +42,9 @@ typecheck: setup
 
 test: lint typecheck
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+bench: setup
+	$(PY) -m bench.bench_gateway $(BENCH_ARGS)
 
 bench-model: setup
 	$(PY) -m bench.bench_model $(BENCH_ARGS)

@@ -24,15 +24,40 @@ CLOSERS = "\"')]}»”’"
 CLAUSE_MARKS = ",;:—–"
 # Never end a sentence, whatever follows.
 TITLES = frozenset(
-    {"mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "mt", "vs", "cf", "fig", "no", "vol",
-     "approx", "capt", "col", "gen", "lt", "sgt", "rep", "sen", "gov", "e.g", "i.e"}
-)  # fmt: skip
+    {
+        "mr",
+        "mrs",
+        "ms",
+        "dr",
+        "prof",
+        "sr",
+        "jr",
+        "st",
+        "mt",
+        "vs",
+        "cf",
+        "fig",
+        "no",
+        "vol",
+        "approx",
+        "capt",
+        "col",
+        "gen",
+        "lt",
+        "sgt",
+        "rep",
+        "sen",
+        "gov",
+        "e.g",
+        "i.e",
+    }
+)
 
 
 @dataclass(frozen=True)
 class ChunkerConfig:
     first_min_words: int = 4
-    first_max_words: int = 12
+    first_max_words: int = 8
     merge_below_chars: int = 40
     soft_max_chars: int = 200
     max_chars: int = 300

@@ -33,3 +33,25 @@ def fake_server(fake_engine: FakeEngine) -> Iterator[RunningServer]:
     with serve(app) as running:
         assert app.state.service.settled.wait(timeout=10)
         yield running
+
+
+@pytest.fixture(scope="session")
+def gateway_server(model_server: RunningServer) -> Iterator[RunningServer]:
+    """The real gateway in front of the real model server."""
+    from gateway.app import create_app as create_gateway
+    from gateway.config import Settings as GatewaySettings
+
+    app = create_gateway(GatewaySettings(model_server_url=model_server.http_url))
+    with serve(app) as running:
+        yield running
+
+
+@pytest.fixture
+def gateway_on_fake(fake_server: RunningServer) -> Iterator[RunningServer]:
+    """The real gateway in front of the model server with the controllable engine."""
+    from gateway.app import create_app as create_gateway
+    from gateway.config import Settings as GatewaySettings
+
+    app = create_gateway(GatewaySettings(model_server_url=fake_server.http_url))
+    with serve(app) as running:
+        yield running

@@ -25,6 +25,7 @@ class FakeEngine:
         self.hold = False
         self.entered = threading.Event()
         self.cancelled: list[str] = []
+        self.cancel_seen = threading.Event()
         self.calls: list[str] = []
 
     def voices(self) -> dict[str, str]:
@@ -38,6 +39,7 @@ class FakeEngine:
             self.gate.wait(timeout=30)
             if cancel.cancelled:
                 self.cancelled.append(phonemes)
+                self.cancel_seen.set()
                 raise SynthesisCancelled()
         n = int(len(phonemes) * SECONDS_PER_PHONEME * 24_000 / speed)
         # a 218 Hz square wave: every sample is loud, so trimming only adds the tail pause

@@ -69,10 +69,10 @@ LATER = "This sentence is long enough to stand on its own as a chunk."
             ["The short answer here —", "as always — depends on you."],
         ),
         ("There are 3,000 people, more or less.", ["There are 3,000 people,", "more or less."]),
-        # no punctuation at all: the first chunk is forced after 12 words
+        # no punctuation at all: the first chunk is forced after 8 words
         (
-            "one two three four five six seven eight nine ten eleven twelve thirteen fourteen",
-            ["one two three four five six seven eight nine ten eleven twelve", "thirteen fourteen"],
+            "one two three four five six seven eight nine ten eleven",
+            ["one two three four five six seven eight", "nine ten eleven"],
         ),
     ],
 )
@@ -115,10 +115,43 @@ def test_config_is_checked() -> None:
 
 
 _tokens = st.sampled_from(
-    ["Hello", "there", "Dr.", "Smith", "e.g.", "3.14", "$29.99", "10:30", "U.S.", "J.",
-     "example.com", "a", "word", "it", "Yes", ",", ".", "!", "?", "…", ";", ":", "—", "-",
-     '"', "(", ")", " ", " ", " ", "\n", "one", "two", "Three"]
-)  # fmt: skip
+    [
+        "Hello",
+        "there",
+        "Dr.",
+        "Smith",
+        "e.g.",
+        "3.14",
+        "$29.99",
+        "10:30",
+        "U.S.",
+        "J.",
+        "example.com",
+        "a",
+        "word",
+        "it",
+        "Yes",
+        ",",
+        ".",
+        "!",
+        "?",
+        "…",
+        ";",
+        ":",
+        "—",
+        "-",
+        '"',
+        "(",
+        ")",
+        " ",
+        " ",
+        " ",
+        "\n",
+        "one",
+        "two",
+        "Three",
+    ]
+)
 _texts = st.lists(_tokens, max_size=80).map("".join)
 
 

@@ -1,0 +1,139 @@
+"""`make bench`: time to first audio through the gateway, bidi vs batch, from one run.
+
+Starts the real model server and the real gateway on loopback ports in this process. The answer
+is five sentences from the echo source paced like an LLM (40 tokens/s, first token at 300 ms).
+For each mode, p50 over `--runs` replies (modes alternate, so both see the same machine state)
+of the time from sending the request to receiving the first audio event. Also printed:
+
+- the floor physics allows for bidi: when the paced text completes the first chunk, plus the
+  model server's own time to first audio for that chunk sent to it directly;
+- the gateway's added latency: first audio through the gateway minus first audio from the
+  model server directly, for the same (unpaced) text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+
+import httpx
+import orjson
+from websockets.asyncio.client import connect
+
+from gateway.chunker import ChunkerConfig, IncrementalSentenceChunker
+from gateway.sources.echo import tokens
+from gateway.sse import SSEDecoder
+
+ANSWER = (
+    "Sure, I can help you with that right away. Your order shipped yesterday from our "
+    "warehouse in Portland. It should arrive by Thursday afternoon. You will get a tracking "
+    "link by email within the hour. Is there anything else I can do for you today?"
+)
+TPS = 40.0
+FIRST_MS = 300.0
+
+
+async def gateway_ttfa(base: str, params: dict[str, object]) -> float:
+    async with httpx.AsyncClient(base_url=base, timeout=120) as http:
+        started = time.perf_counter()
+        async with http.stream("POST", "/v1/speak", json=params) as r:
+            decoder = SSEDecoder()
+            first = None
+            async for chunk in r.aiter_raw():
+                for event in decoder.push(chunk):
+                    if event.event == "audio_chunk" and first is None:
+                        first = time.perf_counter() - started
+                    if event.event == "error":
+                        raise RuntimeError(event.data)
+        assert first is not None
+        return first
+
+
+async def model_server_ttfa(ws_base: str, text: str) -> float:
+    async with connect(ws_base + "/invocations-bidirectional-stream") as ws:
+        started = time.perf_counter()
+        await ws.send(orjson.dumps({"text": text}))
+        async for frame in ws:
+            if isinstance(frame, bytes):
+                first = time.perf_counter() - started
+                async for rest in ws:
+                    if isinstance(rest, str) and "synthesis_complete" in rest:
+                        break
+                return first
+    raise RuntimeError("no audio")
+
+
+def first_chunk_release(config: ChunkerConfig) -> tuple[str, float]:
+    """The first chunk and when paced text lets the chunker release it (seconds)."""
+    chunker = IncrementalSentenceChunker(config)
+    for i, token in enumerate(tokens(ANSWER)):
+        released = chunker.push(token)
+        if released:
+            return released[0], FIRST_MS / 1000 + i / TPS
+    raise RuntimeError("no chunk")
+
+
+async def run(gateway: str, model_ws: str, runs: int, fmt: str, config: ChunkerConfig) -> None:
+    paced = {"text": ANSWER, "format": fmt, "echo_tps": TPS, "echo_first_ms": FIRST_MS}
+    await gateway_ttfa(gateway, {"text": "Warm up.", "format": fmt})
+    ttfa: dict[str, list[float]] = {"bidi": [], "batch": []}
+    for _ in range(runs):
+        for mode in ("bidi", "batch"):
+            ttfa[mode].append(await gateway_ttfa(gateway, {**paced, "mode": mode}))
+    chunk, release_s = first_chunk_release(config)
+    direct = [await model_server_ttfa(model_ws, chunk) for _ in range(runs)]
+    through = [await gateway_ttfa(gateway, {"text": chunk, "format": fmt}) for _ in range(runs)]
+
+    bidi, batch = statistics.median(ttfa["bidi"]), statistics.median(ttfa["batch"])
+    floor = release_s + statistics.median(direct)
+    added = statistics.median(through) - statistics.median(direct)
+    text_s = FIRST_MS / 1000 + (len(tokens(ANSWER)) - 1) / TPS
+    print(
+        f"\ngateway bench: 5-sentence answer ({len(ANSWER)} chars, {len(tokens(ANSWER))} tokens "
+        f"at {TPS:.0f} tokens/s, first at {FIRST_MS:.0f} ms; text complete at {text_s:.2f} s), "
+        f"format {fmt}, first chunk <= {config.first_max_words} words, p50 of {runs} runs"
+    )
+    rows = [
+        ("batch: time to first audio", f"{batch * 1000:.0f} ms"),
+        ("bidi: time to first audio", f"{bidi * 1000:.0f} ms"),
+        ("bidi / batch", f"1/{batch / bidi:.1f} ({bidi / batch:.2f})"),
+        (f"floor: first chunk released ({chunk!r})", f"{release_s * 1000:.0f} ms"),
+        ("floor: + model server TTFA for it, direct", f"{floor * 1000:.0f} ms"),
+        ("bidi above the floor", f"{(bidi - floor) * 1000:.0f} ms"),
+        ("gateway added latency (same text, unpaced)", f"{added * 1000:.0f} ms"),
+    ]
+    width = max(len(r[0]) for r in rows)
+    for name, value in rows:
+        print(f"  {name.ljust(width)}  {value}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--format", default="mp3")
+    parser.add_argument("--first-max-words", type=int, default=None)
+    args = parser.parse_args()
+
+    from gateway.app import create_app as create_gateway
+    from gateway.config import Settings as GatewaySettings
+    from model_server.app import create_app
+    from model_server.config import Settings
+    from tests.servers import serve
+
+    model_app = create_app(Settings())
+    with serve(model_app) as model:
+        if not model_app.state.service.settled.wait(300) or not model_app.state.service.ready:
+            raise SystemExit(f"model server failed: {model_app.state.service.failure}")
+        overrides = {}
+        if args.first_max_words is not None:
+            overrides["first_max_words"] = args.first_max_words
+        settings = GatewaySettings(model_server_url=model.http_url, **overrides)
+        with serve(create_gateway(settings)) as gw:
+            chunker = ChunkerConfig(settings.first_min_words, settings.first_max_words)
+            asyncio.run(run(gw.http_url, model.ws_url, args.runs, args.format, chunker))
+
+
+if __name__ == "__main__":
+    main()

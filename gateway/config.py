@@ -1,0 +1,73 @@
+"""The gateway's settings: one object, from flags or GATEWAY_* environment variables."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from model_server.settings_cli import parse_dataclass
+
+ENV_PREFIX = "GATEWAY_"
+
+
+@dataclass(frozen=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    model_server_url: str = "http://127.0.0.1:8080"
+    llm: str = "echo"
+    openai_base_url: str = "http://127.0.0.1:11434/v1"
+    openai_model: str = "llama3.2"
+    openai_api_key: str = ""
+    system_prompt: str = (
+        "You are a friendly voice assistant. Answer in plain spoken sentences, "
+        "without markdown, lists or emoji."
+    )
+    default_voice: str = ""  # empty: the model server's default
+    max_text_chars: int = 5_000
+    allowed_origins: str = ""  # comma-separated; localhost and same-origin always allowed
+    first_min_words: int = 4
+    first_max_words: int = 8
+    queue_size: int = 64  # events buffered per reply before the producers wait
+    log_level: str = "info"
+
+    @property
+    def origins(self) -> list[str]:
+        return [o.strip().rstrip("/") for o in self.allowed_origins.split(",") if o.strip()]
+
+
+_HELP = {
+    "host": "interface to listen on",
+    "port": "port to listen on",
+    "model_server_url": "the Kokoro model server (http://host:port)",
+    "llm": "text source for prompts: echo speaks the text itself; openai streams a chat model",
+    "openai_base_url": "an OpenAI-compatible API (vLLM, Ollama, llama.cpp server)",
+    "openai_model": "chat model name for --llm openai",
+    "openai_api_key": "API key for --llm openai (if the server needs one)",
+    "system_prompt": "system prompt for the LLM",
+    "default_voice": "voice when a request names none (empty: the model server's default)",
+    "max_text_chars": "longest text or prompt accepted",
+    "allowed_origins": "extra browser origins allowed (CORS and WebSocket Origin)",
+    "first_min_words": "words before the first clause may be released",
+    "first_max_words": "words after which the first chunk is released without punctuation",
+    "queue_size": "events buffered per reply",
+    "log_level": "logging level",
+}
+
+
+def parse_settings(
+    argv: Sequence[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    **overrides: object,
+) -> Settings:
+    return parse_dataclass(
+        Settings,
+        prog="gateway",
+        description="Streamed LLM text to Kokoro speech for browsers (SSE and WebSocket)",
+        env_prefix=ENV_PREFIX,
+        help=_HELP,
+        choices={"llm": ["echo", "openai"]},
+        argv=argv,
+        env=env,
+        overrides=overrides,
+    )

@@ -1,0 +1,32 @@
+"""Prometheus metrics, one registry per app."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class GatewayMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.ttfa = Histogram(
+            "gateway_time_to_first_audio_seconds",
+            "Request to first audio unit sent, per mode and format",
+            ["mode", "format"],
+            buckets=(0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 8, 13, 20),
+            registry=self.registry,
+        )
+        self.active = Gauge(
+            "gateway_active_sessions",
+            "Replies and WebSocket connections in progress",
+            ["transport"],
+            registry=self.registry,
+        )
+        self.errors = Counter(
+            "gateway_errors_total", "Errors reported to clients", ["code"], registry=self.registry
+        )
+        self.cancels = Counter(
+            "gateway_cancels_total", "Replies cancelled by barge-in", registry=self.registry
+        )
+        self.replies = Counter(
+            "gateway_replies_total", "Replies started", ["mode", "format"], registry=self.registry
+        )

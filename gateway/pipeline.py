@@ -1,0 +1,209 @@
+"""One reply: text source -> chunker -> TTS -> one encoder -> events, in bidi or batch mode.
+
+bidi: two tasks joined by the TTS session: text -> chunker -> `session.send()` the moment a chunk
+is final, and session audio -> encoder -> events, so early sentences play while the LLM writes.
+batch: wait for all the text, then one synthesis call: the honest baseline. Both emit the same
+events, so measured differences are timing alone.
+
+Events go into a bounded queue that the route drains; when the client goes away the route
+cancels the reply's task, which closes the source and the TTS session (the model server aborts
+its work) through their `async with`/`finally` blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.chunker import ChunkerConfig, IncrementalSentenceChunker
+from gateway.encoders import Encoder, EncoderError
+from gateway.errors import GatewayError
+from gateway.events import (
+    AgentEnd,
+    AgentStart,
+    AudioChunk,
+    AudioStreamEnd,
+    AudioStreamStart,
+    ErrorEvent,
+    Event,
+    TextDelta,
+)
+from gateway.sources.base import TextSource
+from gateway.transports.base import BatchTransport, BidiTransport
+from model_server.protocol import SAMPLE_RATE, pcm_duration_s
+
+log = logging.getLogger(__name__)
+
+MODES = ("bidi", "batch")
+
+
+@dataclass(frozen=True)
+class ReplySpec:
+    utterance_id: str
+    mode: str
+    format: str
+    voice: str | None
+    speed: float
+
+
+@dataclass
+class ReplyMetrics:
+    started: float = field(default_factory=time.perf_counter)
+    first_text_ms: float | None = None
+    first_chunk_ms: float | None = None
+    ttfa_ms: float | None = None
+    text_chars: int = 0
+    chunks_sent: int = 0
+    audio_bytes: int = 0  # encoded bytes sent to the client
+    pcm_bytes: int = 0
+    chunk_times_ms: list[float] = field(default_factory=list)
+
+    def since_start_ms(self) -> float:
+        return round((time.perf_counter() - self.started) * 1000, 1)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ttfa_ms": self.ttfa_ms,
+            "first_text_ms": self.first_text_ms,
+            "first_chunk_ms": self.first_chunk_ms,
+            "text_chars": self.text_chars,
+            "chunks": self.chunks_sent,
+            "chunk_times_ms": self.chunk_times_ms,
+            "audio_bytes": self.audio_bytes,
+            "duration_s": round(pcm_duration_s(self.pcm_bytes), 3),
+            "total_ms": self.since_start_ms(),
+        }
+
+
+class Reply:
+    def __init__(
+        self,
+        spec: ReplySpec,
+        source: TextSource,
+        encoder: Encoder,
+        bidi: BidiTransport,
+        batch: BatchTransport,
+        out: asyncio.Queue[Event | None],
+        chunker: ChunkerConfig | None = None,
+    ) -> None:
+        self.spec = spec
+        self.source = source
+        self.encoder = encoder
+        self.bidi = bidi
+        self.batch = batch
+        self.out = out
+        self.chunker = IncrementalSentenceChunker(chunker)
+        self.metrics = ReplyMetrics()
+        self._text_seq = 0
+        self._audio_seq = 0
+        self.error: ErrorEvent | None = None
+
+    async def run(self) -> None:
+        """Emit the whole reply, ending with `agent_end` and None; errors become an `error`
+        event before the end. Cancellation propagates (the route stops listening)."""
+        spec = self.spec
+        await self.out.put(AgentStart(spec.mode, spec.utterance_id))
+        await self.out.put(
+            AudioStreamStart(spec.format, self.encoder.mime, spec.voice or "default", SAMPLE_RATE)
+        )
+        try:
+            if spec.mode == "bidi":
+                await self._bidi()
+            else:
+                await self._batch()
+            await self._emit_audio(self.encoder.flush())
+        except* GatewayError as group:
+            exc = group.exceptions[0]
+            assert isinstance(exc, GatewayError)
+            self.error = ErrorEvent(exc.code, exc.message, exc.retryable)
+        except* EncoderError as group:
+            self.error = ErrorEvent("encoder_error", str(group.exceptions[0]))
+        await self.out.put(
+            AudioStreamEnd(self._audio_seq, round(pcm_duration_s(self.metrics.pcm_bytes), 3))
+        )
+        if self.error is not None:
+            await self.out.put(self.error)
+        await self.out.put(AgentEnd(self.metrics.as_dict()))
+        await self.out.put(None)
+
+    # --- text -------------------------------------------------------------------------------
+
+    async def _text(self) -> AsyncIterator[str]:
+        stream = self.source.stream()
+        try:
+            async for delta in stream:
+                if not delta:
+                    continue
+                if self.metrics.first_text_ms is None:
+                    self.metrics.first_text_ms = self.metrics.since_start_ms()
+                self.metrics.text_chars += len(delta)
+                await self.out.put(TextDelta(self._text_seq, delta))
+                self._text_seq += 1
+                yield delta
+        finally:
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    def _chunk_released(self) -> None:
+        self.metrics.chunks_sent += 1
+        at = self.metrics.since_start_ms()
+        self.metrics.chunk_times_ms.append(at)
+        if self.metrics.first_chunk_ms is None:
+            self.metrics.first_chunk_ms = at
+
+    # --- audio ------------------------------------------------------------------------------
+
+    async def _emit_audio(self, units: list[bytes]) -> None:
+        """One event per encoder call: the whole units it produced (MP3 frames, fMP4
+        fragments, WebM clusters), joined, so no event splits a unit and none is tiny."""
+        data = b"".join(units)
+        if not data:
+            return
+        if self.metrics.ttfa_ms is None:
+            self.metrics.ttfa_ms = self.metrics.since_start_ms()
+        self.metrics.audio_bytes += len(data)
+        await self.out.put(AudioChunk(self._audio_seq, data))
+        self._audio_seq += 1
+
+    async def _play(self, pcm_stream: AsyncIterator[bytes]) -> None:
+        async for pcm in pcm_stream:
+            self.metrics.pcm_bytes += len(pcm)
+            await self._emit_audio(self.encoder.push(pcm))
+
+    # --- modes ------------------------------------------------------------------------------
+
+    async def _bidi(self) -> None:
+        spec = self.spec
+        async with self.bidi.session(spec.voice, spec.speed) as session:
+
+            async def feed() -> None:
+                async for delta in self._text():
+                    for chunk in self.chunker.push(delta):
+                        self._chunk_released()
+                        await session.send(chunk)
+                for chunk in self.chunker.flush():
+                    self._chunk_released()
+                    await session.send(chunk)
+                await session.end_input()
+
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(feed())
+                tg.create_task(self._play(session.audio()))
+
+    async def _batch(self) -> None:
+        text = "".join([delta async for delta in self._text()])
+        if not text.strip():
+            return
+        self._chunk_released()
+        pcm_stream = self.batch.synthesize(text, self.spec.voice, self.spec.speed)
+        try:
+            await self._play(pcm_stream)
+        finally:
+            aclose = getattr(pcm_stream, "aclose", None)
+            if aclose is not None:
+                await aclose()

@@ -1,0 +1,110 @@
+"""The gateway's runtime: shared HTTP client, model-server transport, metrics, and the one
+place where a request becomes a running reply."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Sequence
+
+import httpx
+
+from gateway.aio import cancel_and_wait
+from gateway.chunker import ChunkerConfig
+from gateway.config import Settings
+from gateway.encoders import create_encoder
+from gateway.errors import BadRequest
+from gateway.events import Event
+from gateway.metrics import GatewayMetrics
+from gateway.params import SpeakParams
+from gateway.pipeline import Reply, ReplySpec
+from gateway.sources.base import TextSource
+from gateway.sources.echo import EchoSource
+from gateway.sources.openai_chat import OpenAIChatSource
+from gateway.transports.model_server import ModelServerTransport
+
+
+class GatewayService:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.client = httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=5.0))
+        self.tts = ModelServerTransport(settings.model_server_url, self.client)
+        self.metrics = GatewayMetrics()
+        self.chunker = ChunkerConfig(
+            first_min_words=settings.first_min_words, first_max_words=settings.first_max_words
+        )
+        self.finished: set[str] = set()  # utterance ids of SSE replies that have ended
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+    def check_length(self, text: str, what: str) -> None:
+        if len(text) > self.settings.max_text_chars:
+            raise BadRequest(
+                f"{what} has {len(text)} characters; the limit is {self.settings.max_text_chars}",
+                code="text_too_long",
+            )
+
+    def source_for(
+        self, params: SpeakParams, history: Sequence[dict[str, str]] = ()
+    ) -> TextSource | None:
+        """The text source a request asks for; None when the client streams its own text."""
+        if params.text is not None:
+            if not params.text.strip():
+                raise BadRequest("'text' is empty", code="empty_text")
+            self.check_length(params.text, "text")
+            return EchoSource(params.text, params.echo_tps, params.echo_first_ms)
+        if params.prompt is not None:
+            if not params.prompt.strip():
+                raise BadRequest("'prompt' is empty", code="empty_text")
+            self.check_length(params.prompt, "prompt")
+            if self.settings.llm == "echo":
+                return EchoSource(params.prompt, params.echo_tps, params.echo_first_ms)
+            messages = [{"role": "system", "content": self.settings.system_prompt}, *history]
+            messages.append({"role": "user", "content": params.prompt})
+            return OpenAIChatSource(
+                self.client,
+                self.settings.openai_base_url,
+                self.settings.openai_model,
+                messages,
+                self.settings.openai_api_key,
+            )
+        return None
+
+    def reply(
+        self, params: SpeakParams, source: TextSource, out: asyncio.Queue[Event | None]
+    ) -> Reply:
+        spec = ReplySpec(
+            utterance_id=params.utterance_id or uuid.uuid4().hex[:16],
+            mode=params.mode,
+            format=params.format,
+            voice=params.voice or self.settings.default_voice or None,
+            speed=params.speed,
+        )
+        self.metrics.replies.labels(spec.mode, spec.format).inc()
+        return Reply(
+            spec, source, create_encoder(spec.format), self.tts, self.tts, out, self.chunker
+        )
+
+    def record(self, reply: Reply) -> None:
+        if reply.metrics.ttfa_ms is not None:
+            self.metrics.ttfa.labels(reply.spec.mode, reply.spec.format).observe(
+                reply.metrics.ttfa_ms / 1000
+            )
+        if reply.error is not None:
+            self.metrics.errors.labels(reply.error.code).inc()
+
+    @contextlib.asynccontextmanager
+    async def running(self, reply: Reply, transport: str) -> AsyncIterator[asyncio.Task[None]]:
+        """Run a reply as a task for as long as the caller listens; cancel it when they stop."""
+        self.metrics.active.labels(transport).inc()
+        task = asyncio.create_task(reply.run(), name=f"reply-{reply.spec.utterance_id}")
+        try:
+            yield task
+        finally:
+            try:
+                await cancel_and_wait(task)
+            finally:
+                self.metrics.active.labels(transport).dec()
+                self.record(reply)

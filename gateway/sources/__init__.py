@@ -1,0 +1,1 @@
+"""Text sources: each yields the answer's text as it is written (deltas)."""

@@ -1,0 +1,204 @@
+"""The gateway in front of the real model server (real Kokoro), over loopback, real clients."""
+
+from __future__ import annotations
+
+import random
+
+import httpx
+import orjson
+import pytest
+from openai import AsyncOpenAI
+from websockets.asyncio.client import connect
+
+from gateway.framing import mp4_boxes, split_mp3_frames
+from gateway.sse import SSEDecoder
+from tests.gwclient import decode_seconds, split_audio_frame, sse_get, sse_post
+from tests.servers import RunningServer
+
+pytestmark = pytest.mark.slow
+
+THREE = "Hello there. This is a post deployment check. It has three sentences."
+
+
+async def test_sse_three_sentences_in_mp3(gateway_server: RunningServer) -> None:
+    reply = await sse_get(gateway_server.http_url, {"text": THREE, "format": "mp3"})
+    names = reply.names
+    assert names[:2] == ["agent_start", "audio_stream_start"]
+    assert names[-2:] == ["audio_stream_end", "agent_end"]
+    assert "error" not in names
+    first_audio = names.index("audio_chunk")
+    assert names.index("text_delta") < first_audio
+    assert set(names[first_audio:-2]) == {"audio_chunk"}
+    assert reply.one("agent_start")["mode"] == "bidi"
+    start = reply.one("audio_stream_start")
+    assert (start["format"], start["mime"], start["sample_rate"]) == ("mp3", "audio/mpeg", 24_000)
+    assert "".join(d["text"] for d in reply.data("text_delta")) == THREE
+    chunks = reply.audio_chunks()
+    assert [d["seq"] for d in reply.data("audio_chunk")] == list(range(len(chunks)))
+    for chunk in chunks:
+        split_mp3_frames(chunk)  # raises unless every event is whole MP3 frames
+    stream = b"".join(chunks)
+    end = reply.one("audio_stream_end")
+    assert end["total_chunks"] == len(chunks)
+    assert decode_seconds(stream, "mp3") == pytest.approx(end["duration_s"], abs=0.1)
+    assert 3.0 < end["duration_s"] < 8.0
+    metrics = reply.one("agent_end")["metrics"]
+    assert metrics["audio_bytes"] == len(stream)
+    assert metrics["text_chars"] == len(THREE)
+    assert 0 < metrics["first_text_ms"] <= metrics["ttfa_ms"]
+    assert metrics["chunks"] == 2  # "Hello there." first, the two short ones merged
+    ids = [e.id for e in reply.events]
+    assert len(set(ids)) == len(ids)
+
+
+@pytest.mark.parametrize("fmt", ["aac", "opus"])
+async def test_sse_containers_carry_whole_units(gateway_server: RunningServer, fmt: str) -> None:
+    reply = await sse_post(gateway_server.http_url, {"text": THREE, "format": fmt})
+    chunks = reply.audio_chunks()
+    if fmt == "aac":
+        assert mp4_boxes(chunks[0])[:2] == [b"ftyp", b"moov"]
+        for chunk in chunks[1:]:
+            boxes = mp4_boxes(chunk)  # raises on a cut box
+            assert boxes
+            assert set(boxes) == {b"moof", b"mdat"}
+    else:
+        assert chunks[0].startswith(bytes.fromhex("1a45dfa3"))
+        for chunk in chunks[1:]:
+            assert chunk.startswith(bytes.fromhex("1f43b675"))
+    seconds = decode_seconds(b"".join(chunks), fmt)
+    assert seconds == pytest.approx(reply.one("audio_stream_end")["duration_s"], abs=0.15)
+
+
+async def test_sse_reader_gives_the_same_events_however_bytes_arrive(
+    gateway_server: RunningServer,
+) -> None:
+    reply = await sse_get(gateway_server.http_url, {"text": "Hello there.", "format": "mp3"})
+    raw = reply.raw
+    rng = random.Random(7)
+    splits = [[raw[i : i + 1] for i in range(len(raw))]]
+    for _ in range(20):
+        cuts = sorted(rng.sample(range(1, len(raw)), 30))
+        splits.append([raw[a:b] for a, b in zip([0, *cuts], [*cuts, len(raw)], strict=True)])
+    for pieces in splits:
+        decoder = SSEDecoder()
+        events = [e for piece in pieces for e in decoder.push(piece)]
+        assert events == reply.events
+
+
+async def test_bidi_and_batch_give_the_same_audio_duration(gateway_server: RunningServer) -> None:
+    durations = {}
+    for mode in ("bidi", "batch"):
+        reply = await sse_get(
+            gateway_server.http_url, {"text": THREE, "format": "pcm", "mode": mode}
+        )
+        assert reply.one("agent_start")["mode"] == mode
+        pcm = b"".join(reply.audio_chunks())
+        durations[mode] = len(pcm) / 48_000
+        assert reply.one("audio_stream_end")["duration_s"] == pytest.approx(durations[mode], 1e-3)
+    assert durations["bidi"] == pytest.approx(durations["batch"], rel=0.05)
+
+
+async def test_websocket_two_utterances_and_client_streamed_text(
+    gateway_server: RunningServer,
+) -> None:
+    async with connect(gateway_server.ws_url + "/v1/speak/ws") as ws:
+        for uid, text in (("u1", "Hello there."), ("u2", "It has three sentences.")):
+            await ws.send(
+                orjson.dumps(
+                    {"type": "speak", "text": text, "format": "mp3", "utterance_id": uid}
+                ).decode()
+            )
+            audio = b""
+            events = []
+            while True:
+                frame = await ws.recv()
+                if isinstance(frame, bytes):
+                    owner, units = split_audio_frame(frame)
+                    assert owner == uid
+                    split_mp3_frames(units)
+                    audio += units
+                    continue
+                event = orjson.loads(frame)
+                assert event["utterance_id"] == uid
+                events.append(event["type"])
+                if event["type"] == "agent_end":
+                    break
+            assert events[0] == "agent_start"
+            assert "audio_chunk" not in events
+            assert 0.5 < decode_seconds(audio, "mp3") < 4.0
+
+        # the client streams its own LLM's text, then flushes
+        await ws.send('{"type": "speak", "format": "pcm", "utterance_id": "own"}')
+        for delta in ["This is my ", "own text, streamed ", "in pieces. Done."]:
+            await ws.send(orjson.dumps({"type": "text", "delta": delta}).decode())
+        await ws.send('{"type": "flush"}')
+        pcm = b""
+        texts = []
+        while True:
+            frame = await ws.recv()
+            if isinstance(frame, bytes):
+                pcm += split_audio_frame(frame)[1]
+                continue
+            event = orjson.loads(frame)
+            if event["type"] == "text_delta":
+                texts.append(event["text"])
+            if event["type"] == "agent_end":
+                break
+        assert "".join(texts) == "This is my own text, streamed in pieces. Done."
+        assert len(pcm) > 48_000
+        assert event["metrics"]["chunks"] == 2  # first clause released early
+
+
+async def test_openai_sdk_speech(gateway_server: RunningServer) -> None:
+    client = AsyncOpenAI(base_url=gateway_server.http_url + "/v1", api_key="not-needed")
+    async with client.audio.speech.with_streaming_response.create(
+        model="kokoro", voice="alloy", input="Hello there.", response_format="mp3"
+    ) as response:
+        assert response.headers["content-type"] == "audio/mpeg"
+        audio = await response.read()
+    split_mp3_frames(audio)
+    assert 0.5 < decode_seconds(audio, "mp3") < 3.0
+    for fmt in ("opus", "aac", "flac", "wav"):
+        whole = await client.audio.speech.create(
+            model="kokoro", voice="jf_alpha", input="Hello there.", response_format=fmt
+        )
+        assert 0.5 < decode_seconds(whole.content, fmt) < 3.0, fmt
+    pcm = await client.audio.speech.create(
+        model="kokoro", voice="alloy", input="Hello there.", response_format="pcm"
+    )
+    assert 24_000 < len(pcm.content) < 3 * 48_000
+    await client.close()
+
+
+async def test_openai_speech_sse_stream_format(gateway_server: RunningServer) -> None:
+    body = {
+        "model": "kokoro",
+        "input": "Hello there.",
+        "voice": "alloy",
+        "response_format": "mp3",
+        "stream_format": "sse",
+    }
+    async with (
+        httpx.AsyncClient(base_url=gateway_server.http_url, timeout=60) as http,
+        http.stream("POST", "/v1/audio/speech", json=body) as r,
+    ):
+        decoder = SSEDecoder()
+        events = [e for chunk in [c async for c in r.aiter_raw()] for e in decoder.push(chunk)]
+    kinds = [orjson.loads(e.data)["type"] for e in events]
+    assert kinds[-1] == "speech.audio.done"
+    assert set(kinds[:-1]) == {"speech.audio.delta"}
+    import base64
+
+    audio = b"".join(base64.b64decode(orjson.loads(e.data)["audio"]) for e in events[:-1])
+    assert 0.5 < decode_seconds(audio, "mp3") < 3.0
+
+
+async def test_metrics_and_health(gateway_server: RunningServer) -> None:
+    await sse_get(gateway_server.http_url, {"text": "Hello there.", "format": "opus"})
+    async with httpx.AsyncClient(base_url=gateway_server.http_url) as http:
+        assert (await http.get("/healthz")).json() == {"status": "ok"}
+        ready = await http.get("/readyz")
+        assert ready.status_code == 200
+        text = (await http.get("/metrics")).text
+    assert 'gateway_time_to_first_audio_seconds_count{format="opus",mode="bidi"}' in text
+    assert "gateway_active_sessions" in text

@@ -1,0 +1,267 @@
+"""Gateway edge cases: barge-in, bad input on every route, origins, LLM source, failures."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import httpx
+import orjson
+import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
+
+from gateway.app import create_app as create_gateway
+from gateway.config import Settings as GatewaySettings
+from tests.fakes import FakeEngine
+from tests.gwclient import sse_get, sse_post
+from tests.openai_stub import create_stub
+from tests.servers import RunningServer, serve
+
+ANSWER = ["Sure", ", here", " is", " the", " answer", " you", " asked", " for.", " Bye", " now."]
+
+
+async def recv_event(ws: object, kinds: set[str]) -> dict[str, object]:
+    """Next JSON event of one of `kinds`, skipping audio and other events."""
+    while True:
+        frame = await ws.recv()  # type: ignore[attr-defined]
+        if isinstance(frame, bytes):
+            continue
+        event: dict[str, object] = orjson.loads(frame)
+        if event["type"] in kinds:
+            return event
+
+
+async def test_barge_in_cancels_down_to_the_model_server(
+    gateway_on_fake: RunningServer, fake_engine: FakeEngine
+) -> None:
+    fake_engine.hold = True
+    async with connect(gateway_on_fake.ws_url + "/v1/speak/ws") as ws:
+        text = "A long reply that keeps going. " * 6
+        await ws.send(orjson.dumps({"type": "speak", "text": text, "format": "mp3"}).decode())
+        await recv_event(ws, {"audio_stream_start"})
+        await asyncio.to_thread(fake_engine.entered.wait, 10)  # synthesis is running now
+        await ws.send('{"type": "cancel"}')
+        cancelled = await recv_event(ws, {"cancelled", "agent_end"})
+        assert cancelled["type"] == "cancelled"  # no agent_end: the reply stopped
+        assert await asyncio.to_thread(fake_engine.cancel_seen.wait, 10)
+        assert fake_engine.cancelled  # the in-flight engine call was aborted
+        fake_engine.hold = False
+        # the connection is still usable for the next utterance
+        await ws.send('{"type": "speak", "text": "Next one.", "format": "pcm"}')
+        end = await recv_event(ws, {"agent_end", "error"})
+        assert end["type"] == "agent_end"
+    async with httpx.AsyncClient(base_url=gateway_on_fake.http_url) as http:
+        metrics = (await http.get("/metrics")).text
+    assert "gateway_cancels_total 1.0" in metrics
+
+
+@pytest.mark.parametrize(
+    ("params", "code"),
+    [
+        ({}, "missing_text"),
+        ({"text": ""}, "empty_text"),
+        ({"text": "Hi.", "format": "aiff"}, "invalid_field"),
+        ({"text": "Hi.", "mode": "turbo"}, "invalid_field"),
+        ({"text": "Hi.", "speed": "3"}, "invalid_field"),
+        ({"text": "Hi.", "prompt": "Hi?"}, "invalid_field"),
+        ({"text": "Hi.", "colour": "blue"}, "invalid_field"),
+        ({"text": "x" * 5001}, "text_too_long"),
+    ],
+)
+async def test_sse_bad_input(
+    gateway_on_fake: RunningServer, params: dict[str, str], code: str
+) -> None:
+    async with httpx.AsyncClient(base_url=gateway_on_fake.http_url) as http:
+        got = await http.get("/v1/speak/sse", params=params)
+        posted = await http.post("/v1/speak", json=params)
+    for r in (got, posted):
+        assert r.status_code == 400
+        assert r.json()["error"]["code"] == code
+        assert r.json()["error"]["message"]
+
+
+async def test_post_body_must_be_a_json_object(gateway_on_fake: RunningServer) -> None:
+    async with httpx.AsyncClient(base_url=gateway_on_fake.http_url) as http:
+        bad = await http.post("/v1/speak", content=b"{nope")
+        arr = await http.post("/v1/speak", content=b"[1]")
+    assert (bad.status_code, bad.json()["error"]["code"]) == (400, "invalid_json")
+    assert (arr.status_code, arr.json()["error"]["code"]) == (400, "not_an_object")
+
+
+async def test_eventsource_reconnect_gets_204(gateway_on_fake: RunningServer) -> None:
+    reply = await sse_get(gateway_on_fake.http_url, {"text": "Hi there.", "format": "pcm"})
+    last_id = reply.events[-1].id
+    assert last_id
+    async with httpx.AsyncClient(base_url=gateway_on_fake.http_url) as http:
+        again = await http.get(
+            "/v1/speak/sse",
+            params={"text": "Hi there.", "format": "pcm"},
+            headers={"Last-Event-ID": last_id},
+        )
+    assert again.status_code == 204
+    assert again.content == b""
+
+
+async def test_tts_error_ends_the_reply_with_an_error_event(
+    gateway_on_fake: RunningServer,
+) -> None:
+    reply = await sse_post(gateway_on_fake.http_url, {"text": "Hi there.", "voice": "nobody"})
+    assert reply.names[-2:] == ["error", "agent_end"]
+    error = reply.one("error")
+    assert error["code"] == "tts_unknown_voice"
+    assert "nobody" in error["message"]
+    # the next request works
+    ok = await sse_post(gateway_on_fake.http_url, {"text": "Hi there.", "format": "pcm"})
+    assert "error" not in ok.names
+
+
+async def test_websocket_bad_input_keeps_the_session(gateway_on_fake: RunningServer) -> None:
+    bad = [
+        ("{nope", "invalid_json"),
+        ("[1]", "not_an_object"),
+        ('{"type": "dance"}', "unknown_type"),
+        ('{"type": "speak", "text": "Hi.", "speed": 9}', "invalid_field"),
+        ('{"type": "speak", "text": "   "}', "empty_text"),
+        ('{"type": "text", "delta": "orphan"}', "no_open_utterance"),
+        ('{"type": "flush"}', "no_open_utterance"),
+        ('{"type": "cancel"}', "nothing_to_cancel"),
+    ]
+    async with connect(gateway_on_fake.ws_url + "/v1/speak/ws") as ws:
+        for frame, code in bad:
+            await ws.send(frame)
+            error = orjson.loads(await ws.recv())
+            assert (error["type"], error["code"]) == ("error", code), frame
+        await ws.send(b"\x00binary")
+        assert orjson.loads(await ws.recv())["code"] == "binary_frame"
+        await ws.send('{"type": "speak", "format": "pcm"}')  # client text, not yet flushed
+        await ws.send('{"type": "speak", "text": "Hi."}')
+        assert orjson.loads(await recv_event_raw(ws))["code"] == "busy"
+        await ws.send('{"type": "text", "delta": "Now it works."}')
+        await ws.send('{"type": "flush"}')
+        end = await recv_event(ws, {"agent_end"})
+        assert end["type"] == "agent_end"
+        await ws.send('{"type": "close"}')
+        await ws.wait_closed()
+        assert ws.close_code == 1000
+
+
+async def recv_event_raw(ws: object) -> str:
+    while True:
+        frame = await ws.recv()  # type: ignore[attr-defined]
+        if isinstance(frame, str) and '"error"' in frame:
+            return frame
+
+
+async def test_websocket_origin_allowlist(gateway_on_fake: RunningServer) -> None:
+    url = gateway_on_fake.ws_url + "/v1/speak/ws"
+    async with connect(url, origin="http://localhost:5173") as ws:  # type: ignore[arg-type]
+        await ws.send('{"type": "cancel"}')
+        assert orjson.loads(await ws.recv())["code"] == "nothing_to_cancel"
+    with pytest.raises(InvalidStatus) as denied:
+        async with connect(url, origin="https://evil.example"):  # type: ignore[arg-type]
+            pass
+    assert denied.value.response.status_code == 403
+
+
+async def test_cors(gateway_on_fake: RunningServer) -> None:
+    async with httpx.AsyncClient(base_url=gateway_on_fake.http_url) as http:
+        headers = {"Origin": "http://127.0.0.1:3000", "Access-Control-Request-Method": "POST"}
+        ok = await http.options("/v1/speak", headers=headers)
+        evil = await http.options(
+            "/v1/speak", headers={**headers, "Origin": "https://evil.example"}
+        )
+    assert ok.headers["access-control-allow-origin"] == "http://127.0.0.1:3000"
+    assert "access-control-allow-origin" not in evil.headers
+
+
+async def test_openai_speech_bad_input(gateway_on_fake: RunningServer) -> None:
+    async with httpx.AsyncClient(base_url=gateway_on_fake.http_url) as http:
+        cases = [
+            ({"model": "kokoro", "voice": "alloy"}, "invalid_field"),
+            ({"input": "Hi.", "response_format": "ogg"}, "invalid_field"),
+            ({"input": "Hi.", "speed": 4.0}, "invalid_field"),
+            ({"input": "x" * 5001}, "text_too_long"),
+        ]
+        for body, code in cases:
+            r = await http.post("/v1/audio/speech", json=body)
+            assert (r.status_code, r.json()["error"]["code"]) == (400, code), body
+
+
+@pytest.fixture
+def openai_stub() -> Iterator[RunningServer]:
+    with serve(create_stub(ANSWER)) as running:
+        yield running
+
+
+@pytest.fixture
+def gateway_with_llm(
+    fake_server: RunningServer, openai_stub: RunningServer
+) -> Iterator[RunningServer]:
+    settings = GatewaySettings(
+        model_server_url=fake_server.http_url,
+        llm="openai",
+        openai_base_url=openai_stub.http_url + "/v1",
+        openai_model="stub-model",
+    )
+    with serve(create_gateway(settings)) as running:
+        yield running
+
+
+async def test_prompt_streams_from_an_openai_compatible_llm(
+    gateway_with_llm: RunningServer, openai_stub: RunningServer
+) -> None:
+    reply = await sse_get(gateway_with_llm.http_url, {"prompt": "Tell me.", "format": "pcm"})
+    assert [d["text"] for d in reply.data("text_delta")] == ANSWER
+    assert reply.one("agent_end")["metrics"]["chunks"] >= 2
+    assert reply.one("audio_stream_end")["duration_s"] > 0
+    (request,) = openai_stub.app.state.requests
+    assert request["model"] == "stub-model"
+    assert request["messages"][-1] == {"role": "user", "content": "Tell me."}
+    assert request["messages"][0]["role"] == "system"
+
+
+async def test_websocket_keeps_conversation_history(
+    gateway_with_llm: RunningServer, openai_stub: RunningServer
+) -> None:
+    async with connect(gateway_with_llm.ws_url + "/v1/speak/ws") as ws:
+        for prompt in ("First question?", "Second question?"):
+            await ws.send(orjson.dumps({"type": "speak", "prompt": prompt}).decode())
+            await recv_event(ws, {"agent_end"})
+    first, second = openai_stub.app.state.requests
+    assert second["messages"][1:] == [
+        {"role": "user", "content": "First question?"},
+        {"role": "assistant", "content": "".join(ANSWER)},
+        {"role": "user", "content": "Second question?"},
+    ]
+    assert len(first["messages"]) == 2
+
+
+async def test_llm_failure_is_an_error_event(
+    fake_server: RunningServer, openai_stub: RunningServer
+) -> None:
+    settings = GatewaySettings(
+        model_server_url=fake_server.http_url,
+        llm="openai",
+        openai_base_url=openai_stub.http_url + "/v1",
+        openai_model="missing-model",
+    )
+    with serve(create_gateway(settings)) as gw:
+        reply = await sse_get(gw.http_url, {"prompt": "Hi?"})
+    assert reply.names[-2:] == ["error", "agent_end"]
+    error = reply.one("error")
+    assert error["code"] == "llm_error"
+    assert "404" in error["message"]
+
+
+async def test_readyz_without_a_model_server() -> None:
+    settings = GatewaySettings(model_server_url="http://127.0.0.1:9")  # nothing listens there
+    with serve(create_gateway(settings)) as gw:
+        async with httpx.AsyncClient(base_url=gw.http_url) as http:
+            ready = await http.get("/readyz")
+            assert (await http.get("/healthz")).status_code == 200
+        reply = await sse_get(gw.http_url, {"text": "Hi."})
+    assert ready.status_code == 503
+    assert reply.names[-2:] == ["error", "agent_end"]
+    assert reply.one("error")["code"] == "tts_error"
+    assert reply.one("error")["retryable"] is True
