@@ -74,6 +74,8 @@ def main() -> None:
         sys.exit(0)
 
     signal.signal(signal.SIGTERM, on_term)
+    # Ctrl-C, also when started from a shell that ignores SIGINT for background jobs
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         wait_ready(model_url + "/ping", procs)
         wait_ready(gateway_url + "/readyz", procs)
