@@ -1,29 +1,12 @@
-"""Errors the gateway reports to clients: a stable code, a message, whether to retry."""
+"""The gateway's errors: the shared `ServiceError` shape (code, message, status, retryable)."""
 
 from __future__ import annotations
 
+from model_server.errors import ServiceError
 
-class GatewayError(Exception):
-    code: str = "internal_error"
-    status: int = 500
-    retryable: bool = False
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        code: str | None = None,
-        status: int | None = None,
-        retryable: bool | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        if code is not None:
-            self.code = code
-        if status is not None:
-            self.status = status
-        if retryable is not None:
-            self.retryable = retryable
+class GatewayError(ServiceError):
+    pass
 
 
 class BadRequest(GatewayError):

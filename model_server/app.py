@@ -4,25 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections.abc import AsyncIterator, Callable
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from starlette.exceptions import HTTPException
+from fastapi import FastAPI
 
 from model_server.config import Settings
-from model_server.errors import ServiceError
+from model_server.http_errors import install_error_handlers
 from model_server.routes import http, ws
 from model_server.service import EngineFactory, ModelService, default_engine_factory
 from model_server.text.g2p import G2P, english_g2p
-
-log = logging.getLogger(__name__)
-
-
-def error_response(status: int, code: str, message: str) -> JSONResponse:
-    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
 
 
 def create_app(
@@ -56,22 +46,5 @@ def create_app(
     app.include_router(http.router)
     app.include_router(ws.router)
 
-    @app.exception_handler(ServiceError)
-    async def service_error(request: Request, exc: ServiceError) -> JSONResponse:
-        return error_response(exc.status, exc.code, exc.message)
-
-    @app.exception_handler(HTTPException)
-    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return error_response(exc.status_code, code, str(exc.detail))
-
-    @app.exception_handler(RequestValidationError)
-    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return error_response(422, "invalid_request", str(exc.errors()))
-
-    @app.exception_handler(Exception)
-    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error on %s", request.url.path)
-        return error_response(500, "internal_error", "internal server error")
-
+    install_error_handlers(app)
     return app

@@ -1,4 +1,5 @@
-"""Errors the model server reports to clients: a stable code, a message, and whether to retry."""
+"""Errors reported to clients: a stable code, a message, and whether to retry. Shared by both
+services (the gateway's errors derive from `ServiceError`)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,22 @@ class ServiceError(Exception):
     status: int = 500
     retryable: bool = False
 
-    def __init__(self, message: str, *, code: str | None = None, status: int | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        status: int | None = None,
+        retryable: bool | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         if code is not None:
             self.code = code
         if status is not None:
             self.status = status
+        if retryable is not None:
+            self.retryable = retryable
 
 
 class InvalidRequest(ServiceError):
@@ -28,12 +38,6 @@ class InvalidRequest(ServiceError):
 
 class NotReady(ServiceError):
     code = "not_ready"
-    status = 503
-    retryable = True
-
-
-class Overloaded(ServiceError):
-    code = "overloaded"
     status = 503
     retryable = True
 

@@ -36,12 +36,23 @@ class _Collect(io.RawIOBase):
         return out
 
 
-def _frame(pcm: bytes, pts: int) -> av.AudioFrame:
-    samples = np.frombuffer(pcm, dtype="<i2").reshape(1, -1)
-    frame = av.AudioFrame.from_ndarray(samples, format="s16", layout="mono")
-    frame.sample_rate = SAMPLE_RATE
-    frame.pts = pts
-    return frame
+class _PcmFrames:
+    """PCM bytes cut anywhere -> consecutive s16 mono frames with running timestamps."""
+
+    def __init__(self) -> None:
+        self._aligner = PcmAligner()
+        self._pts = 0
+
+    def next(self, pcm: bytes) -> av.AudioFrame | None:
+        data = self._aligner.push(pcm)
+        if not data:
+            return None
+        samples = np.frombuffer(data, dtype="<i2").reshape(1, -1)
+        frame = av.AudioFrame.from_ndarray(samples, format="s16", layout="mono")
+        frame.sample_rate = SAMPLE_RATE
+        frame.pts = self._pts
+        self._pts += samples.shape[1]
+        return frame
 
 
 class Mp3Encoder:
@@ -57,8 +68,7 @@ class Mp3Encoder:
         self._ctx.format = "s16p"
         self._ctx.bit_rate = bit_rate
         self._ctx.open()
-        self._aligner = PcmAligner()
-        self._pts = 0
+        self._frames = _PcmFrames()
 
     def _encode(self, frame: av.AudioFrame | None) -> list[bytes]:
         try:
@@ -67,12 +77,8 @@ class Mp3Encoder:
             raise EncoderError(f"mp3 encoder failed: {exc}") from exc
 
     def push(self, pcm: bytes) -> list[bytes]:
-        data = self._aligner.push(pcm)
-        if not data:
-            return []
-        frame = _frame(data, self._pts)
-        self._pts += len(data) // 2
-        return self._encode(frame)
+        frame = self._frames.next(pcm)
+        return self._encode(frame) if frame is not None else []
 
     def flush(self) -> list[bytes]:
         return self._encode(None)
@@ -100,8 +106,7 @@ class MuxedEncoder:
         if bit_rate:
             self._stream.bit_rate = bit_rate
         self._splitter = splitter
-        self._aligner = PcmAligner()
-        self._pts = 0
+        self._frames = _PcmFrames()
         self._closed = False
 
     def _units(self, data: bytes, final: bool = False) -> list[bytes]:
@@ -111,11 +116,9 @@ class MuxedEncoder:
         return units + self._splitter.flush() if final else units
 
     def push(self, pcm: bytes) -> list[bytes]:
-        data = self._aligner.push(pcm)
-        if not data:
+        frame = self._frames.next(pcm)
+        if frame is None:
             return []
-        frame = _frame(data, self._pts)
-        self._pts += len(data) // 2
         try:
             for packet in self._stream.encode(frame):
                 self._container.mux(packet)

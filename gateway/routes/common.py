@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import re
 
-from fastapi.responses import JSONResponse
 from starlette.requests import HTTPConnection
 
 from gateway.service import GatewayService
@@ -13,10 +12,6 @@ LOCAL_ORIGIN = re.compile(r"^https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?$")
 def service_of(conn: HTTPConnection) -> GatewayService:
     service: GatewayService = conn.app.state.service
     return service
-
-
-def error_response(status: int, code: str, message: str) -> JSONResponse:
-    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
 
 
 def origin_allowed(conn: HTTPConnection, allowed: list[str]) -> bool:

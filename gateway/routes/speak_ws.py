@@ -22,7 +22,6 @@ from typing import Any
 
 import orjson
 from fastapi import APIRouter, WebSocket
-from starlette.websockets import WebSocketDisconnect, WebSocketState
 
 from gateway.aio import cancel_and_wait
 from gateway.errors import BadRequest, GatewayError
@@ -32,6 +31,7 @@ from gateway.pipeline import Reply
 from gateway.routes.common import origin_allowed, service_of
 from gateway.service import GatewayService
 from gateway.sources.client import ClientTextSource
+from model_server.ws_sender import ClientGone, WebSocketSender
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -42,15 +42,11 @@ def audio_frame(utterance_id: str, data: bytes) -> bytes:
     return bytes([len(uid)]) + uid + data
 
 
-class _Gone(Exception):
-    pass
-
-
 class SpeakSession:
     def __init__(self, ws: WebSocket, service: GatewayService) -> None:
         self.ws = ws
         self.service = service
-        self._send_lock = asyncio.Lock()
+        self._sender = WebSocketSender(ws)
         self._reply: Reply | None = None
         self._task: asyncio.Task[None] | None = None
         self._client_text: ClientTextSource | None = None
@@ -60,16 +56,7 @@ class SpeakSession:
         await self._send(orjson.dumps(body).decode())
 
     async def _send(self, data: str | bytes) -> None:
-        async with self._send_lock:
-            if self.ws.application_state is not WebSocketState.CONNECTED:
-                raise _Gone()
-            try:
-                if isinstance(data, bytes):
-                    await self.ws.send_bytes(data)
-                else:
-                    await self.ws.send_text(data)
-            except (WebSocketDisconnect, RuntimeError, OSError) as exc:
-                raise _Gone() from exc
+        await self._sender.send(data)
 
     async def error(self, exc: GatewayError, utterance_id: str | None = None) -> None:
         self.service.metrics.errors.labels(exc.code).inc()
@@ -97,7 +84,7 @@ class SpeakSession:
                         return
                 except GatewayError as exc:
                     await self.error(exc)
-        except _Gone:
+        except ClientGone:
             return
         finally:
             if self._task is not None:
@@ -177,7 +164,7 @@ class SpeakSession:
                             {"role": "assistant", "content": "".join(spoken)},
                         ]
                     await self.send_json(body)
-        except _Gone:
+        except ClientGone:
             return
 
     async def _cancel(self) -> None:
@@ -197,5 +184,5 @@ async def speak_ws(ws: WebSocket) -> None:
         await ws.close(1008, "origin not allowed")
         return
     await ws.accept()
-    with contextlib.suppress(_Gone):
+    with contextlib.suppress(ClientGone):
         await SpeakSession(ws, service).run()

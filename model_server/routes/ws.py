@@ -20,13 +20,10 @@ from model_server import protocol
 from model_server.errors import ServiceError
 from model_server.protocol import Cancel, Close, ProtocolError, SynthesisRequest
 from model_server.service import ModelService
+from model_server.ws_sender import ClientGone, WebSocketSender
 
 log = logging.getLogger(__name__)
 router = APIRouter()
-
-
-class _Gone(Exception):
-    """The client is no longer there to send to."""
 
 
 class BidiSession:
@@ -37,21 +34,12 @@ class BidiSession:
         self._queue: deque[SynthesisRequest] = deque()
         self._wakeup = asyncio.Event()
         self._current: tuple[SynthesisRequest, asyncio.Task[None]] | None = None
-        self._send_lock = asyncio.Lock()
+        self._sender = WebSocketSender(ws)
 
     # --- I/O --------------------------------------------------------------------------------
 
     async def _send(self, data: str | bytes) -> None:
-        async with self._send_lock:
-            if self.ws.application_state is not WebSocketState.CONNECTED:
-                raise _Gone()
-            try:
-                if isinstance(data, bytes):
-                    await self.ws.send_bytes(data)
-                else:
-                    await self.ws.send_text(data)
-            except (WebSocketDisconnect, RuntimeError, OSError) as exc:
-                raise _Gone() from exc
+        await self._sender.send(data)
 
     async def run(self) -> None:
         close_requested = False
@@ -62,7 +50,7 @@ class BidiSession:
                     close_requested = await self._read()
                 finally:
                     worker.cancel()
-        except* _Gone:
+        except* ClientGone:
             pass
         if close_requested and self.ws.application_state is WebSocketState.CONNECTED:
             with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
@@ -175,7 +163,7 @@ class BidiSession:
             async for pcm in synthesizer.stream(req, self.key):
                 await self._send(pcm)
                 sent += len(pcm)
-        except _Gone:
+        except ClientGone:
             raise
         except ServiceError as exc:
             await self._send(protocol.error_event(exc.code, exc.message, req.request_id))

@@ -1,0 +1,46 @@
+"""HTTP errors as `{"error": {"code", "message"}}`, never a traceback; for both services."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from model_server.errors import ServiceError
+
+log = logging.getLogger(__name__)
+
+
+def error_response(status: int, code: str, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
+
+
+def install_error_handlers(app: FastAPI, on_error: Callable[[str], None] | None = None) -> None:
+    """`on_error(code)` is told of every error answered (for metrics)."""
+
+    def answer(status: int, code: str, message: str) -> JSONResponse:
+        if on_error is not None:
+            on_error(code)
+        return error_response(status, code, message)
+
+    @app.exception_handler(ServiceError)
+    async def service_error(request: Request, exc: ServiceError) -> JSONResponse:
+        return answer(exc.status, exc.code, exc.message)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return answer(exc.status_code, code, str(exc.detail))
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return answer(422, "invalid_request", str(exc.errors()))
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s", request.url.path)
+        return answer(500, "internal_error", "internal server error")
