@@ -14,7 +14,7 @@ from websockets.exceptions import InvalidStatus
 from gateway.app import create_app as create_gateway
 from gateway.config import Settings as GatewaySettings
 from tests.fakes import FakeEngine
-from tests.gwclient import sse_get, sse_post
+from tests.gwclient import split_audio_frame, sse_get, sse_post
 from tests.openai_stub import create_stub
 from tests.servers import RunningServer, serve
 
@@ -47,10 +47,21 @@ async def test_barge_in_cancels_down_to_the_model_server(
         assert await asyncio.to_thread(fake_engine.cancel_seen.wait, 10)
         assert fake_engine.cancelled  # the in-flight engine call was aborted
         fake_engine.hold = False
-        # the connection is still usable for the next utterance
-        await ws.send('{"type": "speak", "text": "Next one.", "format": "pcm"}')
-        end = await recv_event(ws, {"agent_end", "error"})
-        assert end["type"] == "agent_end"
+        # the connection is still usable, and no audio of the cancelled utterance follows
+        await ws.send(
+            '{"type": "speak", "text": "Next one.", "format": "pcm", "utterance_id": "n"}'
+        )
+        owners = set()
+        while True:
+            frame = await ws.recv()
+            if isinstance(frame, bytes):
+                owners.add(split_audio_frame(frame)[0])
+                continue
+            event = orjson.loads(frame)
+            assert event["utterance_id"] == "n"
+            if event["type"] == "agent_end":
+                break
+        assert owners == {"n"}
     async with httpx.AsyncClient(base_url=gateway_on_fake.http_url) as http:
         metrics = (await http.get("/metrics")).text
     assert "gateway_cancels_total 1.0" in metrics
