@@ -11,7 +11,7 @@ HOST ?= 127.0.0.1
 MODEL_PORT ?= 8080
 PORT ?= 8000
 
-.PHONY: help setup dev test lint typecheck bench bench-model lock clean
+.PHONY: help setup browser dev test lint typecheck bench bench-model lock clean
 
 help:
 	@echo "make dev          model server ($(HOST):$(MODEL_PORT)) and gateway (http://$(HOST):$(PORT))"
@@ -30,6 +30,12 @@ $(VENV)/.synced: uv.lock pyproject.toml
 
 setup: $(VENV)/.synced
 
+# Debian's Chromium for the browser tests (Playwright's own browser download cannot work here).
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+browser:
+	@command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium; }
+
 dev: setup
 	$(PY) scripts/dev.py --host $(HOST) --model-port $(MODEL_PORT) --port $(PORT) $(DEV_ARGS)
 
@@ -40,7 +46,7 @@ lint: setup
 typecheck: setup
 	$(VENV)/bin/mypy
 
-test: lint typecheck
+test: lint typecheck browser
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 bench: setup

@@ -7,9 +7,10 @@ from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
+from fastapi.staticfiles import StaticFiles
 
 from gateway.config import Settings
-from gateway.routes import health, openai_speech, speak_sse, speak_ws
+from gateway.routes import health, openai_speech, pages, speak_sse, speak_ws
 from gateway.routes.common import LOCAL_ORIGIN
 from gateway.service import GatewayService
 from model_server.http_errors import install_error_handlers
@@ -36,8 +37,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         allow_headers=["*"],
         expose_headers=["X-Utterance-Id"],
     )
-    for module in (speak_sse, speak_ws, openai_speech, health):
+    for module in (speak_sse, speak_ws, openai_speech, health, pages):
         app.include_router(module.router)
+    app.mount("/static", StaticFiles(directory=pages.STATIC_DIR), name="static")
 
     install_error_handlers(app, lambda code: service.metrics.errors.labels(code).inc())
     return app

@@ -141,7 +141,10 @@ class ModelServerTransport:
         return r.status_code == 200
 
     async def voices(self) -> dict[str, Any]:
-        r = await self._client.get(self.base_url + "/voices", timeout=5.0)
+        try:
+            r = await self._client.get(self.base_url + "/voices", timeout=5.0)
+        except httpx.HTTPError as exc:
+            raise TTSError(f"model server at {self.base_url} unreachable: {exc}") from exc
         if r.status_code != 200:
             raise _http_error(r.status_code, r.content)
         result: dict[str, Any] = r.json()

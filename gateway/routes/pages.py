@@ -1,0 +1,24 @@
+"""The demo page (`/`), the browser module (`/static/speak.js`) and the voices it offers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi import APIRouter, Request
+from fastapi.responses import FileResponse, JSONResponse
+
+from gateway.routes.common import service_of
+
+STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
+router = APIRouter()
+
+
+@router.get("/", include_in_schema=False)
+async def index() -> FileResponse:
+    return FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})
+
+
+@router.get("/v1/voices")
+async def voices(request: Request) -> JSONResponse:
+    """The model server's voices, for pickers."""
+    return JSONResponse(await service_of(request).tts.voices())

@@ -1,0 +1,124 @@
+import { Speaker } from "/static/speak.js";
+
+const $ = (id) => document.getElementById(id);
+const metrics = $("metrics");
+const demo = { speaker: null, stats: null, timeline: { text: [], audio: [], heard: null } };
+window.demo = demo; // for automation
+
+async function loadVoices() {
+  try {
+    const r = await fetch("/v1/voices");
+    if (!r.ok) return;
+    const body = await r.json();
+    for (const v of body.voices) {
+      const opt = new Option(v.name, v.name);
+      $("voice").append(opt);
+    }
+  } catch { /* the default voice still works */ }
+}
+
+function setState(state) {
+  metrics.dataset.state = state;
+  $("m-state").textContent = state;
+  const busy = state === "playing" || state === "waiting";
+  $("stop").disabled = !busy;
+}
+
+function renderTimeline() {
+  const t = demo.timeline;
+  const last = Math.max(4000, ...t.text, ...t.audio, t.heard || 0);
+  const scale = (ms) => `${(100 * ms) / (last * 1.05)}%`;
+  const lane = (el, times) => {
+    el.replaceChildren(...times.map((ms) => {
+      const tick = document.createElement("div");
+      tick.className = "tick";
+      tick.style.left = scale(ms);
+      return tick;
+    }));
+  };
+  lane($("lane-text"), t.text);
+  lane($("lane-audio"), t.audio);
+  if (t.heard !== null) {
+    const mark = document.createElement("div");
+    mark.className = "heard";
+    mark.style.left = scale(t.heard);
+    mark.title = `first audio heard at ${t.heard} ms`;
+    $("lane-audio").append(mark);
+  }
+}
+
+function reset() {
+  demo.timeline = { text: [], audio: [], heard: null };
+  delete metrics.dataset.ttfaMs;
+  for (const id of ["m-text", "m-ttfa"]) $(id).textContent = "–";
+  $("m-bytes").textContent = "0";
+  $("m-seconds").textContent = "0";
+  $("sentences").replaceChildren();
+  $("error").textContent = "";
+  renderTimeline();
+}
+
+function newSpeaker(transport) {
+  if (demo.speaker && demo.speaker.transport === transport) return demo.speaker;
+  if (demo.speaker) demo.speaker.close();
+  const decoder = new URLSearchParams(location.search).get("decoder") || "auto";
+  const speaker = new Speaker({ transport, decoder });
+  speaker.addEventListener("state", (e) => setState(e.detail.state));
+  speaker.addEventListener("text", (e) => {
+    demo.timeline.text.push(e.detail.t);
+    if ($("m-text").textContent === "–") $("m-text").textContent = `${e.detail.t} ms`;
+    renderTimeline();
+  });
+  speaker.addEventListener("audio", (e) => {
+    demo.timeline.audio.push(e.detail.t);
+    $("m-bytes").textContent = String(speaker.current ? speaker.current.stats.bytes : 0);
+    renderTimeline();
+  });
+  speaker.addEventListener("heard", (e) => {
+    metrics.dataset.ttfaMs = String(e.detail.ttfaMs);
+    $("m-ttfa").textContent = `${e.detail.ttfaMs} ms`;
+    demo.timeline.heard = e.detail.ttfaMs;
+    renderTimeline();
+  });
+  speaker.addEventListener("metrics", (e) => {
+    const m = e.detail;
+    $("m-seconds").textContent = String(m.duration_s);
+    $("sentences").replaceChildren(...m.chunk_times_ms.map((ms, i) => {
+      const li = document.createElement("li");
+      li.textContent = `chunk ${i + 1} sent to synthesis at ${ms} ms`;
+      return li;
+    }));
+  });
+  speaker.addEventListener("error", (e) => { $("error").textContent = e.detail.message; });
+  demo.speaker = speaker;
+  return speaker;
+}
+
+$("form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  reset();
+  const speaker = newSpeaker($("transport").value);
+  const input = $("input").value;
+  const params = {
+    mode: $("mode").value,
+    format: $("format").value,
+    voice: $("voice").value || undefined,
+  };
+  params[input] = $("text").value;
+  if (input === "text" && Number($("tps").value) > 0) {
+    params.echo_tps = Number($("tps").value);
+    params.echo_first_ms = 300;
+  }
+  setState("waiting");
+  $("m-player").textContent = "…";
+  const stats = await speaker.speak(params);
+  demo.stats = stats;
+  $("m-player").textContent = stats.player;
+  $("m-bytes").textContent = String(stats.bytes);
+  if (stats.error) setState("error");
+});
+
+$("stop").addEventListener("click", () => demo.speaker && demo.speaker.stop());
+
+loadVoices();
+setState("idle");

@@ -1,0 +1,185 @@
+"""The demo page and speak.js in real headless Chromium (Debian's), driven by Playwright.
+
+The gateway runs in front of the model server with the fast controllable engine: what is under
+test here is the browser side (transports, players, barge-in); the real engine is covered by
+the other gateway tests.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+import pytest_asyncio
+from playwright.async_api import Browser, ConsoleMessage, Page, async_playwright
+
+from tests.fakes import FakeEngine
+from tests.servers import RunningServer
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+LONG = " ".join(["This sentence is here to keep the voice busy for a little while."] * 6)
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("chromium") is None, reason="Debian chromium missing: run `make browser`"
+)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def browser() -> AsyncIterator[Browser]:
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=[
+                "--no-sandbox",
+                "--autoplay-policy=no-user-gesture-required",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+        )
+        yield browser
+        await browser.close()
+
+
+class Console:
+    def __init__(self, page: Page) -> None:
+        self.errors: list[str] = []
+        page.on("console", self.on_console)
+        page.on("pageerror", lambda exc: self.errors.append(f"pageerror: {exc}"))
+
+    def on_console(self, msg: ConsoleMessage) -> None:
+        if msg.type == "error":
+            self.errors.append(msg.text)
+
+
+async def open_demo(browser: Browser, base: str, query: str = "") -> tuple[Page, Console]:
+    page = await browser.new_page()
+    console = Console(page)
+    await page.goto(f"{base}/{query}")
+    await page.wait_for_function("window.demo !== undefined")
+    return page, console
+
+
+async def speak(page: Page, *, transport: str, fmt: str, text: str, mode: str = "bidi") -> None:
+    await page.fill("#text", text)
+    await page.select_option("#transport", transport)
+    await page.select_option("#format", fmt)
+    await page.select_option("#mode", mode)
+    await page.fill("#tps", "200")
+    await page.click("#speak")
+
+
+async def played_proof(page: Page) -> dict[str, Any]:
+    proof: dict[str, Any] = await page.evaluate(
+        """() => {
+            const s = window.demo.stats;
+            return { state: document.querySelector('#metrics').dataset.state,
+                     ttfa: document.querySelector('#metrics').dataset.ttfaMs,
+                     player: s.player, maxRms: s.maxRms, playing: s.playingEvent,
+                     bufferedEnd: s.bufferedEnd, bytes: s.bytes, error: s.error,
+                     contextAdvance: (s.contextTimeEnd || 0) - (s.contextTimeStart || 0) };
+        }"""
+    )
+    return proof
+
+
+@pytest.mark.parametrize("transport", ["sse", "sse-fetch", "ws"])
+@pytest.mark.parametrize("fmt", ["pcm", "mp3", "aac", "opus"])
+async def test_audio_plays(
+    browser: Browser, gateway_on_fake: RunningServer, transport: str, fmt: str
+) -> None:
+    page, console = await open_demo(browser, gateway_on_fake.http_url)
+    await speak(page, transport=transport, fmt=fmt, text="Hello there. " + LONG[:120])
+    await page.wait_for_function(
+        "['done', 'error'].includes(document.querySelector('#metrics').dataset.state)",
+        timeout=60_000,
+    )
+    proof = await played_proof(page)
+    assert proof["error"] is None
+    assert proof["state"] == "done"
+    assert int(proof["ttfa"]) > 0
+    assert proof["bytes"] > 0
+    if fmt == "pcm":
+        assert proof["player"] == "WorkletPlayer"
+        assert proof["contextAdvance"] > 0.5  # the AudioContext played through the reply
+        assert proof["maxRms"] > 0.1  # and the output carried energy
+    else:
+        assert proof["player"] == "MsePlayer"
+        assert proof["playing"] is True
+        assert proof["bufferedEnd"] > 0.5
+    assert console.errors == []
+    await page.close()
+
+
+async def test_mp3_through_webcodecs_when_mse_is_not_used(
+    browser: Browser, gateway_on_fake: RunningServer
+) -> None:
+    page, console = await open_demo(browser, gateway_on_fake.http_url, "?decoder=webcodecs")
+    await speak(page, transport="ws", fmt="mp3", text="Hello there. " + LONG[:120])
+    await page.wait_for_function(
+        "['done', 'error'].includes(document.querySelector('#metrics').dataset.state)",
+        timeout=60_000,
+    )
+    proof = await played_proof(page)
+    assert (proof["state"], proof["player"], proof["error"]) == ("done", "WebCodecsMp3Player", None)
+    assert proof["maxRms"] > 0.1
+    assert console.errors == []
+    await page.close()
+
+
+async def test_barge_in_silences_and_cancels(
+    browser: Browser, gateway_on_fake: RunningServer, fake_engine: FakeEngine
+) -> None:
+    page, console = await open_demo(browser, gateway_on_fake.http_url)
+    await speak(page, transport="ws", fmt="pcm", text=LONG)
+    await page.wait_for_function("document.querySelector('#metrics').dataset.ttfaMs !== undefined")
+    fake_engine.hold = True  # the next sentence stays in the engine until cancelled
+    await page.click("#stop")
+    await page.wait_for_function("document.querySelector('#metrics').dataset.state === 'stopped'")
+    await page.wait_for_function("window.demo.stats !== null")  # speak() has returned
+    # silence: the worklet faded out and dropped its queue. Watch its own output reports
+    # (still connected) over a window after the fade.
+    after = await page.evaluate(
+        """() => new Promise((resolve) => {
+            const s = window.demo.stats;
+            setTimeout(() => {
+                s.maxRms = 0;
+                const played = s.playedSamples, ticked = s.contextTimeEnd;
+                setTimeout(() => resolve({ rms: s.maxRms, played: s.playedSamples - played,
+                                           ticks: s.contextTimeEnd - ticked }), 400);
+            }, 100);
+        })"""
+    )
+    assert after["ticks"] > 0.2  # the output kept reporting during the window...
+    assert after["played"] == 0  # ...and played nothing more
+    assert after["rms"] == 0
+    async with httpx.AsyncClient(base_url=gateway_on_fake.http_url) as http:
+        metrics = (await http.get("/metrics")).text
+    assert "gateway_cancels_total 1.0" in metrics
+    assert console.errors == []
+    await page.close()
+
+
+async def test_finished_eventsource_reply_is_not_replayed(
+    browser: Browser, gateway_on_fake: RunningServer
+) -> None:
+    page, console = await open_demo(browser, gateway_on_fake.http_url)
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(r.url) if "/v1/speak/sse" in r.url else None)
+    await speak(page, transport="sse", fmt="mp3", text="Hello there.")
+    await page.wait_for_function("document.querySelector('#metrics').dataset.state === 'done'")
+    # give a reconnecting EventSource its chance: it would retry within ~3 s by default
+    count = await page.evaluate(
+        "() => new Promise((r) => setTimeout(() => r(performance.getEntriesByType('resource')"
+        ".filter((e) => e.name.includes('/v1/speak/sse')).length), 3500))"
+    )
+    assert count == 1
+    assert len(requests) == 1
+    assert console.errors == []
+    await page.close()
