@@ -122,6 +122,9 @@ class Reply:
             self.error = ErrorEvent(exc.code, exc.message, exc.retryable)
         except* EncoderError as group:
             self.error = ErrorEvent("encoder_error", str(group.exceptions[0]))
+        except* Exception as group:  # a bug: log it, tell the client no more than that
+            log.error("reply %s failed", spec.utterance_id, exc_info=group)
+            self.error = ErrorEvent("internal_error", "the reply failed on the server")
         await self.out.put(
             AudioStreamEnd(self._audio_seq, round(pcm_duration_s(self.metrics.pcm_bytes), 3))
         )

@@ -34,7 +34,6 @@ class GatewayService:
         self.chunker = ChunkerConfig(
             first_min_words=settings.first_min_words, first_max_words=settings.first_max_words
         )
-        self.finished: set[str] = set()  # utterance ids of SSE replies that have ended
 
     async def aclose(self) -> None:
         await self.client.aclose()
