@@ -19,6 +19,10 @@ class Settings:
     openai_base_url: str = "http://127.0.0.1:11434/v1"
     openai_model: str = "llama3.2"
     openai_api_key: str = ""
+    bedrock_model_id: str = "anthropic.claude-3-haiku-20240307-v1:0"
+    aws_region: str = ""  # empty: the AWS SDK's default chain (AWS_REGION, profile, ...)
+    max_tokens: int = 512
+    temperature: float = 0.5
     system_prompt: str = (
         "You are a friendly voice assistant. Answer in plain spoken sentences, "
         "without markdown, lists or emoji."
@@ -44,6 +48,10 @@ _HELP = {
     "openai_base_url": "an OpenAI-compatible API (vLLM, Ollama, llama.cpp server)",
     "openai_model": "chat model name for --llm openai",
     "openai_api_key": "API key for --llm openai (if the server needs one)",
+    "bedrock_model_id": "Bedrock model for --llm bedrock (ConverseStream)",
+    "aws_region": "AWS region (empty: the SDK's default chain)",
+    "max_tokens": "LLM answer length limit (Bedrock inferenceConfig.maxTokens)",
+    "temperature": "LLM sampling temperature (Bedrock)",
     "system_prompt": "system prompt for the LLM",
     "default_voice": "voice when a request names none (empty: the model server's default)",
     "max_text_chars": "longest text or prompt accepted",
@@ -66,7 +74,7 @@ def parse_settings(
         description="Streamed LLM text to Kokoro speech for browsers (SSE and WebSocket)",
         env_prefix=ENV_PREFIX,
         help=_HELP,
-        choices={"llm": ["echo", "openai"]},
+        choices={"llm": ["echo", "openai", "bedrock"]},
         argv=argv,
         env=env,
         overrides=overrides,

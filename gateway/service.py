@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 import httpx
 
@@ -20,6 +21,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.params import SpeakParams
 from gateway.pipeline import Reply, ReplySpec
 from gateway.sources.base import TextSource
+from gateway.sources.bedrock import BedrockOptions, BedrockSource
 from gateway.sources.echo import EchoSource
 from gateway.sources.openai_chat import OpenAIChatSource
 from gateway.transports.model_server import ModelServerTransport
@@ -31,11 +33,26 @@ class GatewayService:
         self.client = httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=5.0))
         self.tts = ModelServerTransport(settings.model_server_url, self.client)
         self.metrics = GatewayMetrics()
+        self._exits = contextlib.AsyncExitStack()
+        self._bedrock: Any = None  # an aioboto3 bedrock-runtime client, for --llm bedrock
         self.chunker = ChunkerConfig(
             first_min_words=settings.first_min_words, first_max_words=settings.first_max_words
         )
 
+    async def start(self) -> None:
+        if self.settings.llm == "bedrock":
+            import aioboto3
+            from botocore.config import Config
+
+            # BedrockSource retries itself, and only before the first text: no SDK retries
+            config = Config(retries={"total_max_attempts": 1}, connect_timeout=5, read_timeout=60)
+            region = self.settings.aws_region or None
+            self._bedrock = await self._exits.enter_async_context(
+                aioboto3.Session().client("bedrock-runtime", region_name=region, config=config)
+            )
+
     async def aclose(self) -> None:
+        await self._exits.aclose()
         await self.client.aclose()
 
     def check_length(self, text: str, what: str) -> None:
@@ -60,8 +77,15 @@ class GatewayService:
             self.check_length(params.prompt, "prompt")
             if self.settings.llm == "echo":
                 return EchoSource(params.prompt, params.echo_tps, params.echo_first_ms)
-            messages = [{"role": "system", "content": self.settings.system_prompt}, *history]
-            messages.append({"role": "user", "content": params.prompt})
+            turns = [*history, {"role": "user", "content": params.prompt}]
+            if self.settings.llm == "bedrock":
+                options = BedrockOptions(
+                    self.settings.bedrock_model_id,
+                    max_tokens=self.settings.max_tokens,
+                    temperature=self.settings.temperature,
+                )
+                return BedrockSource(self._bedrock, options, self.settings.system_prompt, turns)
+            messages = [{"role": "system", "content": self.settings.system_prompt}, *turns]
             return OpenAIChatSource(
                 self.client,
                 self.settings.openai_base_url,

@@ -1,0 +1,106 @@
+"""Bedrock Runtime `ConverseStream` over loopback, in the real wire format.
+
+`POST /model/{modelId}/converse-stream` answers `application/vnd.amazon.eventstream`:
+messageStart, one contentBlockDelta per token, contentBlockStop, messageStop, metadata. The
+answer is scripted (`BedrockScript.answer`) or echoes the last user message; tokens are paced
+like a model. Errors are injected as the service sends them: HTTP errors with `x-amzn-ErrorType`
+before the stream (throttling, validation, access), or an exception message mid-stream
+(`modelStreamErrorException`). SigV4 headers are accepted, not verified.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.responses import Response, StreamingResponse
+
+from emulators.eventstream import event, exception
+
+_TOKEN = re.compile(r"\S+\s*|\s+")
+
+
+@dataclass
+class BedrockScript:
+    answer: str | None = None  # None: echo the last user message
+    tps: float = 0.0  # 0: as fast as possible
+    first_ms: float = 0.0
+    fail_first: int = 0  # answer this many requests with `fail_status`/`fail_code` first
+    fail_status: int = 429
+    fail_code: str = "ThrottlingException"
+    stream_error_after: int | None = None  # tokens, then modelStreamErrorException
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    model_ids: list[str] = field(default_factory=list)
+
+
+def _error(status: int, code: str, message: str) -> Response:
+    return Response(
+        orjson.dumps({"message": message}),
+        status_code=status,
+        headers={
+            "x-amzn-ErrorType": f"{code}:http://internal.amazon.com/coral/",
+            "Content-Type": "application/json",
+        },
+    )
+
+
+def create_bedrock_emulator(script: BedrockScript | None = None) -> FastAPI:
+    app = FastAPI()
+    app.state.script = script or BedrockScript()
+
+    @app.post("/model/{model_id:path}/converse-stream")
+    async def converse_stream(model_id: str, request: Request) -> Response:
+        s: BedrockScript = app.state.script
+        body: dict[str, Any] = orjson.loads(await request.body())
+        s.requests.append(body)
+        s.model_ids.append(model_id)
+        if s.fail_first > 0:
+            s.fail_first -= 1
+            return _error(s.fail_status, s.fail_code, f"injected {s.fail_code}")
+        if model_id.startswith("invalid"):
+            return _error(
+                400, "ValidationException", f"The provided model identifier is invalid: {model_id}"
+            )
+        answer = s.answer
+        if answer is None:
+            last = [m for m in body.get("messages", []) if m.get("role") == "user"][-1]
+            answer = "".join(part.get("text", "") for part in last["content"])
+        tokens = _TOKEN.findall(answer)
+
+        async def stream() -> AsyncIterator[bytes]:
+            started = time.perf_counter()
+            yield event("messageStart", {"role": "assistant"})
+            loop = asyncio.get_running_loop()
+            t0 = loop.time() + s.first_ms / 1000
+            for i, token in enumerate(tokens):
+                if s.stream_error_after is not None and i == s.stream_error_after:
+                    yield exception(
+                        "modelStreamErrorException",
+                        "injected model stream error",
+                        originalStatusCode=500,
+                        originalMessage="model failed",
+                    )
+                    return
+                delay = t0 + (i / s.tps if s.tps else 0) - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                yield event("contentBlockDelta", {"delta": {"text": token}, "contentBlockIndex": 0})
+            yield event("contentBlockStop", {"contentBlockIndex": 0})
+            yield event("messageStop", {"stopReason": "end_turn"})
+            usage = {
+                "inputTokens": 10,
+                "outputTokens": len(tokens),
+                "totalTokens": 10 + len(tokens),
+            }
+            latency = int((time.perf_counter() - started) * 1000)
+            yield event("metadata", {"usage": usage, "metrics": {"latencyMs": latency}})
+
+        return StreamingResponse(stream(), media_type="application/vnd.amazon.eventstream")
+
+    return app

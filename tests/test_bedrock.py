@@ -1,0 +1,157 @@
+"""Bedrock ConverseStream through the real aioboto3 client against the local emulator."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import orjson
+import pytest
+from websockets.asyncio.client import connect
+
+from emulators.bedrock import BedrockScript, create_bedrock_emulator
+from gateway.app import create_app as create_gateway
+from gateway.config import Settings as GatewaySettings
+from tests.gwclient import sse_get
+from tests.servers import RunningServer, serve
+
+ANSWER = "Sure, here is the answer you asked for. It comes from Bedrock."
+TOKENS = [
+    "Sure, ",
+    "here ",
+    "is ",
+    "the ",
+    "answer ",
+    "you ",
+    "asked ",
+    "for. ",
+    "It ",
+    "comes ",
+    "from ",
+    "Bedrock.",
+]
+
+
+@pytest.fixture
+def bedrock() -> Iterator[tuple[RunningServer, BedrockScript]]:
+    script = BedrockScript(answer=ANSWER)
+    with serve(create_bedrock_emulator(script)) as running:
+        yield running, script
+
+
+@pytest.fixture
+def gateway_bedrock(
+    bedrock: tuple[RunningServer, BedrockScript],
+    fake_server: RunningServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[RunningServer]:
+    emulator, _ = bedrock
+    monkeypatch.setenv("AWS_ENDPOINT_URL_BEDROCK_RUNTIME", emulator.http_url)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    settings = GatewaySettings(
+        model_server_url=fake_server.http_url,
+        llm="bedrock",
+        aws_region="us-east-1",
+        bedrock_model_id="anthropic.test-model",
+        max_tokens=200,
+        temperature=0.2,
+        system_prompt="Speak plainly.",
+    )
+    with serve(create_gateway(settings)) as running:
+        yield running
+
+
+async def test_prompt_streams_from_bedrock(
+    gateway_bedrock: RunningServer, bedrock: tuple[RunningServer, BedrockScript]
+) -> None:
+    _, script = bedrock
+    reply = await sse_get(gateway_bedrock.http_url, {"prompt": "Tell me.", "format": "pcm"})
+    assert [d["text"] for d in reply.data("text_delta")] == TOKENS
+    assert "error" not in reply.names
+    assert reply.one("audio_stream_end")["duration_s"] > 0
+    (request,) = script.requests
+    assert script.model_ids == ["anthropic.test-model"]
+    assert request["system"] == [{"text": "Speak plainly."}]
+    assert request["inferenceConfig"] == {"maxTokens": 200, "temperature": 0.2}
+    assert request["messages"] == [{"role": "user", "content": [{"text": "Tell me."}]}]
+
+
+async def test_throttling_before_the_first_text_is_retried(
+    gateway_bedrock: RunningServer, bedrock: tuple[RunningServer, BedrockScript]
+) -> None:
+    _, script = bedrock
+    script.fail_first = 2
+    reply = await sse_get(gateway_bedrock.http_url, {"prompt": "Tell me."})
+    assert "error" not in reply.names
+    assert "".join(d["text"] for d in reply.data("text_delta")) == ANSWER
+    assert len(script.requests) == 3
+
+
+async def test_persistent_throttling_is_a_retryable_error(
+    gateway_bedrock: RunningServer, bedrock: tuple[RunningServer, BedrockScript]
+) -> None:
+    _, script = bedrock
+    script.fail_first = 100
+    reply = await sse_get(gateway_bedrock.http_url, {"prompt": "Tell me."})
+    error = reply.one("error")
+    assert (error["code"], error["retryable"]) == ("llm_error", True)
+    assert "ThrottlingException" in error["message"]
+    assert len(script.requests) == 4  # max_attempts
+
+
+async def test_a_mid_stream_error_ends_the_reply(
+    gateway_bedrock: RunningServer, bedrock: tuple[RunningServer, BedrockScript]
+) -> None:
+    _, script = bedrock
+    script.stream_error_after = 3
+    reply = await sse_get(gateway_bedrock.http_url, {"prompt": "Tell me."})
+    assert [d["text"] for d in reply.data("text_delta")] == TOKENS[:3]
+    assert reply.names[-2:] == ["error", "agent_end"]
+    error = reply.one("error")
+    assert (error["code"], error["retryable"]) == ("llm_error", True)
+    assert "modelStreamErrorException" in error["message"]
+    script.stream_error_after = None
+    again = await sse_get(gateway_bedrock.http_url, {"prompt": "Tell me."})
+    assert "error" not in again.names
+
+
+async def test_validation_error_names_the_setting(
+    bedrock: tuple[RunningServer, BedrockScript],
+    fake_server: RunningServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    emulator, _ = bedrock
+    monkeypatch.setenv("AWS_ENDPOINT_URL_BEDROCK_RUNTIME", emulator.http_url)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    settings = GatewaySettings(
+        model_server_url=fake_server.http_url,
+        llm="bedrock",
+        aws_region="us-east-1",
+        bedrock_model_id="invalid.model",
+    )
+    with serve(create_gateway(settings)) as gw:
+        reply = await sse_get(gw.http_url, {"prompt": "Hi?"})
+    error = reply.one("error")
+    assert error["retryable"] is False
+    assert "ValidationException" in error["message"]
+    assert "GATEWAY_BEDROCK_MODEL_ID" in error["message"]
+
+
+async def test_websocket_conversation_history_reaches_bedrock(
+    gateway_bedrock: RunningServer, bedrock: tuple[RunningServer, BedrockScript]
+) -> None:
+    _, script = bedrock
+    async with connect(gateway_bedrock.ws_url + "/v1/speak/ws") as ws:
+        for prompt in ("First?", "Second?"):
+            await ws.send(orjson.dumps({"type": "speak", "prompt": prompt}).decode())
+            while True:
+                frame = await ws.recv()
+                if isinstance(frame, str) and orjson.loads(frame)["type"] == "agent_end":
+                    break
+    assert script.requests[1]["messages"] == [
+        {"role": "user", "content": [{"text": "First?"}]},
+        {"role": "assistant", "content": [{"text": ANSWER}]},
+        {"role": "user", "content": [{"text": "Second?"}]},
+    ]
