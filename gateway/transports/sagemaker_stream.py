@@ -1,0 +1,75 @@
+"""SageMaker `InvokeEndpointWithResponseStream` (aioboto3): the batch transport in front of a
+SageMaker endpoint running the model server.
+
+The endpoint's `POST /invocations` streams PCM; SageMaker re-cuts it into PayloadParts whose
+boundaries mean nothing (not even sample boundaries: the encoders realign). `ModelStreamError`
+and `InternalStreamFailure` become `TTSError`s. Region, credentials and
+`AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME` follow the AWS SDKs' conventions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+from botocore.exceptions import BotoCoreError, ClientError
+
+from gateway.errors import TTSError
+
+
+class SageMakerStreamTransport:
+    def __init__(self, client: Any, endpoint_name: str) -> None:
+        self._client = client  # an aioboto3 sagemaker-runtime client
+        self.endpoint_name = endpoint_name
+
+    async def synthesize(self, text: str, voice: str | None, speed: float) -> AsyncIterator[bytes]:
+        body: dict[str, Any] = {"text": text, "speed": speed, "format": "pcm", "stream": True}
+        if voice:
+            body["voice"] = voice
+        try:
+            response = await self._client.invoke_endpoint_with_response_stream(
+                EndpointName=self.endpoint_name,
+                Body=orjson.dumps(body),
+                ContentType="application/json",
+                Accept="audio/pcm",
+            )
+        except ClientError as exc:
+            raise _translate(exc, self.endpoint_name) from exc
+        except BotoCoreError as exc:
+            raise TTSError(f"SageMaker unreachable: {exc}") from exc
+        events = response["Body"]
+        try:
+            async for event in events:
+                part = event.get("PayloadPart")
+                if part is not None and part.get("Bytes"):
+                    yield part["Bytes"]
+        except ClientError as exc:  # ModelStreamError / InternalStreamFailure mid-stream
+            raise _translate(exc, self.endpoint_name) from exc
+        except BotoCoreError as exc:
+            raise TTSError(f"SageMaker stream failed: {exc}") from exc
+        finally:
+            events.close()
+
+
+def _translate(exc: ClientError, endpoint: str) -> TTSError:
+    error = exc.response.get("Error", {})
+    code = error.get("Code", "Unknown")
+    message = error.get("Message", str(exc))
+    hint = (
+        " (check GATEWAY_SAGEMAKER_ENDPOINT and GATEWAY_AWS_REGION)"
+        if code == "ValidationError"
+        else ""
+    )
+    retryable = code in {
+        "InternalStreamFailure",
+        "ModelStreamError",
+        "ServiceUnavailable",
+        "ThrottlingException",
+        "InternalFailure",
+    }
+    return TTSError(
+        f"SageMaker {code} on endpoint {endpoint!r}: {message}{hint}",
+        code=f"tts_{code}",
+        retryable=retryable,
+    )

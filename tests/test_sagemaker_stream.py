@@ -1,0 +1,132 @@
+"""SageMaker InvokeEndpointWithResponseStream through the real aioboto3 client, against the
+local emulator fronting the model server."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+
+import aioboto3
+import httpx
+import pytest
+import pytest_asyncio
+from botocore.config import Config
+
+from emulators.sagemaker_stream import StreamScript, create_sagemaker_stream_emulator
+from gateway.errors import TTSError
+from gateway.transports.sagemaker_stream import SageMakerStreamTransport
+from tests.fakes import expected_pcm_bytes
+from tests.servers import RunningServer, serve
+
+TEXT = "Hello there. It has three sentences."
+
+
+@pytest.fixture
+def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+MakeTransport = Callable[..., Awaitable[SageMakerStreamTransport]]
+
+
+async def collect(
+    transport: SageMakerStreamTransport, text: str, into: bytearray | None = None
+) -> bytes:
+    received = bytearray() if into is None else into
+    async for part in transport.synthesize(text, None, 1.0):
+        received += part
+    return bytes(received)
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def make_transport(aws_env: None, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[object]:
+    clients = []
+
+    async def make(
+        emulator: RunningServer, endpoint: str = "kokoro-tts"
+    ) -> SageMakerStreamTransport:
+        # the AWS SDKs' endpoint override convention, as a deployment would set it
+        monkeypatch.setenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", emulator.http_url)
+        cm = aioboto3.Session().client(
+            "sagemaker-runtime",
+            region_name="us-east-1",
+            config=Config(retries={"total_max_attempts": 1}),
+        )
+        clients.append(cm)
+        return SageMakerStreamTransport(await cm.__aenter__(), endpoint)
+
+    yield make
+    for cm in clients:
+        await cm.__aexit__(None, None, None)
+
+
+@pytest.fixture
+def stream_emulator(fake_server: RunningServer) -> Iterator[tuple[RunningServer, StreamScript]]:
+    script = StreamScript(max_part=777)
+    with serve(create_sagemaker_stream_emulator(fake_server.http_url, script)) as running:
+        yield running, script
+
+
+@pytest.mark.slow
+async def test_real_model_server_audio_arrives_byte_identical(
+    model_server: RunningServer, make_transport: MakeTransport
+) -> None:
+    script = StreamScript(max_part=5000)
+    with serve(create_sagemaker_stream_emulator(model_server.http_url, script)) as emulator:
+        transport = await make_transport(emulator)
+        pcm = await collect(transport, TEXT)
+    async with httpx.AsyncClient(base_url=model_server.http_url, timeout=60) as http:
+        direct = (await http.post("/invocations", json={"text": TEXT, "format": "pcm"})).content
+    assert pcm == direct
+    assert len(script.parts) > 5
+    assert any(size % 2 for size in script.parts)  # parts cut samples in half
+
+
+async def test_parts_are_reassembled(
+    stream_emulator: tuple[RunningServer, StreamScript], make_transport: MakeTransport
+) -> None:
+    emulator, script = stream_emulator
+    transport = await make_transport(emulator)
+    pcm = await collect(transport, TEXT)
+    assert len(pcm) == expected_pcm_bytes("Hello there.") + expected_pcm_bytes(
+        "It has three sentences."
+    )
+    assert sum(script.parts) == len(pcm)
+    assert len(script.parts) > 3
+
+
+@pytest.mark.parametrize(
+    ("field", "code"),
+    [
+        ("model_error_after", "tts_ModelStreamError"),
+        ("internal_failure_after", "tts_InternalStreamFailure"),
+    ],
+)
+async def test_stream_errors_become_tts_errors(
+    stream_emulator: tuple[RunningServer, StreamScript],
+    make_transport: MakeTransport,
+    field: str,
+    code: str,
+) -> None:
+    emulator, script = stream_emulator
+    setattr(script, field, 2000)
+    transport = await make_transport(emulator)
+    received = bytearray()
+    with pytest.raises(TTSError) as failure:
+        await collect(transport, TEXT, received)
+    assert failure.value.code == code
+    assert failure.value.retryable is True
+    assert 0 < len(received) <= 2000
+    setattr(script, field, None)
+    assert len(await collect(transport, TEXT)) > 2000  # the next request works
+
+
+async def test_unknown_endpoint_names_the_setting(
+    stream_emulator: tuple[RunningServer, StreamScript], make_transport: MakeTransport
+) -> None:
+    emulator, _ = stream_emulator
+    transport = await make_transport(emulator, "no-such-endpoint")
+    with pytest.raises(TTSError, match="GATEWAY_SAGEMAKER_ENDPOINT") as failure:
+        await collect(transport, TEXT)
+    assert failure.value.retryable is False
