@@ -11,7 +11,7 @@ HOST ?= 127.0.0.1
 MODEL_PORT ?= 8080
 PORT ?= 8000
 
-.PHONY: help setup browser dev test lint typecheck bench bench-model lock clean
+.PHONY: help setup browser dev test lint typecheck bench bench-model deploy-sagemaker lock clean
 
 help:
 	@echo "make dev          model server ($(HOST):$(MODEL_PORT)) and gateway (http://$(HOST):$(PORT))"
@@ -54,6 +54,10 @@ bench: setup
 
 bench-model: setup
 	$(PY) -m bench.bench_model $(BENCH_ARGS)
+
+# make deploy-sagemaker DEPLOY_ARGS="--name kokoro-tts --image-uri URI --role-arn ARN --model-data s3://..."
+deploy-sagemaker: setup
+	$(VENV)/bin/kokoro-deploy sagemaker $(DEPLOY_ARGS)
 
 lock: setup
 	$(UV) lock

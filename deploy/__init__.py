@@ -1,0 +1,1 @@
+"""Deploy the model server to a SageMaker real-time endpoint: `kokoro-deploy`."""

@@ -1,0 +1,83 @@
+"""`kokoro-deploy sagemaker ...` and `kokoro-deploy teardown --name NAME`.
+
+Region and credentials come from the AWS SDK's default chain (`--region` overrides);
+`AWS_ENDPOINT_URL_SAGEMAKER` and `AWS_ENDPOINT_URL_APPLICATION_AUTO_SCALING` point it elsewhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+import boto3
+from botocore.exceptions import BotoCoreError, ClientError, WaiterError
+
+from deploy.sagemaker import EndpointSpec, deploy, teardown
+
+
+def _env(pairs: Sequence[str]) -> dict[str, str]:
+    env = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"kokoro-deploy: --env expects KEY=VALUE, got {pair!r}")
+        env[key] = value
+    return env
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="kokoro-deploy", description=__doc__)
+    parser.add_argument("--region", help="AWS region (default: the SDK's chain)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    up = sub.add_parser("sagemaker", help="create or update the endpoint, then autoscaling")
+    up.add_argument("--name", required=True, help="endpoint name")
+    up.add_argument("--image-uri", required=True, help="the model server image in ECR")
+    up.add_argument("--model-data", help="s3://.../model.tar.gz with weights and voice packs")
+    up.add_argument("--role-arn", required=True, help="SageMaker execution role")
+    up.add_argument("--instance-type", default="ml.g5.xlarge")
+    up.add_argument("--initial-count", type=int, default=1)
+    up.add_argument("--min-instances", type=int, default=1)
+    up.add_argument("--max-instances", type=int, default=4)
+    up.add_argument(
+        "--target-invocations",
+        type=float,
+        default=20.0,
+        help="target-tracking value: invocations per instance per minute",
+    )
+    up.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="container environment, e.g. MODEL_SERVER_ENGINE=torch",
+    )
+    up.add_argument("--no-wait", action="store_true", help="do not wait for InService")
+    down = sub.add_parser("teardown", help="remove the endpoint and everything it created")
+    down.add_argument("--name", required=True)
+    args = parser.parse_args(argv)
+
+    sagemaker = boto3.client("sagemaker", region_name=args.region)
+    autoscaling = boto3.client("application-autoscaling", region_name=args.region)
+    try:
+        if args.command == "sagemaker":
+            spec = EndpointSpec(
+                name=args.name,
+                image_uri=args.image_uri,
+                model_data_url=args.model_data,
+                role_arn=args.role_arn,
+                instance_type=args.instance_type,
+                initial_instance_count=args.initial_count,
+                min_instances=args.min_instances,
+                max_instances=args.max_instances,
+                target_invocations_per_instance=args.target_invocations,
+                environment=_env(args.env),
+            )
+            for key, value in deploy(spec, sagemaker, autoscaling, wait=not args.no_wait).items():
+                print(f"{key}: {value}")
+        else:
+            removed = teardown(args.name, sagemaker, autoscaling)
+            print("\n".join(f"removed {r}" for r in removed) or "nothing to remove")
+    except (ClientError, BotoCoreError, WaiterError) as exc:
+        print(f"kokoro-deploy: {exc}", file=sys.stderr)
+        raise SystemExit(1) from exc
