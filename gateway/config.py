@@ -27,6 +27,11 @@ class Settings:
         "You are a friendly voice assistant. Answer in plain spoken sentences, "
         "without markdown, lists or emoji."
     )
+    tts_transport: str = "model-server"
+    sagemaker_endpoint: str = ""
+    sagemaker_http2_endpoint_uri: str = (
+        ""  # default https://runtime.sagemaker.REGION.amazonaws.com:8443
+    )
     default_voice: str = ""  # empty: the model server's default
     max_text_chars: int = 5_000
     allowed_origins: str = ""  # comma-separated; localhost and same-origin always allowed
@@ -53,6 +58,9 @@ _HELP = {
     "max_tokens": "LLM answer length limit (Bedrock inferenceConfig.maxTokens)",
     "temperature": "LLM sampling temperature (Bedrock)",
     "system_prompt": "system prompt for the LLM",
+    "tts_transport": "model-server (WebSocket + POST) or sagemaker (bidi + response stream)",
+    "sagemaker_endpoint": "SageMaker endpoint running the model server (--tts-transport sagemaker)",
+    "sagemaker_http2_endpoint_uri": "override for the HTTP/2 bidi client (default: region's :8443)",
     "default_voice": "voice when a request names none (empty: the model server's default)",
     "max_text_chars": "longest text or prompt accepted",
     "allowed_origins": "extra browser origins allowed (CORS and WebSocket Origin)",
@@ -74,7 +82,10 @@ def parse_settings(
         description="Streamed LLM text to Kokoro speech for browsers (SSE and WebSocket)",
         env_prefix=ENV_PREFIX,
         help=_HELP,
-        choices={"llm": ["echo", "openai", "bedrock"]},
+        choices={
+            "llm": ["echo", "openai", "bedrock"],
+            "tts_transport": ["model-server", "sagemaker"],
+        },
         argv=argv,
         env=env,
         overrides=overrides,

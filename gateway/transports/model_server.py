@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -16,10 +14,9 @@ from websockets.exceptions import WebSocketException
 
 from gateway.aio import cancel_and_wait
 from gateway.errors import TTSError
-from model_server.protocol import parse_control
+from gateway.transports.session import PipelinedSession
 
 BIDI_PATH = "/invocations-bidirectional-stream"
-_INPUT_DONE = object()
 
 
 def ws_url(http_url: str) -> str:
@@ -29,67 +26,21 @@ def ws_url(http_url: str) -> str:
     return "ws://" + base.removeprefix("http://")
 
 
-class ModelServerSession:
-    """One WebSocket session: every chunk is sent the moment it is ready; frames coming back
-    are demultiplexed by the frame rule (JSON object = control, anything else = audio)."""
+class _WebSocketReader:
+    """Moves the model server's frames into the session until the socket ends."""
 
-    def __init__(self, ws: ClientConnection, voice: str | None, speed: float) -> None:
-        self._ws = ws
-        self._voice = voice
-        self._speed = speed
-        self._prefix = uuid.uuid4().hex[:12]
-        self._counter = itertools.count()
-        self._pending: set[str] = set()
-        self._inbox: asyncio.Queue[Any] = asyncio.Queue()
-        self.request_ids: list[str] = []
+    def __init__(self, ws: ClientConnection, session: PipelinedSession) -> None:
+        self.ws = ws
+        self.session = session
 
-    async def send(self, text: str) -> None:
-        rid = f"{self._prefix}-{next(self._counter)}"
-        message: dict[str, Any] = {"text": text, "speed": self._speed, "request_id": rid}
-        if self._voice:
-            message["voice"] = self._voice
-        self._pending.add(rid)
-        self.request_ids.append(rid)
+    async def run(self) -> None:
         try:
-            await self._ws.send(orjson.dumps(message).decode())
+            async for frame in self.ws:
+                await self.session.received(frame)
         except WebSocketException as exc:
-            raise TTSError(f"model server session lost: {exc}") from exc
-
-    async def end_input(self) -> None:
-        await self._inbox.put(_INPUT_DONE)
-
-    async def read(self) -> None:
-        """Runs beside the reply: moves frames from the socket to the inbox."""
-        try:
-            async for frame in self._ws:
-                await self._inbox.put(frame)
-        except WebSocketException as exc:
-            await self._inbox.put(TTSError(f"model server session lost: {exc}"))
+            await self.session.failed(TTSError(f"model server session lost: {exc}"))
             return
-        await self._inbox.put(TTSError("model server closed the session"))
-
-    async def audio(self) -> AsyncIterator[bytes]:
-        input_done = False
-        while not (input_done and not self._pending):
-            item = await self._inbox.get()
-            if item is _INPUT_DONE:
-                input_done = True
-            elif isinstance(item, TTSError):
-                raise item
-            elif (control := parse_control(item)) is None:
-                yield item if isinstance(item, bytes) else item.encode()
-            elif control["type"] in ("synthesis_complete", "synthesis_cancelled"):
-                self._pending.discard(control.get("request_id", ""))
-            elif control["type"] == "error":
-                raise TTSError(
-                    f"model server: {control.get('message', 'error')}",
-                    code=f"tts_{control.get('code', 'error')}",
-                    retryable=control.get("code") in ("not_ready", "overloaded"),
-                )
-
-    async def cancel(self) -> None:
-        with contextlib.suppress(WebSocketException):
-            await self._ws.send('{"type": "cancel"}')
+        await self.session.failed(TTSError("model server closed the session"))
 
 
 class ModelServerTransport:
@@ -98,23 +49,28 @@ class ModelServerTransport:
         self._client = client
 
     @contextlib.asynccontextmanager
-    async def session(self, voice: str | None, speed: float) -> AsyncIterator[ModelServerSession]:
+    async def session(self, voice: str | None, speed: float) -> AsyncIterator[PipelinedSession]:
         try:
             ws = await connect(ws_url(self.base_url) + BIDI_PATH, max_size=None)
         except (OSError, WebSocketException) as exc:
             raise TTSError(f"model server at {self.base_url} unreachable: {exc}") from exc
-        session = ModelServerSession(ws, voice, speed)
-        reader = asyncio.create_task(session.read())
+
+        async def send_frame(frame: str) -> None:
+            try:
+                await ws.send(frame)
+            except WebSocketException as exc:
+                raise TTSError(f"model server session lost: {exc}") from exc
+
+        session = PipelinedSession(send_frame, voice, speed)
+        reader = asyncio.create_task(_WebSocketReader(ws, session).run())
         completed = False
         try:
             yield session
             completed = True
         finally:
-            if not completed:  # barge-in or failure: stop the model server's work now
-                await asyncio.shield(session.cancel())
-            else:
-                with contextlib.suppress(WebSocketException):
-                    await ws.send('{"type": "close"}')
+            # done: close the session; barge-in or failure: stop the model server's work now
+            with contextlib.suppress(TTSError):
+                await asyncio.shield(session.close() if completed else session.cancel())
             await asyncio.shield(ws.close())
             await cancel_and_wait(reader)
 

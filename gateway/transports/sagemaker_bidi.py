@@ -1,0 +1,151 @@
+"""SageMaker bidirectional streaming (HTTP/2), the bidi transport in front of a SageMaker
+endpoint running the model server: one stream per reply carrying every chunk.
+
+Uses `aws-sdk-sagemaker-runtime-http2` (pinned) with the CRT transport, the one that can do
+duplex. Replies come back as PayloadParts: PARTIAL parts are joined, then each message is told
+apart by the frame rule (a JSON object is control, anything else is audio). The input stream
+stays open until the last audio has arrived; then `{"type": "close"}` and close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import AsyncIterator
+from typing import Any
+
+from gateway.aio import cancel_and_wait
+from gateway.errors import TTSError
+from gateway.transports.session import PipelinedSession
+
+
+def default_endpoint_uri(region: str) -> str:
+    return f"https://runtime.sagemaker.{region}.amazonaws.com:8443"
+
+
+class SageMakerBidiTransport:
+    def __init__(
+        self,
+        endpoint_name: str,
+        region: str,
+        endpoint_uri: str | None = None,
+        http_transport: Any = None,  # default: the SDK's CRT client; tests pass a seam
+    ) -> None:
+        self.endpoint_name = endpoint_name
+        self.region = region
+        self.endpoint_uri = (
+            endpoint_uri
+            or os.environ.get("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME_HTTP2")
+            or default_endpoint_uri(region)
+        )
+        self._http_transport = http_transport
+        self._client: Any = None
+        self._lock = asyncio.Lock()
+
+    async def _get_client(self) -> Any:
+        async with self._lock:
+            if self._client is None:
+                from aws_sdk_sagemaker_runtime_http2.client import (
+                    AsyncSageMakerRuntimeHTTP2Client,
+                )
+                from aws_sdk_sagemaker_runtime_http2.config import (
+                    AsyncSageMakerRuntimeHTTP2Config,
+                )
+
+                transport = self._http_transport
+                if transport is None:
+                    from smithy_http.aio.crt import AWSCRTHTTPClient
+
+                    transport = AWSCRTHTTPClient()
+                config = await AsyncSageMakerRuntimeHTTP2Config.resolve(
+                    region=self.region, endpoint_uri=self.endpoint_uri, transport=transport
+                )
+                self._client = AsyncSageMakerRuntimeHTTP2Client(config=config)
+            return self._client
+
+    @contextlib.asynccontextmanager
+    async def session(self, voice: str | None, speed: float) -> AsyncIterator[PipelinedSession]:
+        from aws_sdk_sagemaker_runtime_http2.models import (
+            InvokeEndpointWithBidirectionalStreamInput,
+            RequestPayloadPart,
+            RequestStreamEventPayloadPart,
+        )
+
+        client = await self._get_client()
+        try:
+            stream = await client.invoke_endpoint_with_bidirectional_stream(
+                InvokeEndpointWithBidirectionalStreamInput(endpoint_name=self.endpoint_name)
+            )
+        except Exception as exc:  # the SDK's errors share no base class worth naming here
+            raise _translate(exc, self.endpoint_name) from exc
+
+        async def send_frame(frame: str) -> None:
+            part = RequestPayloadPart(bytes_=frame.encode(), completion_state="COMPLETE")
+            try:
+                await stream.input_stream.send(RequestStreamEventPayloadPart(value=part))
+            except Exception as exc:
+                raise _translate(exc, self.endpoint_name) from exc
+
+        session = PipelinedSession(send_frame, voice, speed)
+        reader = asyncio.create_task(self._read(stream, session))
+        completed = False
+        try:
+            yield session
+            completed = True
+        finally:
+            # a stream the service has already ended may never take more input: bounded waits
+            with contextlib.suppress(TTSError, TimeoutError):
+                async with asyncio.timeout(5):
+                    await asyncio.shield(session.close() if completed else session.cancel())
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(5):
+                    await asyncio.shield(stream.input_stream.close())
+            await cancel_and_wait(reader)
+
+    async def _read(self, stream: Any, session: PipelinedSession) -> None:
+        from aws_sdk_sagemaker_runtime_http2.models import ResponseStreamEventPayloadPart
+
+        try:
+            _, output = await stream.await_output()
+            message = b""
+            async for event in output:
+                if not isinstance(event, ResponseStreamEventPayloadPart):
+                    continue
+                part = event.value
+                message += part.bytes_ or b""
+                if part.completion_state in (None, "COMPLETE"):
+                    await session.received(message)
+                    message = b""
+        except Exception as exc:
+            await session.failed(_translate(exc, self.endpoint_name))
+            return
+        await session.failed(TTSError("SageMaker closed the stream"))
+
+    async def close(self) -> None:
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                await self._client.close()
+
+
+def _translate(exc: Exception, endpoint: str) -> TTSError:
+    if isinstance(exc, TTSError):
+        return exc
+    code = type(exc).__name__
+    message = getattr(exc, "message", None) or str(exc)
+    retryable = code in {
+        "ModelStreamError",
+        "InternalStreamFailure",
+        "ServiceUnavailableError",
+        "InternalServerError",
+    }
+    hint = (
+        " (check GATEWAY_SAGEMAKER_ENDPOINT and GATEWAY_AWS_REGION)"
+        if "Validation" in f"{code} {message}"
+        else ""
+    )
+    return TTSError(
+        f"SageMaker {code} on endpoint {endpoint!r}: {message}{hint}",
+        code=f"tts_{code}",
+        retryable=retryable,
+    )
