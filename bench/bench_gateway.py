@@ -17,6 +17,9 @@ import argparse
 import asyncio
 import statistics
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import httpx
 import orjson
@@ -114,11 +117,41 @@ async def run(gateway: str, model_ws: str, runs: int, fmt: str, config: ChunkerC
         print(f"  {name.ljust(width)}  {value}")
 
 
+@contextmanager
+def sagemaker_gateway(model: Any, base: Any) -> Iterator[Any]:
+    """A gateway whose TTS goes through the SageMaker emulators in front of `model`."""
+    import dataclasses
+    import os
+
+    from emulators.sagemaker_bidi import SeamTransport
+    from emulators.sagemaker_stream import create_sagemaker_stream_emulator
+    from gateway.app import create_app as create_gateway
+    from tests.servers import serve
+
+    seam = SeamTransport(model.ws_url + "/invocations-bidirectional-stream")
+    with serve(create_sagemaker_stream_emulator(model.http_url)) as stream:
+        os.environ.update(
+            AWS_ACCESS_KEY_ID="AKIDEXAMPLE",
+            AWS_SECRET_ACCESS_KEY="emulated",
+            AWS_EC2_METADATA_DISABLED="true",
+            AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME=stream.http_url,
+        )
+        settings = dataclasses.replace(
+            base,
+            tts_transport="sagemaker",
+            sagemaker_endpoint="kokoro-tts",
+            aws_region="us-east-1",
+        )
+        with serve(create_gateway(settings, sagemaker_http2_transport=seam)) as gw:
+            yield gw
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--format", default="mp3")
     parser.add_argument("--first-max-words", type=int, default=None)
+    parser.add_argument("--skip-sagemaker", action="store_true", help="only the local path")
     args = parser.parse_args()
 
     from gateway.app import create_app as create_gateway
@@ -135,9 +168,14 @@ def main() -> None:
         if args.first_max_words is not None:
             overrides["first_max_words"] = args.first_max_words
         settings = GatewaySettings(model_server_url=model.http_url, **overrides)
+        chunker = ChunkerConfig(settings.first_min_words, settings.first_max_words)
         with serve(create_gateway(settings)) as gw:
-            chunker = ChunkerConfig(settings.first_min_words, settings.first_max_words)
             asyncio.run(run(gw.http_url, model.ws_url, args.runs, args.format, chunker))
+        if not args.skip_sagemaker:
+            with sagemaker_gateway(model, settings) as gw:
+                print("\nthe same through the SageMaker path (emulated on loopback: HTTP/2 SDK")
+                print("through its transport seam for bidi, aioboto3 response stream for batch)")
+                asyncio.run(run(gw.http_url, model.ws_url, args.runs, args.format, chunker))
 
 
 if __name__ == "__main__":

@@ -70,6 +70,14 @@ async def _payload_parts(body: AsyncIterable[bytes]) -> AsyncIterator[tuple[byte
                     yield message.payload, message.headers
 
 
+async def _discard(body: AsyncIterable[bytes]) -> None:
+    # the SDK's body provider yields b"" without suspending once it is closed: stop there,
+    # or this loop would never give the event loop back
+    async for chunk in body:
+        if not chunk:
+            return
+
+
 class BidiBridge:
     def __init__(self, container_ws_url: str, script: BidiScript) -> None:
         self.url = container_ws_url
@@ -120,8 +128,8 @@ class BidiBridge:
                     await forward
         finally:
             await out.put(None)
-        async for _ in body:  # the stream is over: whatever the caller still sends is dropped
-            pass
+        if input_open:  # the stream is over: whatever the caller still sends is dropped
+            await _discard(body)
 
 
 class SeamTransport:
@@ -141,7 +149,7 @@ class SeamTransport:
         if match is None or match["name"] != self.script.endpoint:
             name = match["name"] if match else request.destination.path
             body = orjson.dumps({"message": f"Endpoint {name} of account 000000000000 not found."})
-            self._spawn(self._discard(request.body))  # as a server resets the stream
+            self._spawn(_discard(request.body))  # as a server resets the stream
             fields = Fields(
                 [
                     Field(name="x-amzn-errortype", values=["ValidationError"]),
@@ -163,11 +171,6 @@ class SeamTransport:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-    @staticmethod
-    async def _discard(body: AsyncIterable[bytes]) -> None:
-        async for _ in body:
-            pass
 
     async def close(self) -> None:
         for task in list(self._tasks):

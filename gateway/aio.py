@@ -7,11 +7,16 @@ from typing import Any
 
 
 async def cancel_and_wait(task: asyncio.Task[Any]) -> None:
-    """Cancel `task` and wait until it has finished; our own cancellation still propagates."""
+    """Cancel `task` and wait until it has finished; our own cancellation still propagates.
+
+    "Our own" means a cancel request that arrived while waiting: a task can carry a pending
+    count from earlier (a TaskGroup that cancelled it when a child failed), and the task's
+    CancelledError must not be taken for ours then."""
+    current = asyncio.current_task()
+    before = current.cancelling() if current is not None else 0
     task.cancel()
     try:
         await task
     except asyncio.CancelledError:
-        current = asyncio.current_task()
-        if current is not None and current.cancelling():
+        if current is not None and current.cancelling() > before:
             raise

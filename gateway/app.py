@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
@@ -16,9 +17,10 @@ from gateway.service import GatewayService
 from model_server.http_errors import install_error_handlers
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, sagemaker_http2_transport: Any = None) -> FastAPI:
+    """`sagemaker_http2_transport` replaces the HTTP/2 SDK's CRT client (tests, emulators)."""
     settings = settings or Settings()
-    service = GatewayService(settings)
+    service = GatewayService(settings, sagemaker_http2_transport)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

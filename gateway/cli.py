@@ -17,8 +17,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     print(f"gateway: listening on http://{settings.host}:{settings.port}", flush=True)
+    try:
+        app = create_app(settings)
+    except ValueError as exc:  # a setting that cannot work: say which, no traceback
+        raise SystemExit(f"gateway: {exc}") from exc
     uvicorn.run(
-        create_app(settings),
+        app,
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,

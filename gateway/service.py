@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -24,14 +25,35 @@ from gateway.sources.base import TextSource
 from gateway.sources.bedrock import BedrockOptions, BedrockSource
 from gateway.sources.echo import EchoSource
 from gateway.sources.openai_chat import OpenAIChatSource
+from gateway.transports.base import BatchTransport, BidiTransport
 from gateway.transports.model_server import ModelServerTransport
+from gateway.transports.sagemaker_bidi import SageMakerBidiTransport
+from gateway.transports.sagemaker_stream import SageMakerStreamTransport
 
 
 class GatewayService:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, sagemaker_http2_transport: Any = None) -> None:
+        """`sagemaker_http2_transport` replaces the HTTP/2 SDK's CRT client (tests)."""
         self.settings = settings
         self.client = httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=5.0))
-        self.tts = ModelServerTransport(settings.model_server_url, self.client)
+        self.model_server: ModelServerTransport | None = None
+        self.bidi: BidiTransport
+        self.batch: BatchTransport
+        if settings.tts_transport == "sagemaker":
+            if not settings.sagemaker_endpoint:
+                raise ValueError(
+                    "--tts-transport sagemaker needs --sagemaker-endpoint "
+                    "(GATEWAY_SAGEMAKER_ENDPOINT)"
+                )
+            self.bidi = SageMakerBidiTransport(
+                settings.sagemaker_endpoint,
+                self.aws_region(),
+                settings.sagemaker_http2_endpoint_uri or None,
+                sagemaker_http2_transport,
+            )
+        else:
+            self.model_server = ModelServerTransport(settings.model_server_url, self.client)
+            self.bidi = self.batch = self.model_server
         self.metrics = GatewayMetrics()
         self._exits = contextlib.AsyncExitStack()
         self._bedrock: Any = None  # an aioboto3 bedrock-runtime client, for --llm bedrock
@@ -39,17 +61,50 @@ class GatewayService:
             first_min_words=settings.first_min_words, first_max_words=settings.first_max_words
         )
 
-    async def start(self) -> None:
-        if self.settings.llm == "bedrock":
-            import aioboto3
-            from botocore.config import Config
+    def aws_region(self) -> str:
+        region = (
+            self.settings.aws_region
+            or os.environ.get("AWS_REGION")
+            or os.environ.get("AWS_DEFAULT_REGION")
+        )
+        if not region:
+            raise ValueError(
+                "SageMaker needs a region: --aws-region (GATEWAY_AWS_REGION) or AWS_REGION"
+            )
+        return region
 
-            # BedrockSource retries itself, and only before the first text: no SDK retries
-            config = Config(retries={"total_max_attempts": 1}, connect_timeout=5, read_timeout=60)
-            region = self.settings.aws_region or None
+    async def start(self) -> None:
+        import aioboto3
+        from botocore.config import Config
+
+        # Retries happen above the SDK, only where nothing was said yet
+        config = Config(retries={"total_max_attempts": 1}, connect_timeout=5, read_timeout=60)
+        region = self.settings.aws_region or None
+        if self.settings.llm == "bedrock":
             self._bedrock = await self._exits.enter_async_context(
                 aioboto3.Session().client("bedrock-runtime", region_name=region, config=config)
             )
+        if self.settings.tts_transport == "sagemaker":
+            runtime = await self._exits.enter_async_context(
+                aioboto3.Session().client(
+                    "sagemaker-runtime", region_name=self.aws_region(), config=config
+                )
+            )
+            self.batch = SageMakerStreamTransport(runtime, self.settings.sagemaker_endpoint)
+            assert isinstance(self.bidi, SageMakerBidiTransport)
+            self._exits.push_async_callback(self.bidi.close)
+
+    async def tts_ready(self) -> tuple[bool, str]:
+        """(ready, what) for /readyz: the model server answers /ping; a SageMaker endpoint is
+        not probed (that needs the control-plane API), only configured."""
+        if self.model_server is not None:
+            return await self.model_server.ready(), self.model_server.base_url
+        return True, f"sagemaker:{self.settings.sagemaker_endpoint}"
+
+    async def voices(self) -> dict[str, Any]:
+        if self.model_server is not None:
+            return await self.model_server.voices()
+        return {"default": self.settings.default_voice, "voices": []}
 
     async def aclose(self) -> None:
         await self._exits.aclose()
@@ -107,7 +162,7 @@ class GatewayService:
         )
         self.metrics.replies.labels(spec.mode, spec.format).inc()
         return Reply(
-            spec, source, create_encoder(spec.format), self.tts, self.tts, out, self.chunker
+            spec, source, create_encoder(spec.format), self.bidi, self.batch, out, self.chunker
         )
 
     def record(self, reply: Reply) -> None:

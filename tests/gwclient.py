@@ -47,7 +47,7 @@ async def read_sse(response: httpx.Response) -> SSEReply:
 
 async def sse_get(base_url: str, params: dict[str, Any]) -> SSEReply:
     async with (
-        httpx.AsyncClient(base_url=base_url, timeout=120) as http,
+        httpx.AsyncClient(base_url=base_url, timeout=15) as http,
         http.stream("GET", "/v1/speak/sse", params=params) as r,
     ):
         assert r.status_code == 200, await r.aread()
@@ -57,7 +57,7 @@ async def sse_get(base_url: str, params: dict[str, Any]) -> SSEReply:
 
 async def sse_post(base_url: str, body: dict[str, Any]) -> SSEReply:
     async with (
-        httpx.AsyncClient(base_url=base_url, timeout=120) as http,
+        httpx.AsyncClient(base_url=base_url, timeout=15) as http,
         http.stream("POST", "/v1/speak", json=body) as r,
     ):
         assert r.status_code == 200, await r.aread()

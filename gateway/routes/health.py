@@ -19,10 +19,10 @@ async def healthz() -> JSONResponse:
 @router.get("/readyz")
 async def readyz(request: Request) -> JSONResponse:
     service = service_of(request)
-    if await service.tts.ready():
-        return JSONResponse({"status": "ready", "model_server": service.tts.base_url})
-    body = {"status": "not_ready", "model_server": service.tts.base_url}
-    return JSONResponse(body, status_code=503)
+    ready, tts = await service.tts_ready()
+    if ready:
+        return JSONResponse({"status": "ready", "tts": tts})
+    return JSONResponse({"status": "not_ready", "tts": tts}, status_code=503)
 
 
 @router.get("/metrics")

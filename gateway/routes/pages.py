@@ -21,4 +21,4 @@ async def index() -> FileResponse:
 @router.get("/v1/voices")
 async def voices(request: Request) -> JSONResponse:
     """The model server's voices, for pickers."""
-    return JSONResponse(await service_of(request).tts.voices())
+    return JSONResponse(await service_of(request).voices())

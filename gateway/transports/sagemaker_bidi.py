@@ -80,10 +80,18 @@ class SageMakerBidiTransport:
         except Exception as exc:  # the SDK's errors share no base class worth naming here
             raise _translate(exc, self.endpoint_name) from exc
 
-        async def send_frame(frame: str) -> None:
+        writing = asyncio.Lock()
+
+        async def write(frame: str) -> None:
             part = RequestPayloadPart(bytes_=frame.encode(), completion_state="COMPLETE")
-            try:
+            async with writing:
                 await stream.input_stream.send(RequestStreamEventPayloadPart(value=part))
+
+        async def send_frame(frame: str) -> None:
+            # A signed event cut off mid-write would wedge the stream (the end frame would
+            # never arrive): each write finishes even when its caller is cancelled.
+            try:
+                await asyncio.shield(asyncio.ensure_future(write(frame)))
             except Exception as exc:
                 raise _translate(exc, self.endpoint_name) from exc
 
