@@ -55,3 +55,11 @@ def gateway_on_fake(fake_server: RunningServer) -> Iterator[RunningServer]:
     app = create_gateway(GatewaySettings(model_server_url=fake_server.http_url))
     with serve(app) as running:
         yield running
+
+
+@pytest.fixture
+def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Static credentials for the real AWS SDK clients talking to local emulators."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")

@@ -43,12 +43,10 @@ def gateway_bedrock(
     bedrock: tuple[RunningServer, BedrockScript],
     fake_server: RunningServer,
     monkeypatch: pytest.MonkeyPatch,
+    aws_env: None,
 ) -> Iterator[RunningServer]:
     emulator, _ = bedrock
     monkeypatch.setenv("AWS_ENDPOINT_URL_BEDROCK_RUNTIME", emulator.http_url)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     settings = GatewaySettings(
         model_server_url=fake_server.http_url,
         llm="bedrock",
@@ -120,11 +118,10 @@ async def test_validation_error_names_the_setting(
     bedrock: tuple[RunningServer, BedrockScript],
     fake_server: RunningServer,
     monkeypatch: pytest.MonkeyPatch,
+    aws_env: None,
 ) -> None:
     emulator, _ = bedrock
     monkeypatch.setenv("AWS_ENDPOINT_URL_BEDROCK_RUNTIME", emulator.http_url)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
     settings = GatewaySettings(
         model_server_url=fake_server.http_url,
         llm="bedrock",

@@ -17,13 +17,6 @@ from tests.servers import RunningServer
 BIDI = "/invocations-bidirectional-stream"
 
 
-@pytest.fixture
-def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-
-
 @pytest_asyncio.fixture(loop_scope="session")
 async def bidi(
     aws_env: None, fake_server: RunningServer

@@ -20,13 +20,6 @@ from tests.servers import RunningServer, serve
 TEXT = "Hello there. It has three sentences."
 
 
-@pytest.fixture
-def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-
-
 MakeTransport = Callable[..., Awaitable[SageMakerStreamTransport]]
 
 
