@@ -176,6 +176,14 @@ def validate_synthesis(
     return SynthesisRequest(text=text, voice=voice, speed=float(speed), request_id=request_id)
 
 
+def invocation_body(text: str, voice: str | None, speed: float) -> dict[str, Any]:
+    """A `POST /invocations` body asking for streamed PCM (what both batch transports send)."""
+    body: dict[str, Any] = {"text": text, "speed": speed, "format": "pcm", "stream": True}
+    if voice:
+        body["voice"] = voice
+    return body
+
+
 # --- server -> client -------------------------------------------------------------------------
 
 

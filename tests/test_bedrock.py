@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 
 import orjson
@@ -39,15 +40,15 @@ def bedrock() -> Iterator[tuple[RunningServer, BedrockScript]]:
 
 
 @pytest.fixture
-def gateway_bedrock(
+def bedrock_settings(
     bedrock: tuple[RunningServer, BedrockScript],
     fake_server: RunningServer,
     monkeypatch: pytest.MonkeyPatch,
     aws_env: None,
-) -> Iterator[RunningServer]:
+) -> GatewaySettings:
     emulator, _ = bedrock
     monkeypatch.setenv("AWS_ENDPOINT_URL_BEDROCK_RUNTIME", emulator.http_url)
-    settings = GatewaySettings(
+    return GatewaySettings(
         model_server_url=fake_server.http_url,
         llm="bedrock",
         aws_region="us-east-1",
@@ -56,7 +57,11 @@ def gateway_bedrock(
         temperature=0.2,
         system_prompt="Speak plainly.",
     )
-    with serve(create_gateway(settings)) as running:
+
+
+@pytest.fixture
+def gateway_bedrock(bedrock_settings: GatewaySettings) -> Iterator[RunningServer]:
+    with serve(create_gateway(bedrock_settings)) as running:
         yield running
 
 
@@ -114,20 +119,8 @@ async def test_a_mid_stream_error_ends_the_reply(
     assert "error" not in again.names
 
 
-async def test_validation_error_names_the_setting(
-    bedrock: tuple[RunningServer, BedrockScript],
-    fake_server: RunningServer,
-    monkeypatch: pytest.MonkeyPatch,
-    aws_env: None,
-) -> None:
-    emulator, _ = bedrock
-    monkeypatch.setenv("AWS_ENDPOINT_URL_BEDROCK_RUNTIME", emulator.http_url)
-    settings = GatewaySettings(
-        model_server_url=fake_server.http_url,
-        llm="bedrock",
-        aws_region="us-east-1",
-        bedrock_model_id="invalid.model",
-    )
+async def test_validation_error_names_the_setting(bedrock_settings: GatewaySettings) -> None:
+    settings = dataclasses.replace(bedrock_settings, bedrock_model_id="invalid.model")
     with serve(create_gateway(settings)) as gw:
         reply = await sse_get(gw.http_url, {"prompt": "Hi?"})
     error = reply.one("error")

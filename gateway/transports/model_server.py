@@ -15,6 +15,7 @@ from websockets.exceptions import WebSocketException
 from gateway.aio import cancel_and_wait
 from gateway.errors import TTSError
 from gateway.transports.session import PipelinedSession
+from model_server.protocol import invocation_body
 
 BIDI_PATH = "/invocations-bidirectional-stream"
 
@@ -75,9 +76,7 @@ class ModelServerTransport:
             await cancel_and_wait(reader)
 
     async def synthesize(self, text: str, voice: str | None, speed: float) -> AsyncIterator[bytes]:
-        body: dict[str, Any] = {"text": text, "speed": speed, "format": "pcm", "stream": True}
-        if voice:
-            body["voice"] = voice
+        body = invocation_body(text, voice, speed)
         try:
             async with self._client.stream(
                 "POST", self.base_url + "/invocations", json=body, timeout=httpx.Timeout(60.0)

@@ -16,6 +16,7 @@ import orjson
 from botocore.exceptions import BotoCoreError, ClientError
 
 from gateway.errors import TTSError
+from model_server.protocol import invocation_body
 
 
 class SageMakerStreamTransport:
@@ -24,9 +25,7 @@ class SageMakerStreamTransport:
         self.endpoint_name = endpoint_name
 
     async def synthesize(self, text: str, voice: str | None, speed: float) -> AsyncIterator[bytes]:
-        body: dict[str, Any] = {"text": text, "speed": speed, "format": "pcm", "stream": True}
-        if voice:
-            body["voice"] = voice
+        body = invocation_body(text, voice, speed)
         try:
             response = await self._client.invoke_endpoint_with_response_stream(
                 EndpointName=self.endpoint_name,
