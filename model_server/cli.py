@@ -10,20 +10,29 @@ import uvicorn
 
 from model_server.app import create_app
 from model_server.config import Settings, parse_settings
+from model_server.engines import checkpoint
 from model_server.engines.weights import assemble_model, default_cache_dir
 from model_server.errors import ModelUnavailable
+
+
+def preflight(settings: Settings) -> None:
+    """Fail at once, saying what to install or pass, rather than after binding the port.
+    (A hub download is left to the background load: /ping must answer meanwhile.)"""
+    if settings.engine == "onnx" and settings.model_path is None:
+        assemble_model(settings.cache_dir or default_cache_dir())
+    elif settings.engine == "torch" and not settings.model_repo:
+        checkpoint.locate(settings.model_dir or checkpoint.SAGEMAKER_MODEL_DIR)
 
 
 def run(settings: Settings) -> None:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    if settings.engine == "onnx" and settings.model_path is None:
-        try:  # fail at once, with the packages to install, rather than after binding the port
-            assemble_model(settings.cache_dir or default_cache_dir())
-        except ModelUnavailable as exc:
-            print(f"model-server: {exc}", file=sys.stderr)
-            raise SystemExit(2) from exc
+    try:
+        preflight(settings)
+    except ModelUnavailable as exc:
+        print(f"model-server: {exc}", file=sys.stderr)
+        raise SystemExit(2) from exc
     print(
         f"model-server: listening on http://{settings.host}:{settings.port} "
         f"(ws://{settings.host}:{settings.port}/invocations-bidirectional-stream)",

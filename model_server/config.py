@@ -21,6 +21,9 @@ class Settings:
     default_voice: str = "jf_alpha"
     model_path: Path | None = None
     cache_dir: Path | None = None
+    model_dir: Path | None = None
+    model_repo: str | None = None
+    device: str = "auto"
     workers: int = 2  # engine calls running at once, across all sessions
     threads: int = 0  # onnxruntime intra-op threads per call; 0: all cores
     max_text_chars: int = 5_000
@@ -41,10 +44,16 @@ _HELP = {
     "engine": "synthesis engine",
     "voices_dir": "directory of extra voice packs (.pt, .npy, .npz, .bin)",
     "default_voice": "voice used when a request names none",
-    "model_path": "Kokoro ONNX model file (default: assembled from the registry packages)",
-    "cache_dir": "where the model is assembled (default: ~/.cache/kokoro-voice-stream)",
+    "model_path": "onnx: the Kokoro ONNX model file (default: assembled from the registry "
+    "packages)",
+    "cache_dir": "onnx: where the model is assembled (default: ~/.cache/kokoro-voice-stream)",
+    "model_dir": "torch: a Kokoro checkpoint directory: config.json, one .pth, voices/*.pt "
+    "(default: /opt/ml/model, where SageMaker unpacks the model data)",
+    "model_repo": "torch: a Hugging Face repo id (e.g. hexgrad/Kokoro-82M) instead of --model-dir; "
+    "needs the hub or its cache",
+    "device": "torch: cuda, cuda:N or cpu (auto: cuda when available)",
     "workers": "engine calls running at once, across all sessions",
-    "threads": "onnxruntime threads per engine call (0: all cores)",
+    "threads": "CPU threads per engine call (0: all cores for onnx, torch's default for torch)",
     "max_text_chars": "longest text accepted in one request",
     "max_pending": "requests queued or running per WebSocket session",
     "warmup": "run one synthesis before /ping reports ready",
@@ -64,7 +73,7 @@ def parse_settings(
         description="Kokoro-82M TTS behind the SageMaker container contract",
         env_prefix=ENV_PREFIX,
         help=_HELP,
-        choices={"engine": ["onnx"]},
+        choices={"engine": ["onnx", "torch"]},
         argv=argv,
         env=env,
         overrides=overrides,

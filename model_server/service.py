@@ -23,6 +23,19 @@ EngineFactory = Callable[[Settings], Engine]
 
 
 def default_engine_factory(settings: Settings) -> Engine:
+    """The engine `settings.engine` names; its heavy imports happen here, off the event loop."""
+    if settings.engine == "torch":
+        from model_server.engines.kmodel import TorchEngine, TorchOptions
+
+        return TorchEngine(
+            TorchOptions(
+                model_dir=settings.model_dir,
+                model_repo=settings.model_repo,
+                voices_dir=settings.voices_dir,
+                device=settings.device,
+                threads=settings.threads,
+            )
+        )
     from model_server.engines.onnx import OnnxEngine, OnnxOptions
 
     return OnnxEngine(

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-import importlib.util
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -57,8 +57,17 @@ def test_empty_or_missing_dir(tmp_path: Path) -> None:
         load_dir(tmp_path / "nope")
 
 
-@pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="torch is installed")
-def test_pt_without_torch_says_what_to_do(tmp_path: Path) -> None:
+def test_pt_as_the_kokoro_package_writes_it(tmp_path: Path) -> None:
+    import torch
+
+    pack = torch.randn(510, 1, 256)
+    torch.save(pack, tmp_path / "af_heart.pt")
+    loaded = load_file(tmp_path / "af_heart.pt")["af_heart"]
+    np.testing.assert_array_equal(loaded, pack.numpy())
+
+
+def test_pt_without_torch_says_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "torch", None)  # as on an image without the torch extra
     (tmp_path / "af_heart.pt").write_bytes(b"PK")
     with pytest.raises(VoicePackError, match="need torch"):
         load_file(tmp_path / "af_heart.pt")
