@@ -10,6 +10,7 @@ from fastapi import FastAPI
 
 from model_server.config import Settings
 from model_server.http_errors import install_error_handlers
+from model_server.inflight import Inflight, InflightMiddleware
 from model_server.routes import http, ws
 from model_server.service import EngineFactory, ModelService, default_engine_factory
 from model_server.text.g2p import G2P, english_g2p
@@ -43,6 +44,8 @@ def create_app(
         redoc_url=None,
     )
     app.state.service = service
+    app.state.inflight = Inflight()
+    app.add_middleware(InflightMiddleware, inflight=app.state.inflight)
     app.include_router(http.router)
     app.include_router(ws.router)
 

@@ -28,10 +28,11 @@ def _service(request: Request) -> ModelService:
 @router.get("/ping")
 async def ping(request: Request) -> JSONResponse:
     service = _service(request)
+    inflight = request.app.state.inflight.count  # requests and sessions running: for draining
     if service.ready:
-        return JSONResponse({"status": "ok"})
+        return JSONResponse({"status": "ok", "inflight": inflight})
     status = "failed" if service.failure else "loading"
-    body = {"status": status, "detail": service.failure or "model loading"}
+    body = {"status": status, "detail": service.failure or "model loading", "inflight": inflight}
     return JSONResponse(body, status_code=503)
 
 
