@@ -11,13 +11,18 @@ HOST ?= 127.0.0.1
 MODEL_PORT ?= 8080
 PORT ?= 8000
 
-.PHONY: help setup browser dev test lint typecheck bench bench-model deploy-sagemaker lock clean
+.PHONY: help setup browser dev dev-docker dev-gpu images k8s-render test lint typecheck bench \
+	bench-model deploy-sagemaker lock clean
 
 help:
 	@echo "make dev          model server ($(HOST):$(MODEL_PORT)) and gateway (http://$(HOST):$(PORT))"
 	@echo "make test         lint, type-check and run the test suite"
 	@echo "make bench        gateway: time to first audio, bidi vs batch"
 	@echo "make bench-model  model-server latency/RTF table"
+	@echo "make dev-docker   the same stack in containers, CPU (docker compose)"
+	@echo "make dev-gpu      containers on a GPU box: KOKORO_MODEL_DIR=/path/to/Kokoro-82M"
+	@echo "make images       build the model server (gpu, cpu) and gateway images"
+	@echo "make k8s-render   print the Kubernetes manifests: OVERLAY=cpu|gpu"
 	@echo "make lock         re-resolve uv.lock after changing pyproject.toml"
 
 # The virtual environment, rebuilt whenever the lock file or the project metadata changes.
@@ -25,7 +30,7 @@ $(VENV)/.synced: uv.lock pyproject.toml
 	@if ! $(PY) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; then \
 		py=$$(scripts/find-python) && rm -rf $(VENV) && $$py -m venv $(VENV); fi
 	@$(PY) -m pip install --quiet --disable-pip-version-check "uv==0.13.8"
-	$(UV) sync --frozen --python $(PY)
+	@$(UV) sync --frozen --extra torch --python $(PY)
 	@touch $@
 
 setup: $(VENV)/.synced
@@ -38,6 +43,28 @@ browser:
 
 dev: setup
 	$(PY) scripts/dev.py --host $(HOST) --model-port $(MODEL_PORT) --port $(PORT) $(DEV_ARGS)
+
+# Containers (need a Docker engine with compose; dev-gpu also the NVIDIA Container Toolkit).
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+COMPOSE := docker compose -f docker/compose.yaml
+OVERLAY ?= cpu
+
+dev-docker:
+	$(COMPOSE) up --build
+
+dev-gpu:
+	@test -n "$(KOKORO_MODEL_DIR)" || { \
+		echo "make dev-gpu KOKORO_MODEL_DIR=/path/to/Kokoro-82M (config.json, kokoro-v1_0.pth, voices/)"; \
+		exit 2; }
+	KOKORO_MODEL_DIR=$(abspath $(KOKORO_MODEL_DIR)) $(COMPOSE) -f docker/compose.gpu.yaml up --build
+
+images:
+	docker build -f docker/model-server-gpu.Dockerfile -t kokoro-model-server:gpu-$(VERSION) .
+	docker build -f docker/model-server-cpu.Dockerfile -t kokoro-model-server:cpu-$(VERSION) .
+	docker build -f docker/gateway.Dockerfile -t kokoro-gateway:$(VERSION) .
+
+k8s-render: setup
+	@$(VENV)/bin/kubectl kustomize k8s/overlays/$(OVERLAY)
 
 lint: setup
 	$(VENV)/bin/ruff check .

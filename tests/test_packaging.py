@@ -1,0 +1,335 @@
+"""docker/ and k8s/, checked statically (no Docker engine or cluster on these machines): hadolint
+and a Dockerfile parser for the images, the compose spec's JSON schema for compose, kustomize
+renders checked against the Kubernetes schemas of several releases, and what each must say."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from dockerfile_parse import DockerfileParser
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCKER = ROOT / "docker"
+BIN = Path(sys.executable).parent
+SAGEMAKER_LABEL = "com.amazonaws.sagemaker.capabilities.bidirectional-streaming"
+MODEL_IMAGES = ["model-server-gpu.Dockerfile", "model-server-cpu.Dockerfile"]
+ALL_IMAGES = [*MODEL_IMAGES, "gateway.Dockerfile"]
+K8S_VERSIONS = ["1.30.0", "1.33.0", "1.37.0"]
+
+
+def _pyproject() -> dict[str, Any]:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def _run(*args: str | Path, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(a) for a in args], capture_output=True, text=True, check=check)
+
+
+# --- images --------------------------------------------------------------------------------
+
+
+def _dockerfile(name: str) -> DockerfileParser:
+    return DockerfileParser(str(DOCKER / name))
+
+
+def _final_stage(parser: DockerfileParser) -> list[dict[str, Any]]:
+    froms = [i for i, s in enumerate(parser.structure) if s["instruction"] == "FROM"]
+    return list(parser.structure[froms[-1] :])
+
+
+def _instructions(stage: list[dict[str, Any]], name: str) -> list[str]:
+    return [str(s["value"]) for s in stage if s["instruction"] == name]
+
+
+def test_hadolint_passes() -> None:
+    result = _run(BIN / "hadolint", *(DOCKER / n for n in ALL_IMAGES), check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_hadolint_would_catch_a_latest_tag(tmp_path: Path) -> None:
+    bad = tmp_path / "Dockerfile"
+    bad.write_text('FROM python:latest\nCMD ["python"]\n')
+    result = _run(BIN / "hadolint", bad, check=False)
+    assert result.returncode != 0
+    assert "DL3007" in result.stdout
+
+
+@pytest.mark.parametrize("name", MODEL_IMAGES)
+def test_model_server_images_keep_the_sagemaker_contract(name: str) -> None:
+    parser = _dockerfile(name)
+    stage = _final_stage(parser)
+    assert parser.labels[SAGEMAKER_LABEL] == "true"
+    assert _instructions(stage, "EXPOSE") == ["8080"]
+    (entrypoint,) = _instructions(stage, "ENTRYPOINT")
+    command = yaml.safe_load(entrypoint)  # exec form is a JSON array; shell form is not
+    assert isinstance(command, list)
+    assert Path(command[0]).name == "serve"  # `docker run IMAGE serve` runs `serve serve`
+    assert _pyproject()["project"]["scripts"]["serve"] == "model_server.cli:serve"
+    (healthcheck,) = _instructions(stage, "HEALTHCHECK")
+    assert "CMD [" in healthcheck
+    assert "127.0.0.1:8080/ping" in healthcheck
+
+
+@pytest.mark.parametrize("name", ALL_IMAGES)
+def test_images_run_as_a_non_root_user_from_pinned_bases(name: str) -> None:
+    parser = _dockerfile(name)
+    (user,) = _instructions(_final_stage(parser), "USER")
+    assert user not in {"0", "root"}
+    for image in parser.parent_images:
+        repository, _, tag = image.rpartition(":")
+        assert repository, f"{image}: no tag"
+        assert tag, image
+        assert tag != "latest", image
+        assert "/" not in tag, image
+
+
+@pytest.mark.parametrize("name", ALL_IMAGES)
+def test_copied_sources_are_in_the_build_context(name: str) -> None:
+    """Every COPY from the context names something that exists and .dockerignore lets through."""
+    allowed = [
+        line[1:].rstrip("/")
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.startswith("!")
+    ]
+    for value in _instructions(_dockerfile(name).structure, "COPY"):
+        if value.startswith("--from="):
+            continue
+        parts = [p for p in value.split() if not p.startswith("--")]
+        for source in parts[:-1]:
+            assert (ROOT / source).exists(), f"{name}: COPY {source}: not in the repository"
+            assert any(source.rstrip("/").startswith(a) for a in allowed), (
+                f"{name}: COPY {source} is excluded by .dockerignore"
+            )
+
+
+def test_the_gpu_image_gets_a_safe_torch() -> None:
+    """The GPU image installs the locked `torch` extra; both the extra and the lock keep torch at
+    2.10 or newer (PYSEC-2026-2286)."""
+    runs = " ".join(_instructions(_dockerfile("model-server-gpu.Dockerfile").structure, "RUN"))
+    assert "--frozen" in runs
+    assert "--extra torch" in runs
+    extra = _pyproject()["project"]["optional-dependencies"]["torch"]
+    assert "torch>=2.10.0" in extra
+    lock = tomllib.loads((ROOT / "uv.lock").read_text())
+    (torch,) = [p for p in lock["package"] if p["name"] == "torch"]
+    major, minor = (int(x) for x in torch["version"].split(".")[:2])
+    assert (major, minor) >= (2, 10)
+
+
+def test_the_gateway_runs_without_the_packages_its_image_leaves_out() -> None:
+    parser = _dockerfile("gateway.Dockerfile")
+    args = dict(s["value"].split("=", 1) for s in parser.structure if s["instruction"] == "ARG")
+    left_out = args["LEAVE_OUT"].strip('"').split()
+    assert "onnxruntime" in left_out
+    modules = [name.replace("-", "_").removesuffix("_fork") for name in left_out]
+    script = f"""
+import importlib.abc, sys
+BLOCKED = {modules!r}
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ImportError(f"{{name}} is not in the gateway image")
+sys.meta_path.insert(0, Block())
+from fastapi.testclient import TestClient
+from gateway.app import create_app
+from gateway.config import Settings
+with TestClient(create_app(Settings())) as client:
+    assert client.get("/healthz").json() == {{"status": "ok"}}
+    assert "speak" in client.get("/static/speak.js").text
+print("ok")
+"""
+    result = _run(sys.executable, "-c", script, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().endswith("ok")
+
+
+# --- compose -------------------------------------------------------------------------------
+
+COMPOSE_FILES = ["compose.yaml", "compose.gpu.yaml"]
+
+
+@pytest.mark.parametrize("name", COMPOSE_FILES)
+def test_compose_files_match_the_compose_spec(name: str) -> None:
+    result = _run(
+        BIN / "check-jsonschema", "--builtin-schema", "vendor.compose-spec", DOCKER / name,
+        check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_compose_schema_check_can_fail(tmp_path: Path) -> None:
+    broken = tmp_path / "compose.yaml"
+    text = (DOCKER / "compose.yaml").read_text()
+    broken.write_text(text.replace("healthcheck:", "healthchek:", 1))
+    result = _run(
+        BIN / "check-jsonschema", "--builtin-schema", "vendor.compose-spec", broken, check=False
+    )
+    assert result.returncode != 0
+
+
+def _merge(base: Any, override: Any) -> Any:
+    """Compose's merge of mappings (sequences of the override replace, enough here)."""
+    if isinstance(base, dict) and isinstance(override, dict):
+        return {k: _merge(base.get(k), v) if k in base else v for k, v in override.items()} | {
+            k: v for k, v in base.items() if k not in override
+        }
+    return override
+
+
+def _compose(*names: str) -> dict[str, Any]:
+    merged: dict[str, Any] = {}
+    for name in names:
+        merged = _merge(merged, yaml.safe_load((DOCKER / name).read_text()))
+    return merged
+
+
+@pytest.mark.parametrize("files", [["compose.yaml"], COMPOSE_FILES], ids=["cpu", "gpu"])
+def test_compose_brings_up_the_stack_health_gated(files: list[str]) -> None:
+    services = _compose(*files)["services"]
+    model, gateway = services["model-server"], services["gateway"]
+    assert gateway["depends_on"]["model-server"]["condition"] == "service_healthy"
+    assert "/ping" in " ".join(model["healthcheck"]["test"])
+    assert "/readyz" in " ".join(gateway["healthcheck"]["test"])
+    assert "GATEWAY_MODEL_SERVER_URL=http://model-server:8080" in gateway["environment"]
+    for service in (model, gateway):
+        assert (DOCKER / service["build"]["context"] / service["build"]["dockerfile"]).is_file()
+        assert not service["image"].endswith(":latest")
+    gpu = files == COMPOSE_FILES
+    assert model["build"]["dockerfile"].endswith("gpu.Dockerfile" if gpu else "cpu.Dockerfile")
+    devices = model.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices")
+    if gpu:
+        assert devices == [{"driver": "nvidia", "count": 1, "capabilities": ["gpu"]}]
+        (volume,) = model["volumes"]
+        assert volume["target"] == "/opt/ml/model"
+        assert volume["read_only"] is True
+    else:
+        assert devices is None
+
+
+# --- Kubernetes ----------------------------------------------------------------------------
+
+
+def _render(overlay: str) -> list[dict[str, Any]]:
+    result = _run(BIN / "kubectl", "kustomize", ROOT / "k8s" / "overlays" / overlay)
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+@pytest.fixture(scope="module", params=["cpu", "gpu"])
+def rendered(request: pytest.FixtureRequest) -> tuple[str, list[dict[str, Any]]]:
+    return request.param, _render(request.param)
+
+
+def _one(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    (doc,) = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    return doc
+
+
+def _container(deployment: dict[str, Any]) -> dict[str, Any]:
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return dict(container)
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+def test_manifests_match_the_kubernetes_schemas(
+    rendered: tuple[str, list[dict[str, Any]]], version: str
+) -> None:
+    import kubernetes_validate
+
+    _, docs = rendered
+    kinds = {d["kind"] for d in docs}
+    assert {"Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget"} <= kinds
+    assert "Ingress" in kinds
+    for doc in docs:
+        kubernetes_validate.validate(doc, version, strict=True)
+
+
+def test_the_schema_check_can_fail() -> None:
+    import kubernetes_validate
+    from kubernetes_validate.utils import ValidationError
+
+    deployment = _one(_render("cpu"), "Deployment", "gateway")
+    deployment["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]["pth"] = (
+        "/readyz"
+    )
+    with pytest.raises(ValidationError):
+        kubernetes_validate.validate(deployment, K8S_VERSIONS[-1], strict=True)
+
+
+def test_model_server_pods_probe_ping_and_drain(rendered: tuple[str, list[dict[str, Any]]]) -> None:
+    overlay, docs = rendered
+    deployment = _one(docs, "Deployment", "model-server")
+    container = _container(deployment)
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/ping", "port": "http"}
+    drain = container["lifecycle"]["preStop"]["exec"]["command"]
+    assert Path(drain[0]).name in _pyproject()["project"]["scripts"]
+    wait_s = float(drain[drain.index("--timeout") + 1])
+    assert deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > wait_s + 25
+    assert container["image"] == f"kokoro-model-server:{overlay}-0.1.0"
+    env = {e["name"]: e.get("value") for e in container.get("env", [])}
+    limits = container["resources"]["limits"]
+    pod = deployment["spec"]["template"]["spec"]
+    if overlay == "gpu":
+        assert env["MODEL_SERVER_ENGINE"] == "torch"
+        assert limits["nvidia.com/gpu"] == 1
+        assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+        assert pod["tolerations"][0]["key"] == "nvidia.com/gpu"
+        (claim,) = [v for v in pod["volumes"] if "persistentVolumeClaim" in v]
+        assert _one(docs, "PersistentVolumeClaim", claim["persistentVolumeClaim"]["claimName"])
+    else:
+        assert "nvidia.com/gpu" not in limits
+        assert "nodeSelector" not in pod
+
+
+def test_gateway_scales_and_survives_disruption(rendered: tuple[str, list[dict[str, Any]]]) -> None:
+    _, docs = rendered
+    deployment = _one(docs, "Deployment", "gateway")
+    container = _container(deployment)
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["GATEWAY_MODEL_SERVER_URL"] == "http://model-server:8080"
+    hpa = _one(docs, "HorizontalPodAutoscaler", "gateway")
+    assert hpa["spec"]["scaleTargetRef"]["name"] == "gateway"
+    metrics = {m["type"]: m for m in hpa["spec"]["metrics"]}
+    assert metrics["Resource"]["resource"]["name"] == "cpu"
+    assert metrics["Pods"]["pods"]["metric"]["name"] == "gateway_active_sessions"
+    assert "gateway_active_sessions" in (ROOT / "gateway" / "metrics.py").read_text()
+    pdb = _one(docs, "PodDisruptionBudget", "gateway")
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert pdb["spec"]["minAvailable"] < hpa["spec"]["minReplicas"]
+
+
+def test_services_and_ingress_reach_the_pods(rendered: tuple[str, list[dict[str, Any]]]) -> None:
+    _, docs = rendered
+    for name in ("model-server", "gateway"):
+        service = _one(docs, "Service", name)
+        deployment = _one(docs, "Deployment", name)
+        labels = deployment["spec"]["template"]["metadata"]["labels"]
+        assert service["spec"]["selector"].items() <= labels.items()
+        ports = {p["name"] for p in _container(deployment)["ports"]}
+        assert {p["targetPort"] for p in service["spec"]["ports"]} <= ports
+    ingress = _one(docs, "Ingress", "voice")
+    annotations = ingress["metadata"]["annotations"]
+    assert annotations["nginx.ingress.kubernetes.io/proxy-buffering"] == "off"  # SSE
+    assert int(annotations["nginx.ingress.kubernetes.io/proxy-read-timeout"]) >= 3600  # WS
+    (path,) = ingress["spec"]["rules"][0]["http"]["paths"]
+    backend = path["backend"]["service"]
+    gateway = _one(docs, "Service", backend["name"])
+    assert backend["port"]["name"] in {p["name"] for p in gateway["spec"]["ports"]}
+
+
+def test_no_manifest_uses_a_latest_tag() -> None:
+    for overlay in ("cpu", "gpu"):
+        for doc in _render(overlay):
+            for image in re.findall(r"image: (\S+)", yaml.safe_dump(doc)):
+                assert ":" in image
+                assert not image.endswith(":latest")
