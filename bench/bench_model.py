@@ -1,7 +1,8 @@
 """`make bench-model`: time to first audio and real-time factor of the model server.
 
-Starts the real model server (Kokoro-82M int8 onnx) on a loopback port in this process, or
-measures one at `--url`, over the bidirectional WebSocket. Prints one table:
+Starts the real model server on a loopback port in this process (Kokoro-82M int8 onnx, or with
+`--engine torch --model-dir DIR` kokoro's KModel on CUDA when there is one), or measures one at
+`--url`, over the bidirectional WebSocket. Prints one table:
 
 - short, medium and long sentences, one session: p50 time to first audio (send -> first PCM
   frame) and RTF (synthesis wall time / audio duration);
@@ -18,9 +19,12 @@ import statistics
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import orjson
 from websockets.asyncio.client import connect
+
+from model_server.config import Settings
 
 BIDI = "/invocations-bidirectional-stream"
 TEXTS = {
@@ -99,12 +103,11 @@ async def run(url: str, runs: int, levels: list[int]) -> list[tuple[str, ...]]:
 
 
 @contextmanager
-def local_server(workers: int, threads: int) -> Iterator[str]:
+def local_server(settings: Settings) -> Iterator[str]:
     from model_server.app import create_app
-    from model_server.config import Settings
     from tests.servers import serve
 
-    app = create_app(Settings(workers=workers, threads=threads))
+    app = create_app(settings)
     with serve(app) as running:
         if not app.state.service.settled.wait(timeout=300) or not app.state.service.ready:
             raise SystemExit(f"model server failed: {app.state.service.failure}")
@@ -118,6 +121,11 @@ def main() -> None:
     parser.add_argument("--concurrency", default="1,2,4,8")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--engine", choices=["onnx", "torch"], default="onnx")
+    parser.add_argument("--model-dir", type=Path, help="torch: Kokoro checkpoint directory")
+    parser.add_argument("--model-repo", help="torch: Hugging Face repo id instead")
+    parser.add_argument("--device", default="auto", help="torch: cuda, cuda:N, cpu or auto")
+    parser.add_argument("--voice", help="default voice (torch checkpoints: e.g. af_heart)")
     args = parser.parse_args()
     levels = [int(x) for x in args.concurrency.split(",")]
 
@@ -132,8 +140,20 @@ def main() -> None:
     if args.url:
         table(args.url)
     else:
-        with local_server(args.workers, args.threads) as url:
-            print(f"local server: {args.workers} workers, threads {args.threads or 'auto'}")
+        settings = Settings(
+            workers=args.workers,
+            threads=args.threads,
+            engine=args.engine,
+            model_dir=args.model_dir,
+            model_repo=args.model_repo,
+            device=args.device,
+            **({"default_voice": args.voice} if args.voice else {}),
+        )
+        with local_server(settings) as url:
+            print(
+                f"local server: engine {args.engine}, {args.workers} workers, "
+                f"threads {args.threads or 'auto'}"
+            )
             table(url)
 
 
