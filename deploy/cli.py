@@ -13,7 +13,13 @@ from collections.abc import Sequence
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError, WaiterError
 
-from deploy.sagemaker import EndpointSpec, deploy, teardown
+from deploy.sagemaker import (
+    GPU_AMI_VERSION,
+    EndpointSpec,
+    default_ami_version,
+    deploy,
+    teardown,
+)
 
 
 def _env(pairs: Sequence[str]) -> dict[str, str]:
@@ -24,6 +30,12 @@ def _env(pairs: Sequence[str]) -> dict[str, str]:
             raise SystemExit(f"kokoro-deploy: --env expects KEY=VALUE, got {pair!r}")
         env[key] = value
     return env
+
+
+def _ami(requested: str | None, instance_type: str) -> str | None:
+    if requested is None:
+        return default_ami_version(instance_type)
+    return None if requested == "default" else requested
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -52,6 +64,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         metavar="KEY=VALUE",
         help="container environment, e.g. MODEL_SERVER_ENGINE=torch",
     )
+    up.add_argument(
+        "--inference-ami-version",
+        help="the endpoint's AMI (NVIDIA driver); default for GPU instances: "
+        f"{GPU_AMI_VERSION}; 'default' keeps SageMaker's",
+    )
     up.add_argument("--no-wait", action="store_true", help="do not wait for InService")
     down = sub.add_parser("teardown", help="remove the endpoint and everything it created")
     down.add_argument("--name", required=True)
@@ -72,6 +89,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 max_instances=args.max_instances,
                 target_invocations_per_instance=args.target_invocations,
                 environment=_env(args.env),
+                inference_ami_version=_ami(args.inference_ami_version, args.instance_type),
             )
             for key, value in deploy(spec, sagemaker, autoscaling, wait=not args.no_wait).items():
                 print(f"{key}: {value}")

@@ -19,6 +19,9 @@ from botocore.exceptions import ClientError
 log = logging.getLogger(__name__)
 
 VARIANT = "AllTraffic"
+# NVIDIA driver 550 (CUDA 12.4) instead of ml.g5's default 470: the GPU image's CUDA 13 torch
+# runs on it through CUDA forward compatibility (model_server/cuda_compat.py).
+GPU_AMI_VERSION = "al2-ami-sagemaker-inference-gpu-3-1"
 SCALABLE_DIMENSION = "sagemaker:variant:DesiredInstanceCount"
 
 
@@ -34,6 +37,7 @@ class EndpointSpec:
     max_instances: int = 4
     target_invocations_per_instance: float = 20.0
     environment: dict[str, str] = field(default_factory=dict)
+    inference_ami_version: str | None = None
 
     def _digest(self, *parts: object) -> str:
         return hashlib.sha256(orjson.dumps(parts, option=orjson.OPT_SORT_KEYS)).hexdigest()[:10]
@@ -45,12 +49,23 @@ class EndpointSpec:
 
     @property
     def config_name(self) -> str:
-        digest = self._digest(self.model_name, self.instance_type, self.initial_instance_count)
+        digest = self._digest(
+            self.model_name,
+            self.instance_type,
+            self.initial_instance_count,
+            self.inference_ami_version,
+        )
         return f"{self.name}-{digest}"
 
     @property
     def resource_id(self) -> str:
         return f"endpoint/{self.name}/variant/{VARIANT}"
+
+
+def default_ami_version(instance_type: str) -> str | None:
+    """GPU instance families get the newer-driver AMI; others keep SageMaker's default."""
+    family = instance_type.removeprefix("ml.").split(".")[0]
+    return GPU_AMI_VERSION if family[:1] in ("g", "p") else None
 
 
 def _exists(call: Any, **kwargs: Any) -> bool:
@@ -85,16 +100,16 @@ def deploy(
     if _exists(sagemaker.describe_endpoint_config, EndpointConfigName=spec.config_name):
         done["config_action"] = "reused"
     else:
+        variant: dict[str, Any] = {
+            "VariantName": VARIANT,
+            "ModelName": spec.model_name,
+            "InstanceType": spec.instance_type,
+            "InitialInstanceCount": spec.initial_instance_count,
+        }
+        if spec.inference_ami_version:
+            variant["InferenceAmiVersion"] = spec.inference_ami_version
         sagemaker.create_endpoint_config(
-            EndpointConfigName=spec.config_name,
-            ProductionVariants=[
-                {
-                    "VariantName": VARIANT,
-                    "ModelName": spec.model_name,
-                    "InstanceType": spec.instance_type,
-                    "InitialInstanceCount": spec.initial_instance_count,
-                }
-            ],
+            EndpointConfigName=spec.config_name, ProductionVariants=[variant]
         )
         done["config_action"] = "created"
     try:

@@ -10,7 +10,9 @@
 # /opt/ml/model, where SageMaker unpacks the endpoint's model data. To bake one in instead, put
 # it in docker/weights/ before building. Nothing is downloaded at build time but packages from
 # PyPI and Ubuntu, which a registry mirror can serve.
-# torch comes from uv.lock (PyPI's CUDA 13 build; the host needs an NVIDIA driver >= 580).
+# torch comes from uv.lock (PyPI's CUDA 13 build). Hosts with an NVIDIA driver older than 580 use
+# the base image's CUDA forward-compatibility libraries (data-centre GPUs; see
+# model_server/cuda_compat.py); on SageMaker deploy with an inference AMI of driver 535 or newer.
 
 ARG CUDA_IMAGE=nvidia/cuda:13.0.1-runtime-ubuntu24.04
 
@@ -52,7 +54,7 @@ ENV PATH=/opt/venv/bin:$PATH \
     HF_HOME=/home/app/.cache/huggingface \
     MODEL_SERVER_ENGINE=torch \
     MODEL_SERVER_MODEL_DIR=/opt/ml/model \
-    MODEL_SERVER_DEVICE=auto \
+    MODEL_SERVER_DEVICE=cuda \
     MODEL_SERVER_DEFAULT_VOICE=af_heart \
     MODEL_SERVER_WORKERS=4
 USER 10001

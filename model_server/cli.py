@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import uvicorn
 
+from model_server import cuda_compat
 from model_server.app import create_app
 from model_server.config import Settings, parse_settings
 from model_server.engines import checkpoint
@@ -57,4 +58,7 @@ def serve(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["serve"]:
         args = args[1:]
-    run(parse_settings(args, host="0.0.0.0", port=8080))
+    settings = parse_settings(args, host="0.0.0.0", port=8080)
+    if settings.engine == "torch" and argv is None:
+        cuda_compat.restart_if_needed()  # before anything loads libcuda
+    run(settings)

@@ -13,7 +13,7 @@ from moto.sagemaker.responses import SageMakerResponse
 from moto.server import ThreadedMotoServer
 
 from deploy.cli import main
-from deploy.sagemaker import EndpointSpec, deploy, teardown
+from deploy.sagemaker import GPU_AMI_VERSION, EndpointSpec, default_ami_version, deploy, teardown
 
 ROLE = "arn:aws:iam::123456789012:role/SageMakerExecution"
 
@@ -152,6 +152,14 @@ def test_teardown_removes_it_all_and_is_safe_to_repeat(moto_server: str) -> None
     assert teardown("kokoro-tts", sm, aas) == []
 
 
+def test_gpu_instances_get_the_newer_driver_ami() -> None:
+    assert default_ami_version("ml.g5.xlarge") == GPU_AMI_VERSION
+    assert default_ami_version("ml.g6e.2xlarge") == GPU_AMI_VERSION
+    assert default_ami_version("ml.p4d.24xlarge") == GPU_AMI_VERSION
+    assert default_ami_version("ml.c7i.4xlarge") is None
+    assert default_ami_version("ml.m5.xlarge") is None
+
+
 def test_cli(moto_server: str, capsys: pytest.CaptureFixture[str]) -> None:
     main(
         [
@@ -171,6 +179,11 @@ def test_cli(moto_server: str, capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert "endpoint_action: created" in out
     assert "status: InService" in out
+    sm, _ = clients()
+    endpoint = sm.describe_endpoint(EndpointName="kokoro-cli")
+    config = sm.describe_endpoint_config(EndpointConfigName=endpoint["EndpointConfigName"])
+    # ml.g5's default AMI has driver 470, too old for the GPU image's CUDA 13 torch
+    assert config["ProductionVariants"][0]["InferenceAmiVersion"] == GPU_AMI_VERSION
     main(["teardown", "--name", "kokoro-cli"])
     assert "removed endpoint kokoro-cli" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="KEY=VALUE"):

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from model_server.cuda_compat import DRIVER_FILE
 from model_server.engines import checkpoint
 from model_server.engines import voices as voice_packs
 from model_server.engines.base import CancelToken, FloatAudio, VoicePack
@@ -48,7 +49,11 @@ def torch_version_ok(version: str) -> bool:
 
 def _resolve_device(torch: Any, requested: str) -> Any:
     if requested == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if DRIVER_FILE.exists():
+            log.warning("an NVIDIA driver is loaded but torch sees no CUDA device: using the CPU")
+        return torch.device("cpu")
     device = torch.device(requested)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ModelUnavailable(f"--device {requested}: torch sees no CUDA device")
