@@ -3,24 +3,20 @@
 PyPI's torch is built for CUDA 13, which wants driver 580 or newer. SageMaker's GPU hosts run
 older drivers (470 by default on ml.g5; 550 with the inference AMI
 `al2-ami-sagemaker-inference-gpu-3-1`, whose container toolkit does not mount CUDA's
-compatibility libraries). On data-centre GPUs
-(A10G and up) the forward-compatibility libraries that the nvidia/cuda base image ships in
-`/usr/local/cuda/compat` bridge the gap, but only if the dynamic loader finds them before the
-host's `libcuda`; the loader reads LD_LIBRARY_PATH once, at process start. So `serve` checks
-the host driver first and, when it is older than the libraries, starts itself again with them
-on LD_LIBRARY_PATH.
+compatibility libraries). On data-centre GPUs (A10G and up) the forward-compatibility
+libraries that the nvidia/cuda base image ships in `/usr/local/cuda/compat` bridge the gap, but
+only if the dynamic loader finds them before the host's `libcuda`; the loader reads
+LD_LIBRARY_PATH once, at process start. So `serve` checks the host driver first and, when it is
+older than the libraries, starts itself again with them on LD_LIBRARY_PATH.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-
-log = logging.getLogger(__name__)
 
 COMPAT_DIR = Path("/usr/local/cuda/compat")
 DRIVER_FILE = Path("/proc/driver/nvidia/version")

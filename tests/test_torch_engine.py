@@ -257,3 +257,12 @@ def test_a_hub_repo_loads_from_the_hub_cache(checkpoint_dir: Path, hub_cache: Pa
 def test_an_unreachable_hub_repo_fails_clearly(hub_cache: Path) -> None:
     with pytest.raises(ModelUnavailable, match=r"cannot fetch 'example/absent'.*--model-dir"):
         TorchEngine(TorchOptions(model_repo="example/absent", device="cpu"))
+
+
+def test_a_legacy_format_checkpoint_loads(checkpoint_dir: Path, tmp_path: Path) -> None:
+    directory = _copy(checkpoint_dir, tmp_path)
+    path = directory / "kokoro-v1_0.pth"
+    state = torch.load(path, weights_only=True)
+    torch.save(state, path, _use_new_zipfile_serialization=False)  # cannot be memory-mapped
+    engine = TorchEngine(TorchOptions(model_dir=directory, device="cpu"))
+    assert _infer(engine).size % SAMPLES_PER_FRAME == 0

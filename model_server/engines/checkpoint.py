@@ -125,8 +125,9 @@ def check_structure(path: Path, checkpoint: Any) -> None:
 def check_components(
     path: Path, checkpoint: Mapping[str, Any], expected: Mapping[str, Mapping[str, tuple[int, ...]]]
 ) -> None:
-    """Every component has exactly the expected weights and shapes (`expected`: component ->
-    parameter name -> shape, from a model built from the config)."""
+    """Every component has every expected weight, in the expected shape (`expected`: component
+    -> parameter name -> shape, from a model built from the config). Extra entries, such as
+    buffers an older library saved, are left to KModel."""
     for component, shapes in expected.items():
         found = {
             _strip(str(name)): tuple(value.shape) for name, value in checkpoint[component].items()

@@ -107,10 +107,13 @@ class TorchEngine:
 
     def _load(self, kmodel: Any, config: dict[str, Any], weights: Path, repo: str | None) -> Any:
         torch = self._torch
-        try:
+        try:  # mapped, not read: this copy is only looked at; KModel reads its own
             state = torch.load(weights, map_location="cpu", weights_only=True, mmap=True)
-        except Exception as exc:
-            raise ModelUnavailable(f"{weights}: not a torch checkpoint: {exc}") from exc
+        except Exception:
+            try:  # the legacy (pre-zip) format cannot be mapped
+                state = torch.load(weights, map_location="cpu", weights_only=True)
+            except Exception as exc:
+                raise ModelUnavailable(f"{weights}: not a torch checkpoint: {exc}") from exc
         checkpoint.check_structure(weights, state)
         try:
             # KModel loads the weights itself; it falls back to a partial load without a word,
