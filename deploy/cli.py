@@ -1,4 +1,4 @@
-"""`kokoro-deploy sagemaker ...` and `kokoro-deploy teardown --name NAME`.
+"""`kokoro-deploy model-data ...`, `kokoro-deploy sagemaker ...` and `kokoro-deploy teardown`.
 
 Region and credentials come from the AWS SDK's default chain (`--region` overrides);
 `AWS_ENDPOINT_URL_SAGEMAKER` and `AWS_ENDPOINT_URL_APPLICATION_AUTO_SCALING` point it elsewhere.
@@ -9,10 +9,12 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError, WaiterError
 
+from deploy.model_data import pack, upload
 from deploy.sagemaker import (
     GPU_AMI_VERSION,
     EndpointSpec,
@@ -20,6 +22,7 @@ from deploy.sagemaker import (
     deploy,
     teardown,
 )
+from model_server.errors import ModelUnavailable
 
 
 def _env(pairs: Sequence[str]) -> dict[str, str]:
@@ -36,6 +39,18 @@ def _ami(requested: str | None, instance_type: str) -> str | None:
     if requested is None:
         return default_ami_version(instance_type)
     return None if requested == "default" else requested
+
+
+def _model_data(model_dir: Path, out: Path, s3_uri: str | None, region: str | None) -> None:
+    try:
+        names = pack(model_dir, out)
+        print(f"packed {out}: {', '.join(names)}")
+        if s3_uri:
+            uri = upload(out, s3_uri, boto3.client("s3", region_name=region))
+            print(f"uploaded: --model-data {uri}")
+    except (ModelUnavailable, ValueError, OSError, ClientError, BotoCoreError) as exc:
+        print(f"kokoro-deploy: {exc}", file=sys.stderr)
+        raise SystemExit(1) from exc
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -70,10 +85,19 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"{GPU_AMI_VERSION}; 'default' keeps SageMaker's",
     )
     up.add_argument("--no-wait", action="store_true", help="do not wait for InService")
+    data = sub.add_parser(
+        "model-data", help="pack a Kokoro checkpoint directory as model.tar.gz (and upload it)"
+    )
+    data.add_argument("--model-dir", type=Path, required=True, help="config.json, .pth, voices/")
+    data.add_argument("--out", type=Path, default=Path("model.tar.gz"))
+    data.add_argument("--upload", metavar="S3_URI", help="s3://bucket/key to upload it to")
     down = sub.add_parser("teardown", help="remove the endpoint and everything it created")
     down.add_argument("--name", required=True)
     args = parser.parse_args(argv)
 
+    if args.command == "model-data":
+        _model_data(args.model_dir, args.out, args.upload, args.region)
+        return
     sagemaker = boto3.client("sagemaker", region_name=args.region)
     autoscaling = boto3.client("application-autoscaling", region_name=args.region)
     try:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import io
+import tarfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -13,7 +16,9 @@ from moto.sagemaker.responses import SageMakerResponse
 from moto.server import ThreadedMotoServer
 
 from deploy.cli import main
+from deploy.model_data import upload
 from deploy.sagemaker import GPU_AMI_VERSION, EndpointSpec, default_ami_version, deploy, teardown
+from model_server.engines.checkpoint import locate
 
 ROLE = "arn:aws:iam::123456789012:role/SageMakerExecution"
 
@@ -188,3 +193,66 @@ def test_cli(moto_server: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert "removed endpoint kokoro-cli" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="KEY=VALUE"):
         main(["sagemaker", "--name", "x", "--image-uri", "i", "--role-arn", ROLE, "--env", "BAD"])
+
+
+def _checkpoint_layout(root: Path) -> Path:
+    """The files of a checkpoint directory (content is the torch engine's business)."""
+    (root / "voices").mkdir(parents=True)
+    (root / "config.json").write_text('{"vocab": {}}')
+    (root / "kokoro-v1_0.pth").write_bytes(bytes(range(256)) * 64)
+    (root / "voices" / "af_heart.pt").write_bytes(b"pack-a")
+    (root / "voices" / "bf_emma.pt").write_bytes(b"pack-b")
+    (root / "README.md").write_text("not model data")
+    (root / "samples").mkdir()
+    (root / "samples" / "x.wav").write_bytes(b"RIFF")
+    return root
+
+
+def test_model_data_is_the_checkpoint_at_the_archive_root(
+    moto_server: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = _checkpoint_layout(tmp_path / "Kokoro-82M")
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket="models")
+    out = tmp_path / "model.tar.gz"
+    main(
+        [
+            "model-data",
+            "--model-dir",
+            str(source),
+            "--out",
+            str(out),
+            "--upload",
+            "s3://models/kokoro/model.tar.gz",
+        ]
+    )
+    assert "--model-data s3://models/kokoro/model.tar.gz" in capsys.readouterr().out
+    uploaded = s3.get_object(Bucket="models", Key="kokoro/model.tar.gz")["Body"].read()
+    assert uploaded == out.read_bytes()
+    # what SageMaker does with it: unpack into /opt/ml/model
+    opt_ml_model = tmp_path / "opt-ml-model"
+    with tarfile.open(fileobj=io.BytesIO(uploaded)) as tar:
+        assert sorted(tar.getnames()) == [
+            "config.json",
+            "kokoro-v1_0.pth",
+            "voices/af_heart.pt",
+            "voices/bf_emma.pt",
+        ]
+        tar.extractall(opt_ml_model, filter="data")
+    files = locate(opt_ml_model)
+    assert files.weights.read_bytes() == (source / "kokoro-v1_0.pth").read_bytes()
+    assert files.voices_dir == opt_ml_model / "voices"
+
+
+def test_model_data_refuses_what_the_server_would_refuse(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = _checkpoint_layout(tmp_path / "ckpt")
+    (source / "config.json").unlink()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["model-data", "--model-dir", str(source), "--out", str(tmp_path / "m.tar.gz")])
+    assert exit_info.value.code == 1
+    assert "has no config.json" in capsys.readouterr().err
+    assert not (tmp_path / "m.tar.gz").exists()
+    with pytest.raises(ValueError, match="s3://bucket/key"):
+        upload(tmp_path / "m.tar.gz", "s3://bucket-only", None)
