@@ -235,4 +235,8 @@ async def test_a_failed_load_reports_why() -> None:
         async with httpx.AsyncClient(base_url=server.http_url) as http:
             ping = await http.get("/ping")
     assert ping.status_code == 503
-    assert ping.json() == {"status": "failed", "detail": "model failed to load: weights missing"}
+    assert ping.json() == {
+        "status": "failed",
+        "detail": "model failed to load: weights missing",
+        "inflight": 0,
+    }
