@@ -122,7 +122,12 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--engine", choices=["onnx", "torch"], default="onnx")
-    parser.add_argument("--model-dir", type=Path, help="torch: Kokoro checkpoint directory")
+    parser.add_argument(
+        "--model-dir",
+        type=Path,
+        default=Settings().model_dir,
+        help="torch: Kokoro checkpoint directory",
+    )
     parser.add_argument("--model-repo", help="torch: Hugging Face repo id instead")
     parser.add_argument("--device", default="auto", help="torch: cuda, cuda:N, cpu or auto")
     parser.add_argument("--voice", help="default voice (torch checkpoints: e.g. af_heart)")

@@ -22,7 +22,7 @@ def preflight(settings: Settings) -> None:
     if settings.engine == "onnx" and settings.model_path is None:
         assemble_model(settings.cache_dir or default_cache_dir())
     elif settings.engine == "torch" and not settings.model_repo:
-        checkpoint.locate(settings.model_dir or checkpoint.SAGEMAKER_MODEL_DIR)
+        checkpoint.locate(settings.model_dir)
 
 
 def run(settings: Settings) -> None:

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from model_server.engines.checkpoint import SAGEMAKER_MODEL_DIR
 from model_server.settings_cli import parse_dataclass
 
 ENV_PREFIX = "MODEL_SERVER_"
@@ -21,7 +22,7 @@ class Settings:
     default_voice: str = "jf_alpha"
     model_path: Path | None = None
     cache_dir: Path | None = None
-    model_dir: Path | None = None
+    model_dir: Path = SAGEMAKER_MODEL_DIR
     model_repo: str | None = None
     device: str = "auto"
     workers: int = 2  # engine calls running at once, across all sessions
@@ -48,7 +49,7 @@ _HELP = {
     "packages)",
     "cache_dir": "onnx: where the model is assembled (default: ~/.cache/kokoro-voice-stream)",
     "model_dir": "torch: a Kokoro checkpoint directory: config.json, one .pth, voices/*.pt "
-    "(default: /opt/ml/model, where SageMaker unpacks the model data)",
+    "(SageMaker unpacks the model data into /opt/ml/model)",
     "model_repo": "torch: a Hugging Face repo id (e.g. hexgrad/Kokoro-82M) instead of --model-dir; "
     "needs the hub or its cache",
     "device": "torch: cuda, cuda:N or cpu (auto: cuda when available)",

@@ -1,4 +1,4 @@
-"""Engines: `onnx` (CPU default, real Kokoro-82M int8 weights); `torch` drops in beside it."""
+"""Engines: `onnx` (CPU default, real Kokoro-82M int8 weights) and `torch` (KModel, GPU)."""
 
 from __future__ import annotations
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
+
+from model_server.errors import SynthesisFailed
 
 FloatAudio = npt.NDArray[np.float32]
 VoicePack = npt.NDArray[np.float32]  # (510, 1, 256): one style vector per phoneme count
@@ -58,3 +60,17 @@ class Engine(Protocol):
         """Synthesize one segment (at most `max_phonemes`) at 24 kHz; raises
         `SynthesisCancelled` when `cancel` fires mid-run."""
         ...
+
+
+def tokenize(phonemes: str, vocab: Mapping[str, int], max_phonemes: int) -> list[int]:
+    """Token ids of the phonemes `vocab` knows (others are dropped); never more than
+    `max_phonemes` (the splitter guarantees it, so more is a bug)."""
+    tokens = [vocab[c] for c in phonemes if c in vocab]
+    if len(tokens) > max_phonemes:
+        raise SynthesisFailed(f"segment of {len(tokens)} phonemes over {max_phonemes}")
+    return tokens
+
+
+def style_row(n_tokens: int, pack_rows: int) -> int:
+    """A voice pack holds one style per phoneme count: the row for `n_tokens`."""
+    return min(n_tokens, pack_rows) - 1

