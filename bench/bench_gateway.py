@@ -126,7 +126,7 @@ def sagemaker_gateway(model: Any, base: Any) -> Iterator[Any]:
     from emulators.sagemaker_bidi import SeamTransport
     from emulators.sagemaker_stream import create_sagemaker_stream_emulator
     from gateway.app import create_app as create_gateway
-    from tests.servers import serve
+    from tests.support.servers import serve
 
     seam = SeamTransport(model.ws_url + "/invocations-bidirectional-stream")
     with serve(create_sagemaker_stream_emulator(model.http_url)) as stream:
@@ -158,7 +158,7 @@ def main() -> None:
     from gateway.config import Settings as GatewaySettings
     from model_server.app import create_app
     from model_server.config import Settings
-    from tests.servers import serve
+    from tests.support.servers import serve
 
     model_app = create_app(Settings())
     with serve(model_app) as model:

@@ -105,7 +105,7 @@ async def run(url: str, runs: int, levels: list[int]) -> list[tuple[str, ...]]:
 @contextmanager
 def local_server(settings: Settings) -> Iterator[str]:
     from model_server.app import create_app
-    from tests.servers import serve
+    from tests.support.servers import serve
 
     app = create_app(settings)
     with serve(app) as running:

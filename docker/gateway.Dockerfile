@@ -4,7 +4,8 @@
 #   docker build -f docker/gateway.Dockerfile -t kokoro-gateway:0.1.0 .
 #   docker run -p 8000:8000 -e GATEWAY_MODEL_SERVER_URL=http://model-server:8080 kokoro-gateway:0.1.0
 #
-# The gateway never loads the model: the engine's packages are left out of its environment.
+# The gateway never loads the model: its image holds gateway/ and kokoro_contract/ only, and the
+# engine's packages are left out of its environment.
 
 ARG PYTHON_IMAGE=python:3.12.12-slim-bookworm
 
@@ -22,10 +23,8 @@ COPY pyproject.toml uv.lock README.md ./
 # hadolint ignore=SC2046
 RUN uv sync --frozen --no-dev --no-install-project --python /usr/local/bin/python3 \
     $(printf -- '--no-install-package %s ' ${LEAVE_OUT})
-COPY model_server ./model_server
+COPY kokoro_contract ./kokoro_contract
 COPY gateway ./gateway
-COPY emulators ./emulators
-COPY deploy ./deploy
 # hadolint ignore=SC2046
 RUN uv sync --frozen --no-dev --no-editable --python /usr/local/bin/python3 \
     $(printf -- '--no-install-package %s ' ${LEAVE_OUT})

@@ -31,10 +31,8 @@ WORKDIR /src
 # Dependencies first (a layer that survives code changes), then the project itself.
 COPY pyproject.toml uv.lock README.md ./
 RUN /opt/uv/bin/uv sync --frozen --no-dev --extra torch --no-install-project --python /usr/bin/python3
+COPY kokoro_contract ./kokoro_contract
 COPY model_server ./model_server
-COPY gateway ./gateway
-COPY emulators ./emulators
-COPY deploy ./deploy
 RUN /opt/uv/bin/uv sync --frozen --no-dev --extra torch --no-editable --python /usr/bin/python3
 
 FROM ${CUDA_IMAGE}

@@ -10,8 +10,6 @@ before the stream (throttling, validation, access), or an exception message mid-
 
 from __future__ import annotations
 
-import asyncio
-import re
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -22,8 +20,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
 from emulators.eventstream import event, exception
-
-_TOKEN = re.compile(r"\S+\s*|\s+")
+from gateway.sources.echo import paced, tokens
 
 
 @dataclass
@@ -71,14 +68,13 @@ def create_bedrock_emulator(script: BedrockScript | None = None) -> FastAPI:
         if answer is None:
             last = [m for m in body.get("messages", []) if m.get("role") == "user"][-1]
             answer = "".join(part.get("text", "") for part in last["content"])
-        tokens = _TOKEN.findall(answer)
+        words = tokens(answer)
 
         async def stream() -> AsyncIterator[bytes]:
             started = time.perf_counter()
             yield event("messageStart", {"role": "assistant"})
-            loop = asyncio.get_running_loop()
-            t0 = loop.time() + s.first_ms / 1000
-            for i, token in enumerate(tokens):
+            i = 0
+            async for token in paced(words, s.tps, s.first_ms):
                 if s.stream_error_after is not None and i == s.stream_error_after:
                     yield exception(
                         "modelStreamErrorException",
@@ -87,16 +83,14 @@ def create_bedrock_emulator(script: BedrockScript | None = None) -> FastAPI:
                         originalMessage="model failed",
                     )
                     return
-                delay = t0 + (i / s.tps if s.tps else 0) - loop.time()
-                if delay > 0:
-                    await asyncio.sleep(delay)
                 yield event("contentBlockDelta", {"delta": {"text": token}, "contentBlockIndex": 0})
+                i += 1
             yield event("contentBlockStop", {"contentBlockIndex": 0})
             yield event("messageStop", {"stopReason": "end_turn"})
             usage = {
                 "inputTokens": 10,
-                "outputTokens": len(tokens),
-                "totalTokens": 10 + len(tokens),
+                "outputTokens": len(words),
+                "totalTokens": 10 + len(words),
             }
             latency = int((time.perf_counter() - started) * 1000)
             yield event("metadata", {"usage": usage, "metrics": {"latencyMs": latency}})

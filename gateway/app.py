@@ -14,7 +14,7 @@ from gateway.config import Settings
 from gateway.routes import health, openai_speech, pages, speak_sse, speak_ws
 from gateway.routes.common import LOCAL_ORIGIN
 from gateway.service import GatewayService
-from model_server.http_errors import install_error_handlers
+from kokoro_contract.http_errors import install_error_handlers
 
 
 def create_app(settings: Settings | None = None, sagemaker_http2_transport: Any = None) -> FastAPI:

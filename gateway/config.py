@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from model_server.settings_cli import parse_dataclass
+from kokoro_contract import limits
+from kokoro_contract.settings import parse_dataclass
 
 ENV_PREFIX = "GATEWAY_"
 
@@ -33,7 +34,7 @@ class Settings:
         ""  # default https://runtime.sagemaker.REGION.amazonaws.com:8443
     )
     default_voice: str = ""  # empty: the model server's default
-    max_text_chars: int = 5_000
+    max_text_chars: int = limits.MAX_TEXT_CHARS
     allowed_origins: str = ""  # comma-separated; localhost and same-origin always allowed
     first_min_words: int = 4
     first_max_words: int = 8

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from model_server.errors import ServiceError
+from kokoro_contract.errors import ServiceError
 
 
 class GatewayError(ServiceError):

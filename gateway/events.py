@@ -57,21 +57,8 @@ class ErrorEvent:
     name = "error"
 
 
-@dataclass(frozen=True)
-class Cancelled:
-    utterance_id: str
-    name = "cancelled"
-
-
 Event = (
-    AgentStart
-    | TextDelta
-    | AudioStreamStart
-    | AudioChunk
-    | AudioStreamEnd
-    | AgentEnd
-    | ErrorEvent
-    | Cancelled
+    AgentStart | TextDelta | AudioStreamStart | AudioChunk | AudioStreamEnd | AgentEnd | ErrorEvent
 )
 
 

@@ -1,58 +1,20 @@
 """Codec framing, pure: cut encoder output into whole units that a browser can append.
 
-Every SSE event and WebSocket message carries whole units: whole MP3 frames; for fragmented
-MP4 the init segment (ftyp+moov), then moof+mdat fragments; for WebM the header (EBML header,
-Segment head, Info, Tracks), then whole Clusters. The splitters have the incremental-codec
-shape `push(bytes) -> list[bytes]` / `flush() -> list[bytes]` and accept output cut anywhere.
+Every SSE event and WebSocket message carries whole units: whole MP3 frames (the bare encoder's
+packets are frames already); for fragmented MP4 the init segment (ftyp+moov), then moof+mdat
+fragments; for WebM the header (EBML header, Segment head, Info, Tracks), then whole Clusters.
+The splitters have the incremental-codec shape `push(bytes) -> list[bytes]` /
+`flush() -> list[bytes]` and accept output cut anywhere.
 """
 
 from __future__ import annotations
 
 import struct
 
-# --- MP3 ----------------------------------------------------------------------------------------
-
-_MP3_BITRATES = {  # kbit/s by bitrate index, for MPEG-1 and MPEG-2/2.5 layer III
-    1: (0, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320),
-    2: (0, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 144, 160),
-}
-_MP3_RATES = {3: (44100, 48000, 32000), 2: (22050, 24000, 16000), 0: (11025, 12000, 8000)}
-
-
-def mp3_frame_length(header: bytes) -> int | None:
-    """Length of the layer III frame starting with these 4 bytes, or None if not a header."""
-    if len(header) < 4 or header[0] != 0xFF or header[1] & 0xE0 != 0xE0:
-        return None
-    version = (header[1] >> 3) & 0x3  # 3: MPEG-1, 2: MPEG-2, 0: MPEG-2.5
-    layer = (header[1] >> 1) & 0x3
-    bitrate_index = header[2] >> 4
-    rate_index = (header[2] >> 2) & 0x3
-    if version == 1 or layer != 1 or bitrate_index in (0, 15) or rate_index == 3:
-        return None
-    padding = (header[2] >> 1) & 0x1
-    bitrate = _MP3_BITRATES[1 if version == 3 else 2][bitrate_index] * 1000
-    rate = _MP3_RATES[version][rate_index]
-    slots = 144 if version == 3 else 72
-    return slots * bitrate // rate + padding
-
-
-def split_mp3_frames(data: bytes) -> list[bytes]:
-    """Split bytes that must be a whole number of MP3 frames; raises ValueError otherwise."""
-    frames = []
-    pos = 0
-    while pos < len(data):
-        length = mp3_frame_length(data[pos : pos + 4])
-        if length is None or pos + length > len(data):
-            raise ValueError(f"no whole MP3 frame at byte {pos} of {len(data)}")
-        frames.append(data[pos : pos + length])
-        pos += length
-    return frames
-
-
 # --- fragmented MP4 -----------------------------------------------------------------------------
 
 
-def _mp4_box(data: bytes, pos: int) -> tuple[bytes, int] | None:
+def mp4_box_at(data: bytes, pos: int) -> tuple[bytes, int] | None:
     """(type, size) of the box at `pos`, or None until its whole header is there."""
     if len(data) - pos < 8:
         return None
@@ -76,7 +38,7 @@ class Mp4FragmentSplitter:
     def push(self, data: bytes) -> list[bytes]:
         self._buf += data
         out: list[bytes] = []
-        while (box := _mp4_box(self._buf, self._group_end)) is not None:
+        while (box := mp4_box_at(self._buf, self._group_end)) is not None:
             kind, size = box
             end = self._group_end + size
             if end > len(self._buf):
@@ -96,19 +58,6 @@ class Mp4FragmentSplitter:
         if rest:
             raise ValueError(f"{len(rest)} bytes of an unfinished MP4 fragment")
         return []
-
-
-def mp4_boxes(data: bytes) -> list[bytes]:
-    """Top-level box types of whole-box data (for checks and tests)."""
-    kinds = []
-    pos = 0
-    while pos < len(data):
-        box = _mp4_box(data, pos)
-        if box is None or pos + box[1] > len(data):
-            raise ValueError(f"cut MP4 box at byte {pos}")
-        kinds.append(box[0])
-        pos += box[1]
-    return kinds
 
 
 # --- WebM ---------------------------------------------------------------------------------------

@@ -1,14 +1,26 @@
-"""Request fields at the HTTP/JSON boundary (pydantic), shared by SSE, WebSocket and OpenAI."""
+"""Request fields at the HTTP/JSON boundary (pydantic), shared by SSE, WebSocket and OpenAI.
+
+Limits come from `kokoro_contract.limits`, formats from `kokoro_contract.formats`."""
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gateway.errors import BadRequest
+from kokoro_contract import formats, limits
+from kokoro_contract.formats import AudioFormat
 
-BROWSER_FORMATS = ("pcm", "wav", "mp3", "aac", "opus")
+
+class Mode(StrEnum):
+    BIDI = "bidi"  # chunks synthesized while the text still streams in
+    BATCH = "batch"  # all the text, then one synthesis call: the baseline
+
+
+def _speed() -> Any:
+    return Field(limits.DEFAULT_SPEED, ge=limits.MIN_SPEED, le=limits.MAX_SPEED)
 
 
 class SpeakParams(BaseModel):
@@ -16,19 +28,33 @@ class SpeakParams(BaseModel):
 
     text: str | None = None
     prompt: str | None = None
-    mode: Literal["bidi", "batch"] = "bidi"
-    format: Literal["pcm", "wav", "mp3", "aac", "opus"] = "mp3"
+    mode: Mode = Mode.BIDI
+    format: str = "mp3"
     voice: str | None = None
-    speed: float = Field(1.0, ge=0.5, le=2.0)
+    speed: float = _speed()
     echo_tps: float = Field(0.0, ge=0.0, le=1000.0)
     echo_first_ms: float = Field(0.0, ge=0.0, le=60_000.0)
-    utterance_id: str | None = Field(None, min_length=1, max_length=64, pattern=r"^[\w.:-]+$")
+    utterance_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=limits.MAX_UTTERANCE_ID_CHARS,
+        pattern=limits.UTTERANCE_ID_PATTERN,
+    )
+
+    @field_validator("format")
+    @classmethod
+    def _browser_format(cls, value: str) -> str:
+        return formats.lookup(value, formats.BROWSER_FORMATS).name
 
     @model_validator(mode="after")
     def _one_input(self) -> SpeakParams:
         if self.text is not None and self.prompt is not None:
             raise ValueError("give either 'text' or 'prompt', not both")
         return self
+
+    @property
+    def audio_format(self) -> AudioFormat:
+        return formats.FORMATS[self.format]
 
 
 class OpenAISpeechParams(BaseModel):
@@ -37,10 +63,21 @@ class OpenAISpeechParams(BaseModel):
     model: str = "kokoro"
     input: str = Field(min_length=1)
     voice: str = "alloy"
-    response_format: Literal["mp3", "opus", "aac", "flac", "wav", "pcm"] = "mp3"
-    speed: float = Field(1.0, ge=0.5, le=2.0)
+    response_format: str = "mp3"
+    speed: float = _speed()
     stream_format: Literal["audio", "sse"] = "audio"
     instructions: str | None = None
+
+    @field_validator("response_format")
+    @classmethod
+    def _openai_format(cls, value: str) -> str:
+        if value not in formats.OPENAI_FORMATS:
+            raise ValueError(f"use one of {', '.join(formats.OPENAI_FORMATS)}")
+        return value
+
+    @property
+    def audio_format(self) -> AudioFormat:
+        return formats.OPENAI_FORMATS[self.response_format]
 
 
 def _describe(exc: ValidationError) -> str:

@@ -1,12 +1,13 @@
 """One reply: text source -> chunker -> TTS -> one encoder -> events, in bidi or batch mode.
 
-bidi: two tasks joined by the TTS session: text -> chunker -> `session.send()` the moment a chunk
-is final, and session audio -> encoder -> events, so early sentences play while the LLM writes.
+bidi: two tasks joined by one TTS stream: text -> chunker -> `tts.send()` the moment a chunk
+is final, and the stream's audio -> encoder -> events, so early sentences play while the LLM
+writes.
 batch: wait for all the text, then one synthesis call: the honest baseline. Both emit the same
 events, so measured differences are timing alone.
 
 Events go into a bounded queue that the route drains; when the client goes away the route
-cancels the reply's task, which closes the source and the TTS session (the model server aborts
+cancels the reply's task, which closes the source and the TTS stream (the model server aborts
 its work) through their `async with`/`finally` blocks.
 """
 
@@ -15,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,20 +34,20 @@ from gateway.events import (
     Event,
     TextDelta,
 )
+from gateway.params import Mode
 from gateway.sources.base import TextSource
 from gateway.transports.base import BatchTransport, BidiTransport
-from model_server.protocol import SAMPLE_RATE, pcm_duration_s
+from kokoro_contract.audio import SAMPLE_RATE, pcm_duration_s
+from kokoro_contract.formats import AudioFormat
 
 log = logging.getLogger(__name__)
-
-MODES = ("bidi", "batch")
 
 
 @dataclass(frozen=True)
 class ReplySpec:
     utterance_id: str
-    mode: str
-    format: str
+    mode: Mode
+    format: AudioFormat
     voice: str | None
     speed: float
 
@@ -108,10 +110,12 @@ class Reply:
         spec = self.spec
         await self.out.put(AgentStart(spec.mode, spec.utterance_id))
         await self.out.put(
-            AudioStreamStart(spec.format, self.encoder.mime, spec.voice or "default", SAMPLE_RATE)
+            AudioStreamStart(
+                spec.format.name, spec.format.mime, spec.voice or "default", SAMPLE_RATE
+            )
         )
         try:
-            if spec.mode == "bidi":
+            if spec.mode is Mode.BIDI:
                 await self._bidi()
             else:
                 await self._batch()
@@ -135,9 +139,8 @@ class Reply:
 
     # --- text -------------------------------------------------------------------------------
 
-    async def _text(self) -> AsyncIterator[str]:
-        stream = self.source.stream()
-        try:
+    async def _text(self) -> AsyncGenerator[str]:
+        async with aclosing(self.source.stream()) as stream:
             async for delta in stream:
                 if not delta:
                     continue
@@ -147,10 +150,6 @@ class Reply:
                 await self.out.put(TextDelta(self._text_seq, delta))
                 self._text_seq += 1
                 yield delta
-        finally:
-            aclose = getattr(stream, "aclose", None)
-            if aclose is not None:
-                await aclose()
 
     def _chunk_released(self) -> None:
         self.metrics.chunks_sent += 1
@@ -173,7 +172,7 @@ class Reply:
         await self.out.put(AudioChunk(self._audio_seq, data))
         self._audio_seq += 1
 
-    async def _play(self, pcm_stream: AsyncIterator[bytes]) -> None:
+    async def _encode(self, pcm_stream: AsyncIterator[bytes]) -> None:
         async for pcm in pcm_stream:
             self.metrics.pcm_bytes += len(pcm)
             await self._emit_audio(self.encoder.push(pcm))
@@ -182,31 +181,28 @@ class Reply:
 
     async def _bidi(self) -> None:
         spec = self.spec
-        async with self.bidi.session(spec.voice, spec.speed) as session:
+        async with self.bidi.open(spec.voice, spec.speed) as tts:
 
             async def feed() -> None:
-                async for delta in self._text():
-                    for chunk in self.chunker.push(delta):
-                        self._chunk_released()
-                        await session.send(chunk)
+                async with aclosing(self._text()) as text:
+                    async for delta in text:
+                        for chunk in self.chunker.push(delta):
+                            self._chunk_released()
+                            await tts.send(chunk)
                 for chunk in self.chunker.flush():
                     self._chunk_released()
-                    await session.send(chunk)
-                await session.end_input()
+                    await tts.send(chunk)
+                await tts.end_input()
 
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(feed())
-                tg.create_task(self._play(session.audio()))
+                tg.create_task(self._encode(tts.audio()))
 
     async def _batch(self) -> None:
-        text = "".join([delta async for delta in self._text()])
+        async with aclosing(self._text()) as deltas:
+            text = "".join([delta async for delta in deltas])
         if not text.strip():
             return
         self._chunk_released()
-        pcm_stream = self.batch.synthesize(text, self.spec.voice, self.spec.speed)
-        try:
-            await self._play(pcm_stream)
-        finally:
-            aclose = getattr(pcm_stream, "aclose", None)
-            if aclose is not None:
-                await aclose()
+        async with aclosing(self.batch.synthesize(text, self.spec.voice, self.spec.speed)) as pcm:
+            await self._encode(pcm)

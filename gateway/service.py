@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -16,7 +15,6 @@ from gateway.aio import cancel_and_wait
 from gateway.chunker import ChunkerConfig
 from gateway.config import Settings
 from gateway.encoders import create_encoder
-from gateway.errors import BadRequest
 from gateway.events import Event
 from gateway.metrics import GatewayMetrics
 from gateway.params import SpeakParams
@@ -25,10 +23,13 @@ from gateway.sources.base import TextSource
 from gateway.sources.bedrock import BedrockOptions, BedrockSource
 from gateway.sources.echo import EchoSource
 from gateway.sources.openai_chat import OpenAIChatSource
+from gateway.speak_session import new_utterance_id
 from gateway.transports.base import BatchTransport, BidiTransport
 from gateway.transports.model_server import ModelServerTransport
 from gateway.transports.sagemaker_bidi import SageMakerBidiTransport
 from gateway.transports.sagemaker_stream import SageMakerStreamTransport
+from kokoro_contract import limits
+from kokoro_contract.formats import AudioFormat
 
 
 class GatewayService:
@@ -110,26 +111,15 @@ class GatewayService:
         await self._exits.aclose()
         await self.client.aclose()
 
-    def check_length(self, text: str, what: str) -> None:
-        if len(text) > self.settings.max_text_chars:
-            raise BadRequest(
-                f"{what} has {len(text)} characters; the limit is {self.settings.max_text_chars}",
-                code="text_too_long",
-            )
-
     def source_for(
         self, params: SpeakParams, history: Sequence[dict[str, str]] = ()
     ) -> TextSource | None:
         """The text source a request asks for; None when the client streams its own text."""
         if params.text is not None:
-            if not params.text.strip():
-                raise BadRequest("'text' is empty", code="empty_text")
-            self.check_length(params.text, "text")
-            return EchoSource(params.text, params.echo_tps, params.echo_first_ms)
+            text = limits.check_text(params.text, self.settings.max_text_chars, "text")
+            return EchoSource(text, params.echo_tps, params.echo_first_ms)
         if params.prompt is not None:
-            if not params.prompt.strip():
-                raise BadRequest("'prompt' is empty", code="empty_text")
-            self.check_length(params.prompt, "prompt")
+            limits.check_text(params.prompt, self.settings.max_text_chars, "prompt")
             if self.settings.llm == "echo":
                 return EchoSource(params.prompt, params.echo_tps, params.echo_first_ms)
             turns = [*history, {"role": "user", "content": params.prompt}]
@@ -151,23 +141,31 @@ class GatewayService:
         return None
 
     def reply(
-        self, params: SpeakParams, source: TextSource, out: asyncio.Queue[Event | None]
+        self,
+        params: SpeakParams,
+        source: TextSource,
+        out: asyncio.Queue[Event | None],
+        *,
+        utterance_id: str | None = None,
+        audio_format: AudioFormat | None = None,
     ) -> Reply:
+        """A reply to `params`; `audio_format` overrides the browser format they name (the
+        OpenAI route's formats)."""
         spec = ReplySpec(
-            utterance_id=params.utterance_id or uuid.uuid4().hex[:16],
+            utterance_id=utterance_id or params.utterance_id or new_utterance_id(),
             mode=params.mode,
-            format=params.format,
+            format=audio_format or params.audio_format,
             voice=params.voice or self.settings.default_voice or None,
             speed=params.speed,
         )
-        self.metrics.replies.labels(spec.mode, spec.format).inc()
+        self.metrics.replies.labels(spec.mode, spec.format.name).inc()
         return Reply(
             spec, source, create_encoder(spec.format), self.bidi, self.batch, out, self.chunker
         )
 
     def record(self, reply: Reply) -> None:
         if reply.metrics.ttfa_ms is not None:
-            self.metrics.ttfa.labels(reply.spec.mode, reply.spec.format).observe(
+            self.metrics.ttfa.labels(reply.spec.mode, reply.spec.format.name).observe(
                 reply.metrics.ttfa_ms / 1000
             )
         if reply.error is not None:

@@ -1,4 +1,5 @@
-"""Server-Sent Events, pure: an incremental decoder and an encoder.
+"""Server-Sent Events, pure: an incremental decoder (for OpenAI-compatible LLM streams and the
+tests). Events the gateway sends are encoded by sse-starlette's `ServerSentEvent`.
 
 Event boundaries (a blank line) do not line up with transport chunks: a decoder must buffer
 until the boundary. `SSEDecoder.push(bytes) -> list[SSEEvent]` accepts input cut anywhere,
@@ -79,13 +80,3 @@ class SSEDecoder:
         event = SSEEvent(self._event or "message", "\n".join(self._data), self._id, self._retry)
         self._event, self._data, self._id, self._retry = "", [], None, None
         return event
-
-
-def encode_event(data: str, event: str | None = None, id: str | None = None) -> bytes:
-    lines = []
-    if id is not None:
-        lines.append(f"id: {id}")
-    if event is not None:
-        lines.append(f"event: {event}")
-    lines += [f"data: {part}" for part in data.split("\n")]
-    return ("\n".join(lines) + "\n\n").encode()

@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator, Callable
 
 from fastapi import FastAPI
 
+from kokoro_contract.http_errors import install_error_handlers
 from model_server.config import Settings
-from model_server.http_errors import install_error_handlers
 from model_server.inflight import Inflight, InflightMiddleware
 from model_server.routes import http, ws
 from model_server.service import EngineFactory, ModelService, default_engine_factory

@@ -11,42 +11,43 @@ import argparse
 import asyncio
 import sys
 
-import orjson
 from websockets.asyncio.client import connect
+
+from kokoro_contract import protocol
+from kokoro_contract.protocol import CompleteMsg, ErrorMsg
 
 SENTENCES = ("Hello there.", "This is a post deployment check.", "It has three sentences.")
 
 
 async def check(url: str, voice: str | None) -> list[str]:
     problems: list[str] = []
-    async with connect(url.rstrip("/") + "/invocations-bidirectional-stream") as ws:
+    async with connect(url.rstrip("/") + protocol.PATH) as ws:
         for i, text in enumerate(SENTENCES):
             rid = f"check-{i}"
-            message: dict[str, object] = {"text": text, "request_id": rid}
-            if voice:
-                message["voice"] = voice
-            await ws.send(orjson.dumps(message))  # a binary frame
+            await ws.send(protocol.synthesize_message(text, rid, voice).encode())  # binary
             pcm = 0
             async for frame in ws:
                 if isinstance(frame, bytes):
                     pcm += len(frame)
                     continue
-                event = orjson.loads(frame)
-                if event["type"] == "synthesis_complete" and event["request_id"] == rid:
-                    seconds = float(event["total_duration_s"])
-                    ok = 0.8 <= seconds <= 4.0 and pcm == event["audio_bytes"] and pcm % 2 == 0
-                    print(
-                        f"{'ok  ' if ok else 'FAIL'} {text!r}: {seconds:.2f} s audio, "
-                        f"{pcm} bytes PCM ({pcm // 2} samples), {event['elapsed_s']:.2f} s"
-                    )
-                    if not ok:
-                        problems.append(f"{text!r}: {event}")
-                    break
-                if event["type"] == "error":
-                    problems.append(f"{text!r}: {event['code']}: {event['message']}")
-                    print(f"FAIL {text!r}: {event['message']}")
-                    break
-        await ws.send('{"type": "close"}')
+                match protocol.read_server_frame(frame):
+                    case CompleteMsg(request_id=done, audio_bytes=audio_bytes) as event if (
+                        done == rid
+                    ):
+                        seconds = event.total_duration_s
+                        ok = 0.8 <= seconds <= 4.0 and pcm == audio_bytes and pcm % 2 == 0
+                        print(
+                            f"{'ok  ' if ok else 'FAIL'} {text!r}: {seconds:.2f} s audio, "
+                            f"{pcm} bytes PCM ({pcm // 2} samples), {event.elapsed_s:.2f} s"
+                        )
+                        if not ok:
+                            problems.append(f"{text!r}: {event}")
+                        break
+                    case ErrorMsg(code=code, message=message):
+                        problems.append(f"{text!r}: {code}: {message}")
+                        print(f"FAIL {text!r}: {message}")
+                        break
+        await ws.send(protocol.close_message())
     return problems
 
 

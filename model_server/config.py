@@ -7,8 +7,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from kokoro_contract import limits
+from kokoro_contract.settings import parse_dataclass
 from model_server.engines.checkpoint import SAGEMAKER_MODEL_DIR
-from model_server.settings_cli import parse_dataclass
 
 ENV_PREFIX = "MODEL_SERVER_"
 
@@ -27,7 +28,7 @@ class Settings:
     device: str = "auto"
     workers: int = 2  # engine calls running at once, across all sessions
     threads: int = 0  # onnxruntime intra-op threads per call; 0: all cores
-    max_text_chars: int = 5_000
+    max_text_chars: int = limits.MAX_TEXT_CHARS
     max_pending: int = 32  # queued + running requests per WebSocket session
     warmup: bool = True
     log_level: str = "info"

@@ -9,10 +9,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kokoro_contract.errors import NotReady
+from kokoro_contract.protocol import RequestRules, SynthesisRequest, new_request_id
 from model_server.config import Settings
 from model_server.engines.base import Engine
-from model_server.errors import NotReady
-from model_server.protocol import RequestRules, SynthesisRequest, new_request_id
 from model_server.scheduler import Scheduler
 from model_server.synthesis import Synthesizer
 from model_server.text.g2p import G2P, english_g2p

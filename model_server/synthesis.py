@@ -8,9 +8,9 @@ import functools
 from collections.abc import AsyncIterator, Hashable
 from concurrent.futures import ThreadPoolExecutor
 
+from kokoro_contract.protocol import SynthesisRequest
 from model_server.audio import TrimPolicy, to_pcm16
 from model_server.engines.base import Engine
-from model_server.protocol import SynthesisRequest
 from model_server.scheduler import Scheduler
 from model_server.text.g2p import G2P
 from model_server.text.split import split_phonemes

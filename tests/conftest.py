@@ -6,8 +6,8 @@ import pytest
 
 from model_server.app import create_app
 from model_server.config import Settings
-from tests.fakes import FakeEngine, identity_g2p
-from tests.servers import RunningServer, serve
+from tests.support.fakes import FakeEngine, identity_g2p
+from tests.support.servers import RunningServer, serve
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,8 @@ import wave
 
 import numpy as np
 
-from model_server.audio import TrimPolicy, to_pcm16, wav_header
+from kokoro_contract.audio import wav_header
+from model_server.audio import TrimPolicy, to_pcm16
 
 
 def test_streaming_wav_header_has_unknown_sizes() -> None:

@@ -19,9 +19,9 @@ from emulators.sagemaker_bidi import BidiScript, SeamTransport
 from emulators.sagemaker_stream import StreamScript, create_sagemaker_stream_emulator
 from gateway.app import create_app as create_gateway
 from gateway.config import Settings as GatewaySettings
-from gateway.framing import split_mp3_frames
-from tests.gwclient import decode_seconds, split_audio_frame, sse_get
-from tests.servers import RunningServer, serve
+from tests.support.codec_checks import split_mp3_frames
+from tests.support.gateway_client import decode_seconds, split_audio_frame, sse_get
+from tests.support.servers import RunningServer, serve
 
 pytestmark = pytest.mark.slow
 

@@ -12,8 +12,8 @@ from websockets.asyncio.client import connect
 from emulators.bedrock import BedrockScript, create_bedrock_emulator
 from gateway.app import create_app as create_gateway
 from gateway.config import Settings as GatewaySettings
-from tests.gwclient import sse_get
-from tests.servers import RunningServer, serve
+from tests.support.gateway_client import sse_get
+from tests.support.servers import RunningServer, serve
 
 ANSWER = "Sure, here is the answer you asked for. It comes from Bedrock."
 TOKENS = [

@@ -16,8 +16,8 @@ import pytest
 import pytest_asyncio
 from playwright.async_api import Browser, ConsoleMessage, Page, async_playwright
 
-from tests.fakes import FakeEngine
-from tests.servers import RunningServer
+from tests.support.fakes import FakeEngine
+from tests.support.servers import RunningServer
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 LONG = " ".join(["This sentence is here to keep the voice busy for a little while."] * 6)

@@ -12,9 +12,9 @@ from websockets.asyncio.client import connect
 
 from model_server.drain import main as drain_main
 from model_server.drain import wait_drained
-from tests.fakes import FakeEngine
-from tests.servers import RunningServer
-from tests.wsclient import read_until_terminal, synth
+from tests.support.fakes import FakeEngine
+from tests.support.model_server_client import read_until_terminal, synth
+from tests.support.servers import RunningServer
 
 BIDI = "/invocations-bidirectional-stream"
 

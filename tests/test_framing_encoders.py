@@ -8,14 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.encoders import FORMATS, EncoderError, create_encoder
-from gateway.framing import (
-    Mp4FragmentSplitter,
-    WebmClusterSplitter,
-    mp3_frame_length,
-    mp4_boxes,
-    split_mp3_frames,
-)
+from gateway.encoders import create_encoder
+from gateway.framing import Mp4FragmentSplitter, WebmClusterSplitter
+from kokoro_contract import formats
+from kokoro_contract.formats import FORMATS
+from tests.support.codec_checks import mp3_frame_length, mp4_boxes, split_mp3_frames
 
 SR = 24_000
 
@@ -26,7 +23,7 @@ def tone(seconds: float, freq: float = 440.0) -> bytes:
 
 
 def encode(fmt: str, pcm: bytes, piece: int) -> list[bytes]:
-    encoder = create_encoder(fmt)
+    encoder = create_encoder(FORMATS[fmt])
     units: list[bytes] = []
     for i in range(0, len(pcm), piece):
         units += encoder.push(pcm[i : i + piece])
@@ -84,7 +81,7 @@ def test_opus_units_are_header_then_clusters() -> None:
 
 def test_one_encoder_is_gapless_across_sentences() -> None:
     # two "sentences" through one encoder decode to their summed length, with no gap
-    encoder = create_encoder("mp3")
+    encoder = create_encoder(FORMATS["mp3"])
     units = encoder.push(tone(1.0)) + encoder.push(tone(1.0, 330.0)) + encoder.flush()
     joined = decoded_seconds("mp3", b"".join(units))
     separate = sum(
@@ -94,8 +91,10 @@ def test_one_encoder_is_gapless_across_sentences() -> None:
 
 
 def test_unknown_format() -> None:
-    with pytest.raises(EncoderError, match="unknown format"):
-        create_encoder("aiff")
+    with pytest.raises(formats.UnknownFormat, match="'aiff' is not supported"):
+        formats.lookup("aiff")
+    with pytest.raises(formats.UnknownFormat, match="use one of pcm, wav, mp3, aac, opus"):
+        formats.lookup("ogg", formats.BROWSER_FORMATS)
 
 
 @pytest.fixture(scope="module")

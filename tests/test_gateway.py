@@ -10,10 +10,10 @@ import pytest
 from openai import AsyncOpenAI
 from websockets.asyncio.client import connect
 
-from gateway.framing import mp4_boxes, split_mp3_frames
 from gateway.sse import SSEDecoder
-from tests.gwclient import decode_seconds, split_audio_frame, sse_get, sse_post
-from tests.servers import RunningServer
+from tests.support.codec_checks import mp4_boxes, split_mp3_frames
+from tests.support.gateway_client import decode_seconds, split_audio_frame, sse_get, sse_post
+from tests.support.servers import RunningServer
 
 pytestmark = pytest.mark.slow
 

@@ -13,10 +13,10 @@ from websockets.exceptions import InvalidStatus
 
 from gateway.app import create_app as create_gateway
 from gateway.config import Settings as GatewaySettings
-from tests.fakes import FakeEngine
-from tests.gwclient import split_audio_frame, sse_get, sse_post
-from tests.openai_stub import create_stub
-from tests.servers import RunningServer, serve
+from tests.support.fakes import FakeEngine
+from tests.support.gateway_client import split_audio_frame, sse_get, sse_post
+from tests.support.openai_stub import create_stub
+from tests.support.servers import RunningServer, serve
 
 ANSWER = ["Sure", ", here", " is", " the", " answer", " you", " asked", " for.", " Bye", " now."]
 

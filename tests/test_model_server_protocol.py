@@ -12,9 +12,9 @@ from websockets.asyncio.client import connect
 
 from model_server.app import create_app
 from model_server.config import Settings
-from tests.fakes import FakeEngine, expected_pcm_bytes, identity_g2p
-from tests.servers import RunningServer, serve
-from tests.wsclient import read_until_terminal, synth
+from tests.support.fakes import FakeEngine, expected_pcm_bytes, identity_g2p
+from tests.support.model_server_client import read_until_terminal, synth
+from tests.support.servers import RunningServer, serve
 
 BIDI = "/invocations-bidirectional-stream"
 

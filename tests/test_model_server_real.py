@@ -14,8 +14,8 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosedOK
 
-from tests.servers import RunningServer
-from tests.wsclient import read_until_terminal, synth
+from tests.support.model_server_client import read_until_terminal, synth
+from tests.support.servers import RunningServer
 
 pytestmark = pytest.mark.slow
 

@@ -123,12 +123,29 @@ def test_the_gpu_image_gets_a_safe_torch() -> None:
     assert (major, minor) >= (2, 10)
 
 
+@pytest.mark.parametrize(
+    ("name", "packages"),
+    [
+        ("gateway.Dockerfile", {"kokoro_contract", "gateway"}),
+        *((name, {"kokoro_contract", "model_server"}) for name in MODEL_IMAGES),
+    ],
+)
+def test_each_image_copies_only_its_service_and_the_contract(name: str, packages: set[str]) -> None:
+    copied = set()
+    for value in _instructions(_dockerfile(name).structure, "COPY"):
+        parts = [p for p in value.split() if not p.startswith("--")]
+        if not value.startswith("--from="):
+            copied |= {p.rstrip("/") for p in parts[:-1] if (ROOT / p).is_dir()}
+    assert copied - {"docker/weights"} == packages
+
+
 def test_the_gateway_runs_without_the_packages_its_image_leaves_out() -> None:
     parser = _dockerfile("gateway.Dockerfile")
     args = dict(s["value"].split("=", 1) for s in parser.structure if s["instruction"] == "ARG")
     left_out = args["LEAVE_OUT"].strip('"').split()
     assert "onnxruntime" in left_out
     modules = [name.replace("-", "_").removesuffix("_fork") for name in left_out]
+    modules += ["model_server", "emulators", "deploy"]  # sources the image does not copy
     script = f"""
 import importlib.abc, sys
 BLOCKED = {modules!r}

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 from gateway.encoders import create_encoder
 from gateway.events import AgentEnd, AudioChunk, ErrorEvent, Event, TextDelta
+from gateway.params import Mode
 from gateway.pipeline import Reply, ReplySpec
+from kokoro_contract.formats import FORMATS
 
 PCM_PER_CHUNK = b"\x01\x00" * 2400  # 0.1 s
 
@@ -21,7 +23,7 @@ class GatedSource:
         self.gate = asyncio.Event()
         self.waiting = asyncio.Event()
 
-    async def stream(self) -> AsyncIterator[str]:
+    async def stream(self) -> AsyncGenerator[str]:
         for delta in self.first:
             yield delta
         self.waiting.set()
@@ -30,7 +32,7 @@ class GatedSource:
             yield delta
 
 
-class MemorySession:
+class MemoryStream:
     def __init__(self, fail: bool) -> None:
         self.sent: list[str] = []
         self.fail = fail
@@ -51,25 +53,26 @@ class MemorySession:
 
 
 class MemoryTransport:
-    def __init__(self, fail: bool = False) -> None:
-        self.session_obj = MemorySession(fail)
-        self.batch_texts: list[str] = []
+    def __init__(self, fail: bool = False, source: GatedSource | None = None) -> None:
+        self.stream = MemoryStream(fail)
+        self.source = source
+        self.batch_calls: list[tuple[str, bool]] = []  # (text, whether the source was done)
 
     @contextlib.asynccontextmanager
-    async def session(self, voice: str | None, speed: float) -> AsyncIterator[MemorySession]:
-        yield self.session_obj
+    async def open(self, voice: str | None, speed: float) -> AsyncIterator[MemoryStream]:
+        yield self.stream
 
-    async def synthesize(self, text: str, voice: str | None, speed: float) -> AsyncIterator[bytes]:
-        self.batch_texts.append(text)
+    async def synthesize(self, text: str, voice: str | None, speed: float) -> AsyncGenerator[bytes]:
+        self.batch_calls.append((text, self.source is not None and self.source.gate.is_set()))
         yield PCM_PER_CHUNK
 
 
 def make_reply(
-    mode: str, source: GatedSource, transport: MemoryTransport
+    mode: Mode, source: GatedSource, transport: MemoryTransport
 ) -> tuple[Reply, asyncio.Queue[Event | None]]:
     out: asyncio.Queue[Event | None] = asyncio.Queue()
-    spec = ReplySpec("u1", mode, "pcm", None, 1.0)
-    return Reply(spec, source, create_encoder("pcm"), transport, transport, out), out
+    spec = ReplySpec("u1", mode, FORMATS["pcm"], None, 1.0)
+    return Reply(spec, source, create_encoder(spec.format), transport, transport, out), out
 
 
 def drain(out: asyncio.Queue[Event | None]) -> list[Event]:
@@ -84,7 +87,7 @@ def drain(out: asyncio.Queue[Event | None]) -> list[Event]:
 async def test_bidi_sends_and_plays_the_first_sentence_while_the_source_still_writes() -> None:
     source = GatedSource(["Hello there. ", "And then "], ["more text follows."])
     transport = MemoryTransport()
-    reply, out = make_reply("bidi", source, transport)
+    reply, out = make_reply(Mode.BIDI, source, transport)
     task = asyncio.create_task(reply.run())
     so_far: list[Event] = []
     while not so_far or not isinstance(so_far[-1], AudioChunk):
@@ -92,11 +95,11 @@ async def test_bidi_sends_and_plays_the_first_sentence_while_the_source_still_wr
         assert event is not None
         so_far.append(event)
     assert not source.gate.is_set()
-    assert transport.session_obj.sent == ["Hello there."]
+    assert transport.stream.sent == ["Hello there."]
     source.gate.set()
     await task
     events = so_far + drain(out)
-    assert transport.session_obj.sent == ["Hello there.", "And then more text follows."]
+    assert transport.stream.sent == ["Hello there.", "And then more text follows."]
     assert "".join(e.text for e in events if isinstance(e, TextDelta)) == (
         "Hello there. And then more text follows."
     )
@@ -106,22 +109,23 @@ async def test_bidi_sends_and_plays_the_first_sentence_while_the_source_still_wr
 
 async def test_batch_waits_for_all_the_text() -> None:
     source = GatedSource(["Hello there. "], ["All of it."])
-    transport = MemoryTransport()
-    reply, out = make_reply("batch", source, transport)
+    transport = MemoryTransport(source=source)
+    reply, out = make_reply(Mode.BATCH, source, transport)
     task = asyncio.create_task(reply.run())
-    await source.waiting.wait()
-    await asyncio.sleep(0)
-    assert transport.batch_texts == []
-    assert not any(isinstance(e, AudioChunk) for e in drain(out))
+    await source.waiting.wait()  # the first sentence is out; the rest is held
     source.gate.set()
     await task
-    assert transport.batch_texts == ["Hello there. All of it."]
+    # one call, made after the source had given everything (bidi would have sent the first
+    # sentence while the rest was held)
+    assert transport.batch_calls == [("Hello there. All of it.", True)]
+    audio = [e for e in drain(out) if isinstance(e, AudioChunk)]
+    assert sum(len(e.data) for e in audio) == len(PCM_PER_CHUNK)
 
 
 async def test_an_unexpected_failure_ends_the_reply_with_a_generic_error() -> None:
     source = GatedSource(["Hello there."], [])
     source.gate.set()
-    reply, out = make_reply("bidi", source, MemoryTransport(fail=True))
+    reply, out = make_reply(Mode.BIDI, source, MemoryTransport(fail=True))
     await reply.run()
     events = drain(out)
     errors = [e for e in events if isinstance(e, ErrorEvent)]

@@ -3,8 +3,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from model_server import protocol
-from model_server.protocol import (
+from kokoro_contract import protocol
+from kokoro_contract.protocol import (
     Cancel,
     Close,
     ProtocolError,
@@ -77,7 +77,7 @@ def test_bad_input_is_a_protocol_error(frame: str | bytes, code: str) -> None:
     assert isinstance(msg, ProtocolError)
     assert msg.code == code
     assert msg.message
-    event = orjson.loads(msg.event())
+    event = orjson.loads(msg.encode())
     assert event["type"] == "error"
     assert event["code"] == code
 
@@ -85,15 +85,18 @@ def test_bad_input_is_a_protocol_error(frame: str | bytes, code: str) -> None:
 def test_errors_name_the_request_when_known() -> None:
     msg = parse_client_message('{"text": "", "request_id": "abc"}', RULES)
     assert isinstance(msg, ProtocolError)
-    assert orjson.loads(msg.event())["request_id"] == "abc"
+    assert orjson.loads(msg.encode())["request_id"] == "abc"
     unknown = parse_client_message('{"type": "dance", "request_id": "r9"}', RULES)
     assert isinstance(unknown, ProtocolError)
     assert unknown.request_id == "r9"
 
 
 def test_server_events() -> None:
-    assert orjson.loads(protocol.start_event("r")) == {"type": "synthesis_start", "request_id": "r"}
-    done = orjson.loads(protocol.complete_event("r", audio_bytes=48_000, elapsed_s=0.25))
+    assert orjson.loads(protocol.StartMsg("r").encode()) == {
+        "type": "synthesis_start",
+        "request_id": "r",
+    }
+    done = orjson.loads(protocol.CompleteMsg("r", audio_bytes=48_000, elapsed_s=0.25).encode())
     assert done == {
         "type": "synthesis_complete",
         "request_id": "r",
@@ -101,19 +104,50 @@ def test_server_events() -> None:
         "elapsed_s": 0.25,
         "audio_bytes": 48_000,
     }
-    assert orjson.loads(protocol.cancelled_event("r"))["type"] == "synthesis_cancelled"
-    assert "request_id" not in orjson.loads(protocol.error_event("x", "y"))
+    assert orjson.loads(protocol.CancelledMsg("r").encode())["type"] == "synthesis_cancelled"
+    assert "request_id" not in orjson.loads(protocol.ErrorMsg("x", "y").encode())
 
 
 def test_frame_rule_control_is_a_whole_json_object() -> None:
-    assert parse_control(protocol.start_event("r")) == {
+    assert parse_control(protocol.StartMsg("r").encode()) == {
         "type": "synthesis_start",
         "request_id": "r",
     }
-    assert parse_control(protocol.complete_event("r", 2, 0.1).encode()) is not None
+    assert parse_control(protocol.CompleteMsg("r", 2, 0.1).encode().encode()) is not None
     # PCM whose first byte is 0x7B ('{') is audio, not control
     assert parse_control(b"{\x00\x10\xff\x7b\x00") is None
     assert parse_control(b'{"type": "synthesis_start"') is None  # cut mid-object
     assert parse_control(b"[1, 2]") is None
     assert parse_control(b'{"no_type": 1}') is None
     assert parse_control(b"") is None
+
+
+def test_client_messages_parse_back_on_the_server() -> None:
+    frame = protocol.synthesize_message("Hi.", "r1", voice="af_heart", speed=1.5)
+    assert parse_client_message(frame.encode(), RULES) == SynthesisRequest(
+        "Hi.", "af_heart", 1.5, "r1"
+    )
+    defaults = parse_client_message(protocol.synthesize_message("Hi.", "r2"), RULES)
+    assert defaults == SynthesisRequest("Hi.", "jf_alpha", 1.0, "r2")
+    assert parse_client_message(protocol.cancel_message("r1"), RULES) == Cancel("r1")
+    assert parse_client_message(protocol.cancel_message(), RULES) == Cancel(None)
+    assert parse_client_message(protocol.close_message(), RULES) == Close()
+
+
+def test_server_frames_read_back_on_the_client() -> None:
+    sent: list[
+        protocol.StartMsg | protocol.CompleteMsg | protocol.CancelledMsg | protocol.ErrorMsg
+    ] = [
+        protocol.StartMsg("r"),
+        protocol.CompleteMsg("r", audio_bytes=4_800, elapsed_s=0.25),
+        protocol.CancelledMsg("r"),
+        protocol.ErrorMsg("unknown_voice", "no such voice", "r"),
+        protocol.ErrorMsg("not_ready", "loading"),
+    ]
+    for message in sent:
+        assert protocol.read_server_frame(message.encode()) == message
+        assert protocol.read_server_frame(message.encode().encode()) == message  # binary too
+    pcm = b"{\x00\x10\xff"
+    assert protocol.read_server_frame(pcm) == pcm  # audio that starts like JSON
+    newer = protocol.read_server_frame('{"type": "word_timings", "words": []}')
+    assert newer == protocol.UnknownMsg("word_timings", {"type": "word_timings", "words": []})

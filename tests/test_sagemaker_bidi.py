@@ -5,14 +5,15 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+import orjson
 import pytest
 import pytest_asyncio
 
 from emulators.sagemaker_bidi import BidiScript, SeamTransport
 from gateway.errors import TTSError
 from gateway.transports.sagemaker_bidi import SageMakerBidiTransport
-from tests.fakes import expected_pcm_bytes
-from tests.servers import RunningServer
+from tests.support.fakes import expected_pcm_bytes
+from tests.support.servers import RunningServer
 
 BIDI = "/invocations-bidirectional-stream"
 
@@ -30,7 +31,7 @@ async def bidi(
 async def speak(
     transport: SageMakerBidiTransport, chunks: list[str], voice: str | None = None
 ) -> bytes:
-    async with transport.session(voice, 1.0) as session:
+    async with transport.open(voice, 1.0) as session:
         for chunk in chunks:
             await session.send(chunk)
         await session.end_input()
@@ -48,7 +49,7 @@ async def test_every_chunk_on_one_stream_as_binary_frames(
     assert seam.script.streams == 1
     kinds = [kind for kind, _ in seam.script.container_messages]
     assert kinds == ["binary", "binary", "binary"]  # two requests, then close
-    assert seam.script.container_messages[-1][1] == b'{"type": "close"}'
+    assert orjson.loads(seam.script.container_messages[-1][1]) == {"type": "close"}
     (request,) = seam.requests
     assert request.destination.path == "/endpoints/kokoro-tts/invocations-bidirectional-stream"
     assert request.destination.port == 8443
@@ -88,7 +89,7 @@ async def test_a_container_close_reaches_the_caller_as_model_stream_error(
 
 
 async def close_then_listen(transport: SageMakerBidiTransport) -> None:
-    async with transport.session(None, 1.0) as session:
+    async with transport.open(None, 1.0) as session:
         await session.close()  # the container closes its socket while our input is open
         async for _ in session.audio():
             pass

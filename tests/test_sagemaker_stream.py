@@ -14,8 +14,8 @@ from botocore.config import Config
 from emulators.sagemaker_stream import StreamScript, create_sagemaker_stream_emulator
 from gateway.errors import TTSError
 from gateway.transports.sagemaker_stream import SageMakerStreamTransport
-from tests.fakes import expected_pcm_bytes
-from tests.servers import RunningServer, serve
+from tests.support.fakes import expected_pcm_bytes
+from tests.support.servers import RunningServer, serve
 
 TEXT = "Hello there. It has three sentences."
 

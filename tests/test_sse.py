@@ -2,8 +2,9 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
+from sse_starlette import ServerSentEvent
 
-from gateway.sse import SSEDecoder, SSEEvent, encode_event
+from gateway.sse import SSEDecoder, SSEEvent
 
 STREAM = (
     b": keep-alive\n\n"
@@ -53,7 +54,7 @@ def test_unterminated_event_is_dropped_and_last_id_kept() -> None:
     assert decoder.last_event_id == "7"
 
 
-def test_encoder_roundtrip() -> None:
-    raw = encode_event("a\nb", event="audio_chunk", id="r:3")
-    assert raw == b"id: r:3\nevent: audio_chunk\ndata: a\ndata: b\n\n"
+def test_decodes_what_the_gateway_encodes() -> None:
+    raw = ServerSentEvent("a\nb", event="audio_chunk", id="r:3").encode()
+    assert raw == b"id: r:3\r\nevent: audio_chunk\r\ndata: a\r\ndata: b\r\n\r\n"
     assert decode([raw]) == [SSEEvent("audio_chunk", "a\nb", "r:3")]

@@ -23,9 +23,9 @@ from model_server.config import Settings
 from model_server.engines.base import CancelToken
 from model_server.engines.kmodel import TorchEngine, TorchOptions, torch_version_ok
 from model_server.errors import ModelUnavailable, SynthesisCancelled
-from tests.kokoro_checkpoint import SAMPLES_PER_FRAME, VOICE, write_checkpoint
-from tests.servers import RunningServer, serve
-from tests.wsclient import read_until_terminal, synth
+from tests.support.kokoro_checkpoint import SAMPLES_PER_FRAME, VOICE, write_checkpoint
+from tests.support.model_server_client import read_until_terminal, synth
+from tests.support.servers import RunningServer, serve
 
 torch = pytest.importorskip("torch", reason="the torch extra is part of `make setup`")
 

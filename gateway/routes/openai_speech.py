@@ -6,32 +6,28 @@ import asyncio
 import base64
 import logging
 from collections.abc import AsyncIterator
+from typing import Any
 
 import orjson
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
+from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from gateway.encoders.base import FORMATS
 from gateway.errors import GatewayError
 from gateway.events import AgentEnd, AudioChunk, ErrorEvent, Event
-from gateway.params import OpenAISpeechParams, SpeakParams, parse
+from gateway.params import Mode, OpenAISpeechParams, SpeakParams, parse
 from gateway.routes.common import service_of
 
 log = logging.getLogger(__name__)
 router = APIRouter()
 
-# OpenAI's names for its formats -> ours (OpenAI's "opus" is Ogg, its "aac" is ADTS)
-OPENAI_FORMATS = {
-    "mp3": "mp3",
-    "opus": "ogg",
-    "aac": "adts",
-    "flac": "flac",
-    "wav": "wav",
-    "pcm": "pcm",
-}
 OPENAI_VOICES = frozenset(
     {"alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer", "verse"}
 )
+
+
+def _sse(body: dict[str, Any]) -> ServerSentEvent:
+    return ServerSentEvent(orjson.dumps(body).decode())
 
 
 @router.post("/v1/audio/speech")
@@ -42,47 +38,32 @@ async def speech(request: Request) -> Response:
     except orjson.JSONDecodeError as exc:
         raise GatewayError(f"body is not JSON: {exc}", code="invalid_json", status=400) from exc
     params = parse(OpenAISpeechParams, body)
-    service.check_length(params.input, "input")
     # OpenAI's voice names speak with the default voice; any model-server voice by its name
     voice = None if params.voice in OPENAI_VOICES else params.voice
-    speak = SpeakParams(
-        text=params.input, mode="bidi", format="mp3", voice=voice, speed=params.speed
-    )
+    speak = SpeakParams(text=params.input, mode=Mode.BIDI, voice=voice, speed=params.speed)
     source = service.source_for(speak)
     assert source is not None
-    fmt = OPENAI_FORMATS[params.response_format]
     queue: asyncio.Queue[Event | None] = asyncio.Queue(service.settings.queue_size)
-    reply = service.reply(speak.model_copy(update={"format": fmt}), source, queue)
+    fmt = params.audio_format
+    reply = service.reply(speak, source, queue, audio_format=fmt)
 
     if params.stream_format == "sse":
+        words = len(params.input.split())
 
-        async def sse() -> AsyncIterator[bytes]:
+        async def sse() -> AsyncIterator[ServerSentEvent]:
             async with service.running(reply, "openai"):
                 while (event := await queue.get()) is not None:
                     if isinstance(event, AudioChunk):
-                        delta = {
-                            "type": "speech.audio.delta",
-                            "audio": base64.b64encode(event.data).decode(),
-                        }
-                        yield b"data: " + orjson.dumps(delta) + b"\n\n"
+                        audio = base64.b64encode(event.data).decode()
+                        yield _sse({"type": "speech.audio.delta", "audio": audio})
                     elif isinstance(event, ErrorEvent):
-                        error = {
-                            "type": "error",
-                            "error": {"code": event.code, "message": event.message},
-                        }
-                        yield b"data: " + orjson.dumps(error) + b"\n\n"
+                        error = {"code": event.code, "message": event.message}
+                        yield _sse({"type": "error", "error": error})
                     elif isinstance(event, AgentEnd):
-                        done = {
-                            "type": "speech.audio.done",
-                            "usage": {
-                                "input_tokens": len(params.input.split()),
-                                "output_tokens": 0,
-                                "total_tokens": len(params.input.split()),
-                            },
-                        }
-                        yield b"data: " + orjson.dumps(done) + b"\n\n"
+                        usage = {"input_tokens": words, "output_tokens": 0, "total_tokens": words}
+                        yield _sse({"type": "speech.audio.done", "usage": usage})
 
-        return StreamingResponse(sse(), media_type="text/event-stream")
+        return EventSourceResponse(sse(), ping=0)
 
     async def audio() -> AsyncIterator[bytes]:
         async with service.running(reply, "openai"):
@@ -92,4 +73,4 @@ async def speech(request: Request) -> Response:
                 elif isinstance(event, ErrorEvent):  # headers are sent: end the stream short
                     log.warning("speech %s ended early: %s", reply.spec.utterance_id, event)
 
-    return StreamingResponse(audio(), media_type=FORMATS[fmt].mime)
+    return StreamingResponse(audio(), media_type=fmt.mime)

@@ -1,16 +1,7 @@
-"""`WS /v1/speak/ws`: JSON control in text frames, audio in binary frames, many utterances.
+"""`WS /v1/speak/ws`: the I/O around `SpeakSession` (rules) and `speak_protocol` (wire format).
 
-client -> server (text frames, JSON):
-    {"type": "speak", "text"|"prompt"?, "mode", "format", "voice", "speed", "utterance_id"?}
-        without text or prompt, the client streams its own text:
-    {"type": "text", "delta": "..."}    more text for the current utterance
-    {"type": "flush"}                   no more text for it
-    {"type": "cancel"}                  barge-in: stop the source, drop queued chunks, cancel
-                                        synthesis in the model server; answers `cancelled`
-    {"type": "close"}
-
-server -> client: the SSE events as JSON text frames (with "type" and "utterance_id"), except
-audio: binary frames of [1 byte: n][n bytes: utterance id, ASCII][whole codec units].
+Messages are read while an utterance plays, so a `cancel` (barge-in) takes effect at once: the
+source stops, queued chunks are dropped and the model server cancels its synthesis.
 """
 
 from __future__ import annotations
@@ -18,72 +9,51 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
 
-import orjson
 from fastapi import APIRouter, WebSocket
 
 from gateway.aio import cancel_and_wait
-from gateway.errors import BadRequest, GatewayError
-from gateway.events import AgentEnd, AudioChunk, Cancelled, Event, TextDelta, payload
-from gateway.params import SpeakParams, parse
+from gateway.events import AgentEnd, AudioChunk, Event, TextDelta
 from gateway.pipeline import Reply
 from gateway.routes.common import origin_allowed, service_of
 from gateway.service import GatewayService
 from gateway.sources.client import ClientTextSource
-from model_server.ws_sender import ClientGone, WebSocketSender
+from gateway.speak_protocol import audio_frame, event_frame, parse_client_message
+from gateway.speak_session import (
+    Action,
+    CancelUtterance,
+    CloseConnection,
+    EndText,
+    FeedText,
+    SendError,
+    SendFrame,
+    SpeakSession,
+    StartUtterance,
+)
+from kokoro_contract.errors import ServiceError
+from kokoro_contract.ws_sender import ClientGone, WebSocketSender
 
 log = logging.getLogger(__name__)
 router = APIRouter()
 
 
-def audio_frame(utterance_id: str, data: bytes) -> bytes:
-    uid = utterance_id.encode("ascii")
-    return bytes([len(uid)]) + uid + data
-
-
-class SpeakSession:
+class SpeakConnection:
     def __init__(self, ws: WebSocket, service: GatewayService) -> None:
         self.ws = ws
         self.service = service
+        self.session = SpeakSession()
         self._sender = WebSocketSender(ws)
-        self._reply: Reply | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._task: asyncio.Task[None] | None = None  # the utterance playing now
         self._client_text: ClientTextSource | None = None
-        self.history: list[dict[str, str]] = []  # conversation turns, for LLM prompts
-
-    async def send_json(self, body: dict[str, Any]) -> None:
-        await self._send(orjson.dumps(body).decode())
-
-    async def _send(self, data: str | bytes) -> None:
-        await self._sender.send(data)
-
-    async def error(self, exc: GatewayError, utterance_id: str | None = None) -> None:
-        self.service.metrics.errors.labels(exc.code).inc()
-        body: dict[str, Any] = {"type": "error", "code": exc.code, "message": exc.message}
-        body["retryable"] = exc.retryable
-        if utterance_id:
-            body["utterance_id"] = utterance_id
-        await self.send_json(body)
-
-    # --- the connection ---------------------------------------------------------------------
 
     async def run(self) -> None:
         self.service.metrics.active.labels("ws").inc()
         try:
-            while True:
+            while not self.session.closed:
                 message = await self.ws.receive()
                 if message["type"] == "websocket.disconnect":
                     return
-                if message.get("text") is None:
-                    await self.error(BadRequest("send JSON in text frames", code="binary_frame"))
-                    continue
-                try:
-                    if await self._handle(message["text"]):
-                        await self.ws.close(1000)
-                        return
-                except GatewayError as exc:
-                    await self.error(exc)
+                await self._apply(self.session.receive(parse_client_message(message.get("text"))))
         except ClientGone:
             return
         finally:
@@ -91,90 +61,63 @@ class SpeakSession:
                 await cancel_and_wait(self._task)
             self.service.metrics.active.labels("ws").dec()
 
-    async def _handle(self, text: str) -> bool:
+    async def _apply(self, actions: list[Action]) -> None:
+        for action in actions:
+            match action:
+                case SendFrame(frame=frame):
+                    await self._sender.send(frame)
+                case SendError(error=error):
+                    self.service.metrics.errors.labels(error.code).inc()
+                    await self._sender.send(action.frame)
+                case StartUtterance():
+                    await self._start(action)
+                case FeedText(delta=delta):
+                    assert self._client_text is not None
+                    await self._client_text.put(delta)
+                case EndText():
+                    assert self._client_text is not None
+                    await self._client_text.end()
+                case CancelUtterance(utterance_id=uid):
+                    if self._task is not None:
+                        await cancel_and_wait(self._task)  # closes the source and the TTS stream
+                    self.service.metrics.cancels.inc()
+                    await self._apply(self.session.utterance_cancelled(uid))
+                case CloseConnection():
+                    await self.ws.close(1000)
+
+    async def _start(self, start: StartUtterance) -> None:
+        uid = start.utterance_id
+        if self._task is not None:  # the last reply has ended; let its task finish
+            await asyncio.wait([self._task])
         try:
-            msg = orjson.loads(text)
-        except orjson.JSONDecodeError as exc:
-            raise BadRequest(f"message is not JSON: {exc}", code="invalid_json") from exc
-        if not isinstance(msg, dict):
-            raise BadRequest("message must be a JSON object", code="not_an_object")
-        kind = msg.pop("type", None)
-        if kind == "speak":
-            await self._speak(msg)
-        elif kind == "text":
-            delta = msg.get("delta")
-            if not isinstance(delta, str):
-                raise BadRequest("'delta' must be a string", code="invalid_field")
-            await self._client_source().put(delta)
-        elif kind == "flush":
-            await self._client_source().end()
-        elif kind == "cancel":
-            await self._cancel()
-        elif kind == "close":
-            return True
-        else:
-            raise BadRequest(
-                f"unknown message type {kind!r}; expected speak, text, flush, cancel or close",
-                code="unknown_type",
-            )
-        return False
-
-    def _client_source(self) -> ClientTextSource:
-        if self._client_text is None or self._client_text.ended or not self._busy():
-            raise BadRequest(
-                "no utterance is waiting for text: send speak without text or prompt first",
-                code="no_open_utterance",
-            )
-        return self._client_text
-
-    def _busy(self) -> bool:
-        return self._task is not None and not self._task.done()
-
-    async def _speak(self, msg: dict[str, Any]) -> None:
-        if self._busy():
-            raise BadRequest(
-                "an utterance is still playing: cancel it first (barge-in)", code="busy"
-            )
-        params = parse(SpeakParams, msg)
-        source = self.service.source_for(params, self.history)
+            source = self.service.source_for(start.params, start.history)
+        except ServiceError as exc:
+            await self._apply(self.session.start_failed(uid, exc))
+            return
         self._client_text = None
         if source is None:
             self._client_text = source = ClientTextSource()
         queue: asyncio.Queue[Event | None] = asyncio.Queue(self.service.settings.queue_size)
-        self._reply = reply = self.service.reply(params, source, queue)
-        self._task = asyncio.create_task(self._play(reply, queue, params.prompt))
+        reply = self.service.reply(start.params, source, queue, utterance_id=uid)
+        self._task = asyncio.create_task(self._forward(reply, queue))
 
-    async def _play(
-        self, reply: Reply, queue: asyncio.Queue[Event | None], prompt: str | None
-    ) -> None:
+    async def _forward(self, reply: Reply, queue: asyncio.Queue[Event | None]) -> None:
+        """Run the reply and send its events to the client until it ends."""
         uid = reply.spec.utterance_id
         spoken: list[str] = []
         try:
             async with self.service.running(reply, "ws_reply"):
                 while (event := await queue.get()) is not None:
                     if isinstance(event, AudioChunk):
-                        await self._send(audio_frame(uid, event.data))
+                        await self._sender.send(audio_frame(uid, event.data))
                         continue
                     if isinstance(event, TextDelta):
                         spoken.append(event.text)
-                    body = {"type": event.name, "utterance_id": uid, **payload(event)}
-                    if isinstance(event, AgentEnd) and prompt is not None:
-                        self.history += [
-                            {"role": "user", "content": prompt},
-                            {"role": "assistant", "content": "".join(spoken)},
-                        ]
-                    await self.send_json(body)
+                    if isinstance(event, AgentEnd):
+                        await self._apply(self.session.utterance_ended(uid, "".join(spoken)))
+                    await self._sender.send(event_frame(event, uid))
         except ClientGone:
             return
-
-    async def _cancel(self) -> None:
-        reply, task = self._reply, self._task
-        if reply is None or task is None or task.done():
-            raise BadRequest("nothing to cancel", code="nothing_to_cancel")
-        await cancel_and_wait(task)  # closes the source and the TTS session
-        self.service.metrics.cancels.inc()
-        uid = reply.spec.utterance_id
-        await self.send_json({"type": "cancelled", **payload(Cancelled(uid))})
 
 
 @router.websocket("/v1/speak/ws")
@@ -185,4 +128,4 @@ async def speak_ws(ws: WebSocket) -> None:
         return
     await ws.accept()
     with contextlib.suppress(ClientGone):
-        await SpeakSession(ws, service).run()
+        await SpeakConnection(ws, service).run()

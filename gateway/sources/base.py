@@ -1,10 +1,12 @@
+"""Text sources: each yields the answer's text as it is written (deltas)."""
+
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Protocol
 
 
 class TextSource(Protocol):
-    """Streams one answer's text. Closing the iterator closes the upstream."""
+    """Streams one answer's text. Closing the generator closes the upstream."""
 
-    def stream(self) -> AsyncIterator[str]: ...
+    def stream(self) -> AsyncGenerator[str]: ...

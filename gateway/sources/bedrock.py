@@ -10,35 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from gateway.aws_errors import bedrock_error, describe, retryable
 from gateway.errors import LLMError
-
-RETRYABLE = frozenset(
-    {
-        "ThrottlingException",
-        "throttlingException",
-        "ServiceUnavailableException",
-        "serviceUnavailableException",
-        "InternalServerException",
-        "internalServerException",
-        "ModelNotReadyException",
-        "modelStreamErrorException",
-        "ModelStreamErrorException",
-    }
-)
-_SETTING_HINTS = {
-    "ValidationException": "check GATEWAY_BEDROCK_MODEL_ID and the inference settings",
-    "ResourceNotFoundException": "check GATEWAY_BEDROCK_MODEL_ID and GATEWAY_AWS_REGION",
-    "AccessDeniedException": (
-        "check the AWS credentials and model access for GATEWAY_BEDROCK_MODEL_ID"
-    ),
-    "UnrecognizedClientException": "check the AWS credentials",
-}
 
 
 @dataclass(frozen=True)
@@ -76,19 +55,18 @@ class BedrockSource:
                     inferenceConfig={"maxTokens": opts.max_tokens, "temperature": opts.temperature},
                 )
             except ClientError as exc:
-                code = exc.response.get("Error", {}).get("Code", "")
-                if code in RETRYABLE and attempt < opts.max_attempts:
+                if retryable(describe(exc)[0]) and attempt < opts.max_attempts:
                     # nothing was said yet: retry with jittered exponential backoff
                     await asyncio.sleep(
                         opts.backoff_s * 2 ** (attempt - 1) * random.uniform(0.5, 1.5)
                     )
                     continue
-                raise _translate(exc, opts.model_id) from exc
+                raise bedrock_error(exc, opts.model_id) from exc
             except BotoCoreError as exc:
                 raise LLMError(f"Bedrock unreachable: {exc}") from exc
         raise AssertionError("unreachable")
 
-    async def stream(self) -> AsyncIterator[str]:
+    async def stream(self) -> AsyncGenerator[str]:
         response = await self._open()
         events = response["stream"]
         try:
@@ -99,17 +77,8 @@ class BedrockSource:
                     if text:
                         yield text
         except ClientError as exc:  # an exception event mid-stream (EventStreamError)
-            raise _translate(exc, self._options.model_id) from exc
+            raise bedrock_error(exc, self._options.model_id) from exc
         except BotoCoreError as exc:
             raise LLMError(f"Bedrock stream failed: {exc}", retryable=True) from exc
         finally:
             events.close()  # releases the HTTP connection, also when the client went away
-
-
-def _translate(exc: ClientError, model_id: str) -> LLMError:
-    error = exc.response.get("Error", {})
-    code = error.get("Code", "Unknown")
-    message = error.get("Message", str(exc))
-    hint = _SETTING_HINTS.get(code)
-    text = f"Bedrock {code}: {message}" + (f" ({hint}; model {model_id!r})" if hint else "")
-    return LLMError(text, code="llm_error", retryable=code in RETRYABLE)

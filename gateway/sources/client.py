@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 _END = object()
 
@@ -23,7 +23,7 @@ class ClientTextSource:
             self.ended = True
             await self._queue.put(_END)
 
-    async def stream(self) -> AsyncIterator[str]:
+    async def stream(self) -> AsyncGenerator[str]:
         while (item := await self._queue.get()) is not _END:
             assert isinstance(item, str)
             yield item

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 import httpx
@@ -27,7 +27,7 @@ class OpenAIChatSource:
         self._messages = list(messages)
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
-    async def stream(self) -> AsyncIterator[str]:
+    async def stream(self) -> AsyncGenerator[str]:
         body = {"model": self._model, "messages": self._messages, "stream": True}
         try:
             async with self._client.stream(

@@ -1,12 +1,15 @@
+"""The TTS seams: a bidi transport opens one stream per reply; a batch transport synthesizes a
+whole text in one call."""
+
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
 
-class TTSSession(Protocol):
-    """One long-lived synthesis session for one reply (bidi mode)."""
+class TTSStream(Protocol):
+    """One reply's synthesis stream (bidi mode): chunks in, their audio out, in order."""
 
     async def send(self, text: str) -> None:
         """Synthesize this chunk after the ones already sent."""
@@ -22,12 +25,12 @@ class TTSSession(Protocol):
 
 
 class BidiTransport(Protocol):
-    def session(self, voice: str | None, speed: float) -> AbstractAsyncContextManager[TTSSession]:
-        """Open a session; leaving the context early (cancel, disconnect) aborts its work."""
+    def open(self, voice: str | None, speed: float) -> AbstractAsyncContextManager[TTSStream]:
+        """Open a stream; leaving the context early (cancel, disconnect) aborts its work."""
         ...
 
 
 class BatchTransport(Protocol):
-    def synthesize(self, text: str, voice: str | None, speed: float) -> AsyncIterator[bytes]:
-        """PCM of the whole text, streamed; closing the iterator aborts the request."""
+    def synthesize(self, text: str, voice: str | None, speed: float) -> AsyncGenerator[bytes]:
+        """PCM of the whole text, streamed; closing the generator aborts the request."""
         ...

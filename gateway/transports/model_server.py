@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import httpx
@@ -14,10 +14,9 @@ from websockets.exceptions import WebSocketException
 
 from gateway.aio import cancel_and_wait
 from gateway.errors import TTSError
-from gateway.transports.session import PipelinedSession
-from model_server.protocol import invocation_body
-
-BIDI_PATH = "/invocations-bidirectional-stream"
+from gateway.transports.framed_stream import FramedTTSStream
+from kokoro_contract import protocol
+from kokoro_contract.protocol import invocation_body
 
 
 def ws_url(http_url: str) -> str:
@@ -28,20 +27,20 @@ def ws_url(http_url: str) -> str:
 
 
 class _WebSocketReader:
-    """Moves the model server's frames into the session until the socket ends."""
+    """Moves the model server's frames into the reply's stream until the socket ends."""
 
-    def __init__(self, ws: ClientConnection, session: PipelinedSession) -> None:
+    def __init__(self, ws: ClientConnection, tts: FramedTTSStream) -> None:
         self.ws = ws
-        self.session = session
+        self.tts = tts
 
     async def run(self) -> None:
         try:
             async for frame in self.ws:
-                await self.session.received(frame)
+                await self.tts.received(frame)
         except WebSocketException as exc:
-            await self.session.failed(TTSError(f"model server session lost: {exc}"))
+            await self.tts.failed(TTSError(f"model server session lost: {exc}"))
             return
-        await self.session.failed(TTSError("model server closed the session"))
+        await self.tts.failed(TTSError("model server closed the session"))
 
 
 class ModelServerTransport:
@@ -50,9 +49,9 @@ class ModelServerTransport:
         self._client = client
 
     @contextlib.asynccontextmanager
-    async def session(self, voice: str | None, speed: float) -> AsyncIterator[PipelinedSession]:
+    async def open(self, voice: str | None, speed: float) -> AsyncIterator[FramedTTSStream]:
         try:
-            ws = await connect(ws_url(self.base_url) + BIDI_PATH, max_size=None)
+            ws = await connect(ws_url(self.base_url) + protocol.PATH, max_size=None)
         except (OSError, WebSocketException) as exc:
             raise TTSError(f"model server at {self.base_url} unreachable: {exc}") from exc
 
@@ -62,20 +61,20 @@ class ModelServerTransport:
             except WebSocketException as exc:
                 raise TTSError(f"model server session lost: {exc}") from exc
 
-        session = PipelinedSession(send_frame, voice, speed)
-        reader = asyncio.create_task(_WebSocketReader(ws, session).run())
+        tts = FramedTTSStream(send_frame, voice, speed)
+        reader = asyncio.create_task(_WebSocketReader(ws, tts).run())
         completed = False
         try:
-            yield session
+            yield tts
             completed = True
         finally:
             # done: close the session; barge-in or failure: stop the model server's work now
             with contextlib.suppress(TTSError):
-                await asyncio.shield(session.close() if completed else session.cancel())
+                await asyncio.shield(tts.close() if completed else tts.cancel())
             await asyncio.shield(ws.close())
             await cancel_and_wait(reader)
 
-    async def synthesize(self, text: str, voice: str | None, speed: float) -> AsyncIterator[bytes]:
+    async def synthesize(self, text: str, voice: str | None, speed: float) -> AsyncGenerator[bytes]:
         body = invocation_body(text, voice, speed)
         try:
             async with self._client.stream(

@@ -16,8 +16,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from gateway.aio import cancel_and_wait
+from gateway.aws_errors import sagemaker_error
 from gateway.errors import TTSError
-from gateway.transports.session import PipelinedSession
+from gateway.transports.framed_stream import FramedTTSStream
 
 
 def default_endpoint_uri(region: str) -> str:
@@ -65,7 +66,7 @@ class SageMakerBidiTransport:
             return self._client
 
     @contextlib.asynccontextmanager
-    async def session(self, voice: str | None, speed: float) -> AsyncIterator[PipelinedSession]:
+    async def open(self, voice: str | None, speed: float) -> AsyncIterator[FramedTTSStream]:
         from aws_sdk_sagemaker_runtime_http2.models import (
             InvokeEndpointWithBidirectionalStreamInput,
             RequestPayloadPart,
@@ -78,7 +79,7 @@ class SageMakerBidiTransport:
                 InvokeEndpointWithBidirectionalStreamInput(endpoint_name=self.endpoint_name)
             )
         except Exception as exc:  # the SDK's errors share no base class worth naming here
-            raise _translate(exc, self.endpoint_name) from exc
+            raise sagemaker_error(exc, self.endpoint_name) from exc
 
         writing = asyncio.Lock()
 
@@ -93,25 +94,25 @@ class SageMakerBidiTransport:
             try:
                 await asyncio.shield(asyncio.ensure_future(write(frame)))
             except Exception as exc:
-                raise _translate(exc, self.endpoint_name) from exc
+                raise sagemaker_error(exc, self.endpoint_name) from exc
 
-        session = PipelinedSession(send_frame, voice, speed)
-        reader = asyncio.create_task(self._read(stream, session))
+        tts = FramedTTSStream(send_frame, voice, speed)
+        reader = asyncio.create_task(self._read(stream, tts))
         completed = False
         try:
-            yield session
+            yield tts
             completed = True
         finally:
             # a stream the service has already ended may never take more input: bounded waits
             with contextlib.suppress(TTSError, TimeoutError):
                 async with asyncio.timeout(5):
-                    await asyncio.shield(session.close() if completed else session.cancel())
+                    await asyncio.shield(tts.close() if completed else tts.cancel())
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(5):
                     await asyncio.shield(stream.input_stream.close())
             await cancel_and_wait(reader)
 
-    async def _read(self, stream: Any, session: PipelinedSession) -> None:
+    async def _read(self, stream: Any, tts: FramedTTSStream) -> None:
         from aws_sdk_sagemaker_runtime_http2.models import ResponseStreamEventPayloadPart
 
         try:
@@ -123,37 +124,14 @@ class SageMakerBidiTransport:
                 part = event.value
                 message += part.bytes_ or b""
                 if part.completion_state in (None, "COMPLETE"):
-                    await session.received(message)
+                    await tts.received(message)
                     message = b""
         except Exception as exc:
-            await session.failed(_translate(exc, self.endpoint_name))
+            await tts.failed(sagemaker_error(exc, self.endpoint_name))
             return
-        await session.failed(TTSError("SageMaker closed the stream"))
+        await tts.failed(TTSError("SageMaker closed the stream"))
 
     async def close(self) -> None:
         if self._client is not None:
             with contextlib.suppress(Exception):
                 await self._client.close()
-
-
-def _translate(exc: Exception, endpoint: str) -> TTSError:
-    if isinstance(exc, TTSError):
-        return exc
-    code = type(exc).__name__
-    message = getattr(exc, "message", None) or str(exc)
-    retryable = code in {
-        "ModelStreamError",
-        "InternalStreamFailure",
-        "ServiceUnavailableError",
-        "InternalServerError",
-    }
-    hint = (
-        " (check GATEWAY_SAGEMAKER_ENDPOINT and GATEWAY_AWS_REGION)"
-        if "Validation" in f"{code} {message}"
-        else ""
-    )
-    return TTSError(
-        f"SageMaker {code} on endpoint {endpoint!r}: {message}{hint}",
-        code=f"tts_{code}",
-        retryable=retryable,
-    )

@@ -9,14 +9,15 @@ and `InternalStreamFailure` become `TTSError`s. Region, credentials and
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import orjson
 from botocore.exceptions import BotoCoreError, ClientError
 
+from gateway.aws_errors import sagemaker_error
 from gateway.errors import TTSError
-from model_server.protocol import invocation_body
+from kokoro_contract.protocol import invocation_body
 
 
 class SageMakerStreamTransport:
@@ -24,7 +25,7 @@ class SageMakerStreamTransport:
         self._client = client  # an aioboto3 sagemaker-runtime client
         self.endpoint_name = endpoint_name
 
-    async def synthesize(self, text: str, voice: str | None, speed: float) -> AsyncIterator[bytes]:
+    async def synthesize(self, text: str, voice: str | None, speed: float) -> AsyncGenerator[bytes]:
         body = invocation_body(text, voice, speed)
         try:
             response = await self._client.invoke_endpoint_with_response_stream(
@@ -34,7 +35,7 @@ class SageMakerStreamTransport:
                 Accept="audio/pcm",
             )
         except ClientError as exc:
-            raise _translate(exc, self.endpoint_name) from exc
+            raise sagemaker_error(exc, self.endpoint_name) from exc
         except BotoCoreError as exc:
             raise TTSError(f"SageMaker unreachable: {exc}") from exc
         events = response["Body"]
@@ -44,31 +45,8 @@ class SageMakerStreamTransport:
                 if part is not None and part.get("Bytes"):
                     yield part["Bytes"]
         except ClientError as exc:  # ModelStreamError / InternalStreamFailure mid-stream
-            raise _translate(exc, self.endpoint_name) from exc
+            raise sagemaker_error(exc, self.endpoint_name) from exc
         except BotoCoreError as exc:
             raise TTSError(f"SageMaker stream failed: {exc}") from exc
         finally:
             events.close()
-
-
-def _translate(exc: ClientError, endpoint: str) -> TTSError:
-    error = exc.response.get("Error", {})
-    code = error.get("Code", "Unknown")
-    message = error.get("Message", str(exc))
-    hint = (
-        " (check GATEWAY_SAGEMAKER_ENDPOINT and GATEWAY_AWS_REGION)"
-        if code == "ValidationError"
-        else ""
-    )
-    retryable = code in {
-        "InternalStreamFailure",
-        "ModelStreamError",
-        "ServiceUnavailable",
-        "ThrottlingException",
-        "InternalFailure",
-    }
-    return TTSError(
-        f"SageMaker {code} on endpoint {endpoint!r}: {message}{hint}",
-        code=f"tts_{code}",
-        retryable=retryable,
-    )

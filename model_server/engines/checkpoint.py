@@ -28,7 +28,7 @@ CONFIG_FILE = "config.json"
 VOICES_SUBDIR = "voices"
 COMPONENTS = ("bert", "bert_encoder", "predictor", "text_encoder", "decoder")
 # KModel splits every 256-wide voice style into two halves of 128 (decoder, prosody).
-STYLE_DIM = 128
+HALF_STYLE_DIM = 128
 _CONFIG_KEYS = (
     "vocab",
     "n_token",
@@ -97,9 +97,9 @@ def read_config(path: Path) -> dict[str, Any]:
     missing = [key for key in _CONFIG_KEYS if key not in config]
     if missing:
         raise ModelUnavailable(f"{path}: not a Kokoro config, missing {', '.join(missing)}")
-    if config["style_dim"] != STYLE_DIM:
+    if config["style_dim"] != HALF_STYLE_DIM:
         raise ModelUnavailable(
-            f"{path}: style_dim is {config['style_dim']}; Kokoro voice packs need {STYLE_DIM}"
+            f"{path}: style_dim is {config['style_dim']}; Kokoro voice packs need {HALF_STYLE_DIM}"
         )
     if not isinstance(config["vocab"], dict) or not config["vocab"]:
         raise ModelUnavailable(f"{path}: vocab must map phonemes to token ids")

@@ -22,7 +22,7 @@ import numpy as np
 from model_server.engines.base import VoicePack
 from model_server.engines.weights import packaged_voices_file
 
-STYLE_DIM = 256
+PACK_VECTOR_DIM = 256  # one style vector per phoneme count: decoder half + prosody half
 SUFFIXES = (".npy", ".npz", ".bin", ".pt")
 
 
@@ -32,11 +32,12 @@ class VoicePackError(ValueError):
 
 def as_pack(array: Any, name: str) -> VoicePack:
     pack = np.asarray(array, dtype=np.float32)
-    if pack.ndim == 0 or pack.size % STYLE_DIM or pack.shape[-1] != STYLE_DIM:
+    if pack.ndim == 0 or pack.size % PACK_VECTOR_DIM or pack.shape[-1] != PACK_VECTOR_DIM:
         raise VoicePackError(
-            f"voice {name!r} has shape {pack.shape}; expected (N, 1, {STYLE_DIM}) style vectors"
+            f"voice {name!r} has shape {pack.shape}; "
+            f"expected (N, 1, {PACK_VECTOR_DIM}) style vectors"
         )
-    return pack.reshape(-1, 1, STYLE_DIM)
+    return pack.reshape(-1, 1, PACK_VECTOR_DIM)
 
 
 def _load_npz(data: bytes | Path) -> dict[str, VoicePack]:
@@ -68,12 +69,12 @@ def load_file(path: Path) -> dict[str, VoicePack]:
             raw = path.read_bytes()
             if zipfile.is_zipfile(io.BytesIO(raw)):
                 return _load_npz(raw)
-            if len(raw) % (4 * STYLE_DIM):
+            if len(raw) % (4 * PACK_VECTOR_DIM):
                 raise VoicePackError(
                     f"{path.name}: {len(raw)} bytes is not a whole number of float32 "
-                    f"style vectors of {STYLE_DIM}"
+                    f"style vectors of {PACK_VECTOR_DIM}"
                 )
-            flat = np.frombuffer(raw, dtype="<f4").reshape(-1, STYLE_DIM)
+            flat = np.frombuffer(raw, dtype="<f4").reshape(-1, PACK_VECTOR_DIM)
             return {path.stem: as_pack(flat, path.stem)}
         if suffix == ".pt":
             return {path.stem: _load_pt(path)}

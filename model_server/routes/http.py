@@ -9,15 +9,14 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from model_server.audio import wav_header
-from model_server.errors import InvalidRequest, ServiceError
-from model_server.protocol import ProtocolError, decode_frame, pcm_duration_s, validate_synthesis
+from kokoro_contract import formats
+from kokoro_contract.audio import pcm_duration_s, wav_header
+from kokoro_contract.errors import InvalidRequest, ServiceError
+from kokoro_contract.protocol import ProtocolError, decode_frame, validate_synthesis
 from model_server.service import ModelService
 
 log = logging.getLogger(__name__)
 router = APIRouter()
-
-MEDIA_TYPES = {"pcm": "audio/pcm;rate=24000;channels=1;encoding=s16le", "wav": "audio/wav"}
 
 
 def _service(request: Request) -> ModelService:
@@ -57,12 +56,10 @@ async def invocations(request: Request) -> Response:
     synth = validate_synthesis(obj, loaded.rules)
     if isinstance(synth, ProtocolError):
         raise InvalidRequest(synth.message, code=synth.code)
-    fmt = obj.get("format", "pcm")
-    if fmt not in MEDIA_TYPES:
-        raise InvalidRequest(
-            f"format {fmt!r} is not supported; use one of {', '.join(MEDIA_TYPES)}",
-            code="unsupported_format",
-        )
+    try:
+        fmt = formats.lookup(obj.get("format", "pcm"), formats.MODEL_SERVER_FORMATS)
+    except formats.UnknownFormat as exc:
+        raise InvalidRequest(str(exc), code="unsupported_format") from exc
     stream = obj.get("stream", False)
     if not isinstance(stream, bool):
         raise InvalidRequest("field 'stream' must be true or false", code="invalid_field")
@@ -72,7 +69,7 @@ async def invocations(request: Request) -> Response:
     if stream:
 
         async def body() -> AsyncIterator[bytes]:
-            if fmt == "wav":
+            if fmt.name == "wav":
                 yield wav_header(None)
             try:
                 async for pcm in loaded.synthesizer.stream(synth, key):
@@ -80,7 +77,7 @@ async def invocations(request: Request) -> Response:
             except ServiceError as exc:  # headers are gone: end the stream, log why
                 log.warning("request %s ended early: %s", synth.request_id, exc.message)
 
-        return StreamingResponse(body(), media_type=MEDIA_TYPES[fmt], headers=headers)
+        return StreamingResponse(body(), media_type=fmt.mime, headers=headers)
 
     started = time.perf_counter()
     chunks = [pcm async for pcm in loaded.synthesizer.stream(synth, key)]
@@ -88,5 +85,5 @@ async def invocations(request: Request) -> Response:
     elapsed = time.perf_counter() - started
     headers["X-Audio-Duration-S"] = f"{pcm_duration_s(len(pcm)):.4f}"
     headers["X-Inference-Time-S"] = f"{elapsed:.4f}"
-    content = wav_header(len(pcm)) + pcm if fmt == "wav" else pcm
-    return Response(content, media_type=MEDIA_TYPES[fmt], headers=headers)
+    content = wav_header(len(pcm)) + pcm if fmt.name == "wav" else pcm
+    return Response(content, media_type=fmt.mime, headers=headers)

@@ -1,7 +1,7 @@
-"""WS /invocations-bidirectional-stream: one long-lived session, many utterances.
+"""WS /invocations-bidirectional-stream: the I/O around `BidiSession`.
 
-The session reads and synthesizes concurrently: messages (new requests, cancels) are handled
-while a synthesis runs; requests are answered strictly in arrival order. Every engine call goes
+Messages are read while a synthesis runs (cancels take effect at once); the session core
+decides what to send and what to start or abort, this adapter does it. Every engine call goes
 through the shared scheduler, so no session holds the model for longer than one segment.
 """
 
@@ -11,176 +11,127 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import deque
 
 from fastapi import APIRouter, WebSocket
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
-from model_server import protocol
-from model_server.errors import ServiceError
-from model_server.protocol import Cancel, Close, ProtocolError, SynthesisRequest
+from kokoro_contract import protocol
+from kokoro_contract.errors import ServiceError
+from kokoro_contract.protocol import ErrorMsg, SynthesisRequest
+from kokoro_contract.ws_sender import ClientGone, WebSocketSender
+from model_server.bidi_session import (
+    AbortSynthesis,
+    Action,
+    BidiSession,
+    CloseSession,
+    Send,
+    StartSynthesis,
+)
 from model_server.service import ModelService
-from model_server.ws_sender import ClientGone, WebSocketSender
 
 log = logging.getLogger(__name__)
 router = APIRouter()
 
 
-class BidiSession:
+class BidiConnection:
     def __init__(self, ws: WebSocket, service: ModelService) -> None:
         self.ws = ws
         self.service = service
-        self.key = object()
-        self._queue: deque[SynthesisRequest] = deque()
-        self._wakeup = asyncio.Event()
-        self._current: tuple[SynthesisRequest, asyncio.Task[None]] | None = None
+        self.session = BidiSession(service.settings.max_pending)
+        self.key = object()  # this connection's turns in the scheduler
         self._sender = WebSocketSender(ws)
-
-    # --- I/O --------------------------------------------------------------------------------
-
-    async def _send(self, data: str | bytes) -> None:
-        await self._sender.send(data)
+        self._steps = asyncio.Lock()  # one core step's frames go out together, in order
+        # the running synthesis, started by the core's step and awaited by the worker
+        self._running: asyncio.Task[tuple[int, float]] | None = None
+        self._started: asyncio.Queue[tuple[str, asyncio.Task[tuple[int, float]]]] = asyncio.Queue(1)
 
     async def run(self) -> None:
-        close_requested = False
         try:
             async with asyncio.TaskGroup() as tg:
                 worker = tg.create_task(self._work())
                 try:
-                    close_requested = await self._read()
+                    await self._read()
                 finally:
                     worker.cancel()
         except* ClientGone:
             pass
-        if close_requested and self.ws.application_state is WebSocketState.CONNECTED:
+        finally:
+            if self._running is not None:  # started, but the worker never took it
+                self._running.cancel()
+                await asyncio.wait([self._running])
+        if self.session.closed and self.ws.application_state is WebSocketState.CONNECTED:
             with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
                 await self.ws.close(1000)  # the client may already be gone
 
-    async def _read(self) -> bool:
-        """Handle client messages until close (True) or disconnect (False)."""
-        while True:
+    async def _read(self) -> None:
+        """Client messages until close or disconnect."""
+        while not self.session.closed:
             message = await self.ws.receive()
             if message["type"] == "websocket.disconnect":
-                return False
+                return
             data = message.get("bytes")
             if data is None:
                 data = message.get("text", "")
-            if await self._handle(data):
-                return True
+            try:
+                rules = self.service.get().rules
+            except ServiceError as exc:
+                await self._sender.send(ErrorMsg(exc.code, exc.message).encode())
+                continue
+            msg = protocol.parse_client_message(data, rules)
+            async with self._steps:
+                await self._apply(self.session.receive(msg))
 
-    # --- messages ---------------------------------------------------------------------------
-
-    async def _handle(self, data: str | bytes) -> bool:
-        try:
-            rules = self.service.get().rules
-        except ServiceError as exc:
-            await self._send(protocol.error_event(exc.code, exc.message))
-            return False
-        msg = protocol.parse_client_message(data, rules)
-        match msg:
-            case ProtocolError():
-                await self._send(msg.event())
-            case SynthesisRequest():
-                await self._submit(msg)
-            case Cancel(request_id=rid):
-                await self._cancel(rid)
-            case Close():
-                return True
-        return False
-
-    def _pending_ids(self) -> set[str]:
-        ids = {r.request_id for r in self._queue}
-        if self._current is not None:
-            ids.add(self._current[0].request_id)
-        return ids
-
-    async def _submit(self, req: SynthesisRequest) -> None:
-        pending = self._pending_ids()
-        if req.request_id in pending:
-            await self._send(
-                protocol.error_event(
-                    "duplicate_request_id",
-                    f"request {req.request_id!r} is already queued or running",
-                    req.request_id,
-                )
-            )
-        elif len(pending) >= self.service.settings.max_pending:
-            await self._send(
-                protocol.error_event(
-                    "too_many_pending",
-                    f"{len(pending)} requests are already pending on this session; "
-                    "wait for one to complete",
-                    req.request_id,
-                )
-            )
-        else:
-            self._queue.append(req)
-            self._wakeup.set()
-
-    async def _cancel(self, request_id: str | None) -> None:
-        queued = [r for r in self._queue if request_id in (None, r.request_id)]
-        for req in queued:
-            self._queue.remove(req)
-            await self._send(protocol.cancelled_event(req.request_id))
-        current = self._current
-        if current is not None and request_id in (None, current[0].request_id):
-            current[1].cancel()  # the worker answers synthesis_cancelled
-        elif request_id is not None and not queued:
-            await self._send(
-                protocol.error_event(
-                    "unknown_request_id",
-                    f"no queued or running request {request_id!r}",
-                    request_id,
-                )
-            )
-
-    # --- synthesis --------------------------------------------------------------------------
+    async def _apply(self, actions: list[Action]) -> None:
+        for action in actions:
+            match action:
+                case Send(frame=frame):
+                    await self._sender.send(frame)
+                case StartSynthesis(request=request):
+                    self._running = asyncio.create_task(self._synthesize(request))
+                    self._started.put_nowait((request.request_id, self._running))
+                case AbortSynthesis():
+                    if self._running is not None:
+                        self._running.cancel()
+                case CloseSession():
+                    pass  # _read stops; run() closes with 1000
 
     async def _work(self) -> None:
         while True:
-            while not self._queue:
-                self._wakeup.clear()
-                await self._wakeup.wait()
-            req = self._queue.popleft()
-            task = asyncio.create_task(self._synthesize(req))
-            self._current = (req, task)
+            rid, task = await self._started.get()
             try:
-                await task
+                sent, elapsed = await task
+                outcome = self.session.synthesis_finished(rid, sent, elapsed)
             except asyncio.CancelledError:
                 this = asyncio.current_task()
                 if this is not None and this.cancelling():
                     raise  # the session is ending, not just this request
-                await self._send(protocol.cancelled_event(req.request_id))
+                outcome = self.session.synthesis_cancelled(rid)
+            except ClientGone:
+                raise
+            except ServiceError as exc:
+                outcome = self.session.synthesis_failed(rid, exc.code, exc.message)
+            except Exception:
+                log.exception("synthesis of request %s failed", rid)
+                outcome = self.session.synthesis_failed(
+                    rid, "synthesis_failed", "synthesis failed on the server"
+                )
             finally:
-                self._current = None
+                self._running = None
+            async with self._steps:
+                await self._apply(outcome)
 
-    async def _synthesize(self, req: SynthesisRequest) -> None:
+    async def _synthesize(self, request: SynthesisRequest) -> tuple[int, float]:
+        """Stream one request's audio frames; (bytes sent, seconds)."""
         synthesizer = self.service.get().synthesizer
         started = time.perf_counter()
-        await self._send(protocol.start_event(req.request_id))
         sent = 0
-        try:
-            async for pcm in synthesizer.stream(req, self.key):
-                await self._send(pcm)
-                sent += len(pcm)
-        except ClientGone:
-            raise
-        except ServiceError as exc:
-            await self._send(protocol.error_event(exc.code, exc.message, req.request_id))
-            return
-        except Exception:
-            log.exception("synthesis of request %s failed", req.request_id)
-            await self._send(
-                protocol.error_event(
-                    "synthesis_failed", "synthesis failed on the server", req.request_id
-                )
-            )
-            return
-        elapsed = time.perf_counter() - started
-        await self._send(protocol.complete_event(req.request_id, sent, elapsed))
+        async for pcm in synthesizer.stream(request, self.key):
+            await self._sender.send(pcm)
+            sent += len(pcm)
+        return sent, time.perf_counter() - started
 
 
-@router.websocket("/invocations-bidirectional-stream")
+@router.websocket(protocol.PATH)
 async def bidirectional_stream(ws: WebSocket) -> None:
     await ws.accept()
-    await BidiSession(ws, ws.app.state.service).run()
+    await BidiConnection(ws, ws.app.state.service).run()

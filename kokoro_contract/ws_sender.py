@@ -1,5 +1,5 @@
 """Sending on a server-side WebSocket from several tasks: one frame at a time, and a client
-that has gone away becomes one exception, `ClientGone`. Shared by both services."""
+that has gone away becomes one exception, `ClientGone`."""
 
 from __future__ import annotations
 

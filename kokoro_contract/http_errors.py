@@ -10,13 +10,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from model_server.errors import ServiceError
+from kokoro_contract.errors import ServiceError, error_body
 
 log = logging.getLogger(__name__)
 
 
 def error_response(status: int, code: str, message: str) -> JSONResponse:
-    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
+    return JSONResponse(error_body(code, message), status_code=status)
 
 
 def install_error_handlers(app: FastAPI, on_error: Callable[[str], None] | None = None) -> None:

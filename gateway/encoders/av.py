@@ -1,20 +1,26 @@
 """Compressed formats through PyAV (FFmpeg's libmp3lame, aac, libopus, flac and muxers).
 
 One encoder lives for the whole response, so sentences join without the priming gap that
-per-sentence encoding leaves (~56 ms per join in MP3).
+per-sentence encoding leaves (~56 ms per join in MP3). Codec, bitrate and muxer options come
+from the format's registry entry.
 """
 
 from __future__ import annotations
 
 import io
-from typing import Any
+from typing import Any, cast
 
 import av
 import numpy as np
 
-from gateway.encoders.base import FORMATS, EncoderError, PcmAligner
+from gateway.encoders.base import EncoderError, PcmAligner
 from gateway.framing import Mp4FragmentSplitter, WebmClusterSplitter
-from model_server.protocol import SAMPLE_RATE
+from kokoro_contract.audio import SAMPLE_RATE
+from kokoro_contract.formats import AudioFormat
+
+Splitter = Mp4FragmentSplitter | WebmClusterSplitter
+# containers whose output must be cut into units a browser can append
+_SPLITTERS: dict[str, type[Splitter]] = {"mp4": Mp4FragmentSplitter, "webm": WebmClusterSplitter}
 
 
 class _Collect(io.RawIOBase):
@@ -55,18 +61,18 @@ class _PcmFrames:
         return frame
 
 
-class Mp3Encoder:
-    """libmp3lame without a muxer: each packet is one whole frame, no ID3 or Xing tag."""
+class BareCodecEncoder:
+    """A codec without a muxer (libmp3lame): each packet is one whole frame, no ID3 or Xing
+    tag."""
 
-    format = "mp3"
-    mime = FORMATS["mp3"].mime
-
-    def __init__(self, bit_rate: int = 48_000) -> None:
-        self._ctx: Any = av.CodecContext.create("libmp3lame", "w")
-        self._ctx.sample_rate = SAMPLE_RATE
+    def __init__(self, fmt: AudioFormat) -> None:
+        self.format = fmt
+        self._ctx = cast(Any, av.CodecContext.create(str(fmt.codec), "w"))
+        self._ctx.sample_rate = fmt.codec_rate
         self._ctx.layout = "mono"
         self._ctx.format = "s16p"
-        self._ctx.bit_rate = bit_rate
+        if fmt.bit_rate:
+            self._ctx.bit_rate = fmt.bit_rate
         self._ctx.open()
         self._frames = _PcmFrames()
 
@@ -74,7 +80,7 @@ class Mp3Encoder:
         try:
             return [bytes(p) for p in self._ctx.encode(frame)]
         except av.FFmpegError as exc:
-            raise EncoderError(f"mp3 encoder failed: {exc}") from exc
+            raise EncoderError(f"{self.format.name} encoder failed: {exc}") from exc
 
     def push(self, pcm: bytes) -> list[bytes]:
         frame = self._frames.next(pcm)
@@ -87,25 +93,19 @@ class Mp3Encoder:
 class MuxedEncoder:
     """An encoder plus a streaming muxer writing into memory, cut into whole units."""
 
-    def __init__(
-        self,
-        fmt: str,
-        container: str,
-        codec: str,
-        options: dict[str, str],
-        splitter: Mp4FragmentSplitter | WebmClusterSplitter | None,
-        bit_rate: int | None = None,
-        rate: int = SAMPLE_RATE,
-    ) -> None:
+    def __init__(self, fmt: AudioFormat) -> None:
         self.format = fmt
-        self.mime = FORMATS[fmt].mime
         self._out = _Collect()
-        self._container: Any = av.open(self._out, "w", format=container, options=options)
-        stream: Any = self._container.add_stream(codec, rate=rate, layout="mono")
-        self._stream = stream
-        if bit_rate:
-            self._stream.bit_rate = bit_rate
-        self._splitter = splitter
+        self._container: Any = av.open(
+            self._out, "w", format=fmt.container, options=dict(fmt.muxer_options)
+        )
+        self._stream = cast(
+            Any, self._container.add_stream(str(fmt.codec), rate=fmt.codec_rate, layout="mono")
+        )
+        if fmt.bit_rate:
+            self._stream.bit_rate = fmt.bit_rate
+        splitter = _SPLITTERS.get(fmt.container or "")
+        self._splitter: Splitter | None = splitter() if splitter is not None else None
         self._frames = _PcmFrames()
         self._closed = False
 
@@ -123,7 +123,7 @@ class MuxedEncoder:
             for packet in self._stream.encode(frame):
                 self._container.mux(packet)
         except av.FFmpegError as exc:
-            raise EncoderError(f"{self.format} encoder failed: {exc}") from exc
+            raise EncoderError(f"{self.format.name} encoder failed: {exc}") from exc
         return self._units(self._out.take())
 
     def flush(self) -> list[bytes]:
@@ -135,31 +135,5 @@ class MuxedEncoder:
                 self._container.mux(packet)
             self._container.close()
         except av.FFmpegError as exc:
-            raise EncoderError(f"{self.format} encoder failed: {exc}") from exc
+            raise EncoderError(f"{self.format.name} encoder failed: {exc}") from exc
         return self._units(self._out.take(), final=True)
-
-
-def create_av_encoder(fmt: str) -> Mp3Encoder | MuxedEncoder:
-    if fmt == "mp3":
-        return Mp3Encoder()
-    if fmt == "aac":
-        # fragments for MSE: empty moov, then moof+mdat every 100 ms of audio
-        options = {
-            "movflags": "empty_moov+default_base_moof+skip_trailer",
-            "frag_duration": "100000",
-        }
-        return MuxedEncoder(fmt, "mp4", "aac", options, Mp4FragmentSplitter(), 32_000)
-    if fmt == "opus":
-        options = {"live": "1", "cluster_time_limit": "100"}
-        return MuxedEncoder(
-            fmt, "webm", "libopus", options, WebmClusterSplitter(), 32_000, rate=48_000
-        )
-    if fmt == "ogg":
-        return MuxedEncoder(
-            fmt, "ogg", "libopus", {"page_duration": "100000"}, None, 32_000, 48_000
-        )
-    if fmt == "adts":
-        return MuxedEncoder(fmt, "adts", "aac", {}, None, 32_000)
-    if fmt == "flac":
-        return MuxedEncoder(fmt, "flac", "flac", {}, None)
-    raise EncoderError(f"no PyAV encoder for {fmt!r}")

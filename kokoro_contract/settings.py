@@ -1,4 +1,4 @@
-"""Settings dataclasses from command-line flags and environment variables, for both services.
+"""Settings dataclasses from command-line flags and environment variables.
 
 Every field of a frozen dataclass becomes `--field-name`, also settable through
 `PREFIX_FIELD_NAME`; flags win over the environment, which wins over the defaults.

@@ -1,0 +1,181 @@
+"""The speak WebSocket's rules, sans I/O: parsed client messages and utterance outcomes in,
+actions out (frames to send, an utterance to start, text to feed, an utterance to cancel).
+
+One utterance at a time per connection: `speak` while one is still playing is refused
+(`busy`: cancel it first). An utterance without `text` or `prompt` takes the client's own text
+(`text` deltas, then `flush`); text with no such utterance open is refused
+(`no_open_utterance`). `cancel` stops the running utterance and is answered with `cancelled`
+once it has stopped. Conversation history (for LLM prompts) keeps each prompt with the text of
+its reply once the reply has ended; a cancelled reply is not kept.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gateway.errors import BadRequest
+from gateway.params import SpeakParams
+from gateway.speak_protocol import (
+    Cancel,
+    ClientMessage,
+    Close,
+    Flush,
+    Invalid,
+    Speak,
+    Text,
+    cancelled_frame,
+    error_frame,
+)
+from kokoro_contract.errors import ServiceError
+
+Turn = dict[str, str]  # {"role", "content"}, as LLM chat APIs take them
+
+
+@dataclass(frozen=True)
+class SendFrame:
+    frame: str
+
+
+@dataclass(frozen=True)
+class SendError:
+    error: ServiceError
+    utterance_id: str | None = None
+
+    @property
+    def frame(self) -> str:
+        return error_frame(self.error, self.utterance_id)
+
+
+@dataclass(frozen=True)
+class StartUtterance:
+    utterance_id: str
+    params: SpeakParams
+    history: tuple[Turn, ...]
+    client_text: bool  # the client streams the text itself
+
+
+@dataclass(frozen=True)
+class FeedText:
+    delta: str
+
+
+@dataclass(frozen=True)
+class EndText:
+    pass
+
+
+@dataclass(frozen=True)
+class CancelUtterance:
+    utterance_id: str
+
+
+@dataclass(frozen=True)
+class CloseConnection:
+    pass
+
+
+Action = (
+    SendFrame | SendError | StartUtterance | FeedText | EndText | CancelUtterance | CloseConnection
+)
+
+
+def new_utterance_id() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+@dataclass
+class _Utterance:
+    utterance_id: str
+    prompt: str | None
+    text_open: bool
+
+
+class SpeakSession:
+    def __init__(self, new_id: Callable[[], str] = new_utterance_id) -> None:
+        self._new_id = new_id
+        self._current: _Utterance | None = None
+        self.history: list[Turn] = []
+        self.closed = False
+
+    @property
+    def utterance_id(self) -> str | None:
+        """The utterance playing now, if any."""
+        return self._current.utterance_id if self._current is not None else None
+
+    # --- client messages --------------------------------------------------------------------
+
+    def receive(self, message: ClientMessage) -> list[Action]:
+        if self.closed:
+            return []
+        match message:
+            case Invalid(error=error):
+                return [SendError(error)]
+            case Speak(params=params):
+                return self._speak(params)
+            case Text(delta=delta):
+                return self._open_text(lambda: [FeedText(delta)])
+            case Flush():
+                return self._open_text(self._flush)
+            case Cancel():
+                if self._current is None:
+                    return [SendError(BadRequest("nothing to cancel", code="nothing_to_cancel"))]
+                return [CancelUtterance(self._current.utterance_id)]
+            case Close():
+                self.closed = True
+                return [CloseConnection()]
+        raise AssertionError(f"unhandled message {message!r}")
+
+    def _speak(self, params: SpeakParams) -> list[Action]:
+        if self._current is not None:
+            error = BadRequest(
+                "an utterance is still playing: cancel it first (barge-in)", code="busy"
+            )
+            return [SendError(error)]
+        uid = params.utterance_id or self._new_id()
+        client_text = params.text is None and params.prompt is None
+        self._current = _Utterance(uid, params.prompt, text_open=client_text)
+        return [StartUtterance(uid, params, tuple(self.history), client_text)]
+
+    def _open_text(self, then: Callable[[], list[Action]]) -> list[Action]:
+        if self._current is None or not self._current.text_open:
+            error = BadRequest(
+                "no utterance is waiting for text: send speak without text or prompt first",
+                code="no_open_utterance",
+            )
+            return [SendError(error)]
+        return then()
+
+    def _flush(self) -> list[Action]:
+        assert self._current is not None
+        self._current.text_open = False
+        return [EndText()]
+
+    # --- utterance outcomes -----------------------------------------------------------------
+
+    def start_failed(self, utterance_id: str, error: ServiceError) -> list[Action]:
+        """The utterance could not start (its request was refused): nothing was sent for it."""
+        self._end(utterance_id)
+        return [SendError(error)]
+
+    def utterance_ended(self, utterance_id: str, spoken: str) -> list[Action]:
+        """The reply ended (`agent_end` sent) after speaking `spoken`."""
+        current = self._end(utterance_id)
+        if current is not None and current.prompt is not None:
+            self.history += [
+                {"role": "user", "content": current.prompt},
+                {"role": "assistant", "content": spoken},
+            ]
+        return []
+
+    def utterance_cancelled(self, utterance_id: str) -> list[Action]:
+        self._end(utterance_id)
+        return [SendFrame(cancelled_frame(utterance_id))]
+
+    def _end(self, utterance_id: str) -> _Utterance | None:
+        current = self._current
+        if current is None or current.utterance_id != utterance_id:
+            return None  # already ended (a cancel that raced the reply's own end)
+        self._current = None
+        return current

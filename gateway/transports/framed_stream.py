@@ -1,0 +1,79 @@
+"""One reply's TTS stream over any carrier of model-server frames (the model server's
+WebSocket, SageMaker's bidirectional stream): chunks go out as `kokoro_contract.protocol`
+requests the moment they are ready; frames coming back are read by the frame rule (a JSON
+object is control, anything else is audio) and tracked until every chunk sent is complete."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from gateway.errors import TTSError
+from kokoro_contract import protocol
+from kokoro_contract.protocol import CancelledMsg, CompleteMsg, ErrorMsg
+
+_INPUT_DONE = object()
+RETRYABLE_CODES = frozenset({"not_ready", "overloaded"})
+
+
+class FramedTTSStream:
+    def __init__(
+        self, send_frame: Callable[[str], Awaitable[None]], voice: str | None, speed: float
+    ) -> None:
+        self._send_frame = send_frame
+        self._voice = voice
+        self._speed = speed
+        self._prefix = uuid.uuid4().hex[:12]
+        self._counter = itertools.count()
+        self._pending: set[str] = set()
+        self._inbox: asyncio.Queue[bytes | str | TTSError | object] = asyncio.Queue()
+
+    # --- for the reply ----------------------------------------------------------------------
+
+    async def send(self, text: str) -> None:
+        rid = f"{self._prefix}-{next(self._counter)}"
+        self._pending.add(rid)
+        await self._send_frame(protocol.synthesize_message(text, rid, self._voice, self._speed))
+
+    async def end_input(self) -> None:
+        await self._inbox.put(_INPUT_DONE)
+
+    async def audio(self) -> AsyncIterator[bytes]:
+        input_done = False
+        while not (input_done and not self._pending):
+            item = await self._inbox.get()
+            if item is _INPUT_DONE:
+                input_done = True
+                continue
+            if isinstance(item, TTSError):
+                raise item
+            assert isinstance(item, bytes | str)
+            match protocol.read_server_frame(item):
+                case bytes() as pcm:
+                    yield pcm
+                case CompleteMsg(request_id=rid) | CancelledMsg(request_id=rid):
+                    self._pending.discard(rid)
+                case ErrorMsg(code=code, message=message):
+                    raise TTSError(
+                        f"model server: {message}",
+                        code=f"tts_{code}",
+                        retryable=code in RETRYABLE_CODES,
+                    )
+                case _:
+                    pass  # synthesis_start, and control types this side does not know
+
+    async def cancel(self) -> None:
+        await self._send_frame(protocol.cancel_message())
+
+    async def close(self) -> None:
+        await self._send_frame(protocol.close_message())
+
+    # --- for the reader that receives frames ------------------------------------------------
+
+    async def received(self, frame: bytes | str) -> None:
+        await self._inbox.put(frame)
+
+    async def failed(self, error: TTSError) -> None:
+        await self._inbox.put(error)

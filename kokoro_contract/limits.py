@@ -1,0 +1,72 @@
+"""Request limits and validation: the one owner of what a request may ask for.
+
+Every route of both services checks text, speed, voice and ids here (the gateway's pydantic
+models read the same constants), so a limit is defined once. Each check returns the clean
+value or raises `InvalidRequest` with a stable code.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection
+
+from kokoro_contract.errors import InvalidRequest
+
+MIN_SPEED = 0.5
+MAX_SPEED = 2.0
+DEFAULT_SPEED = 1.0
+MAX_TEXT_CHARS = 5_000  # the default of both services' --max-text-chars
+MAX_REQUEST_ID_CHARS = 128
+MAX_UTTERANCE_ID_CHARS = 64
+UTTERANCE_ID_PATTERN = r"^[\w.:-]+$"
+
+
+def check_text(text: object, max_chars: int = MAX_TEXT_CHARS, what: str = "text") -> str:
+    if text is None:
+        raise InvalidRequest(f"field '{what}' is required", code="missing_text")
+    if not isinstance(text, str):
+        raise InvalidRequest(f"field '{what}' must be a string", code="invalid_field")
+    if not text.strip():
+        raise InvalidRequest(f"field '{what}' is empty", code="empty_text")
+    if len(text) > max_chars:
+        raise InvalidRequest(
+            f"{what} has {len(text)} characters; the limit is {max_chars}", code="text_too_long"
+        )
+    return text
+
+
+def check_speed(speed: object) -> float:
+    if speed is None:
+        return DEFAULT_SPEED
+    if isinstance(speed, bool) or not isinstance(speed, int | float) or not math.isfinite(speed):
+        raise InvalidRequest("field 'speed' must be a number", code="invalid_speed")
+    if not MIN_SPEED <= speed <= MAX_SPEED:
+        raise InvalidRequest(
+            f"speed {speed} is out of range [{MIN_SPEED}, {MAX_SPEED}]", code="invalid_speed"
+        )
+    return float(speed)
+
+
+def check_voice(voice: object, voices: Collection[str], default: str) -> str:
+    """A loaded voice; none (or "") means the default."""
+    if voice is None or voice == "":
+        return default
+    if not isinstance(voice, str):
+        raise InvalidRequest("field 'voice' must be a string", code="invalid_field")
+    if voice not in voices:
+        known = ", ".join(sorted(voices))
+        raise InvalidRequest(
+            f"unknown voice {voice!r}; loaded voices: {known}", code="unknown_voice"
+        )
+    return voice
+
+
+def check_request_id(rid: object) -> str | None:
+    if rid is None:
+        return None
+    if not isinstance(rid, str) or not rid or len(rid) > MAX_REQUEST_ID_CHARS:
+        raise InvalidRequest(
+            f"request_id must be a string of 1-{MAX_REQUEST_ID_CHARS} characters",
+            code="invalid_field",
+        )
+    return rid

@@ -1,0 +1,104 @@
+"""`kokoro_contract.limits` and `kokoro_contract.formats`: one owner each, read by every route."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from gateway.params import OpenAISpeechParams, SpeakParams, parse
+from kokoro_contract import formats, limits
+from kokoro_contract.errors import InvalidRequest, ServiceError
+
+
+@pytest.mark.parametrize(
+    ("text", "code"),
+    [
+        (None, "missing_text"),
+        (5, "invalid_field"),
+        (" \n", "empty_text"),
+        ("x" * 11, "text_too_long"),
+    ],
+)
+def test_text_checks(text: object, code: str) -> None:
+    with pytest.raises(InvalidRequest) as caught:
+        limits.check_text(text, max_chars=10)
+    assert caught.value.code == code
+    assert caught.value.status == 400
+
+
+def test_text_within_the_limit_passes_unchanged() -> None:
+    assert limits.check_text(" ten chars ", max_chars=11) == " ten chars "
+
+
+@pytest.mark.parametrize("speed", [0.49, 2.01, math.nan, math.inf, True, "1.0", [1]])
+def test_speed_outside_the_range_or_not_a_number(speed: object) -> None:
+    with pytest.raises(InvalidRequest) as caught:
+        limits.check_speed(speed)
+    assert caught.value.code == "invalid_speed"
+
+
+def test_speed_bounds_and_default() -> None:
+    assert limits.check_speed(None) == 1.0
+    assert limits.check_speed(limits.MIN_SPEED) == 0.5
+    assert limits.check_speed(2) == 2.0
+
+
+def test_voice_and_request_id() -> None:
+    voices = {"jf_alpha", "af_heart"}
+    assert limits.check_voice(None, voices, "jf_alpha") == "jf_alpha"
+    assert limits.check_voice("", voices, "jf_alpha") == "jf_alpha"
+    assert limits.check_voice("af_heart", voices, "jf_alpha") == "af_heart"
+    with pytest.raises(InvalidRequest, match="loaded voices: af_heart, jf_alpha"):
+        limits.check_voice("xx", voices, "jf_alpha")
+    assert limits.check_request_id(None) is None
+    assert limits.check_request_id("r" * 128) == "r" * 128
+    for bad in ("", "r" * 129, 7):
+        with pytest.raises(InvalidRequest):
+            limits.check_request_id(bad)
+
+
+def test_the_gateway_models_read_the_same_speed_range() -> None:
+    models: list[tuple[type[SpeakParams | OpenAISpeechParams], dict[str, str]]] = [
+        (SpeakParams, {}),
+        (OpenAISpeechParams, {"input": "Hi."}),
+    ]
+    for model, fields in models:
+        assert parse(model, {**fields, "speed": limits.MAX_SPEED}).speed == limits.MAX_SPEED
+        with pytest.raises(ServiceError) as caught:
+            parse(model, {**fields, "speed": limits.MAX_SPEED + 0.01})
+        assert caught.value.code == "invalid_field"
+
+
+def test_registry_names_and_who_may_ask() -> None:
+    assert formats.BROWSER_FORMATS == ("pcm", "wav", "mp3", "aac", "opus")
+    assert formats.MODEL_SERVER_FORMATS == ("pcm", "wav")
+    assert {name: f.name for name, f in formats.OPENAI_FORMATS.items()} == {
+        "pcm": "pcm",
+        "wav": "wav",
+        "mp3": "mp3",
+        "opus": "ogg",  # OpenAI's opus is Ogg
+        "aac": "adts",  # and its aac is ADTS
+        "flac": "flac",
+    }
+    assert formats.FORMATS["pcm"].mime == "audio/pcm;rate=24000;channels=1;encoding=s16le"
+    assert formats.FORMATS["opus"].codec_rate == 48_000
+
+
+def test_every_compressed_format_names_its_codec_and_every_browser_format_plays() -> None:
+    for fmt in formats.FORMATS.values():
+        assert fmt.mime.startswith("audio/")
+        assert (fmt.codec is None) == (fmt.name in ("pcm", "wav"))
+        assert fmt.browser or fmt.openai is not None, f"{fmt.name} is offered to nobody"
+
+
+def test_the_request_params_take_formats_from_the_registry() -> None:
+    assert parse(SpeakParams, {"format": "opus"}).audio_format is formats.FORMATS["opus"]
+    with pytest.raises(ServiceError, match="use one of pcm, wav, mp3, aac, opus"):
+        parse(SpeakParams, {"format": "ogg"})  # OpenAI-only
+    assert (
+        parse(OpenAISpeechParams, {"input": "Hi.", "response_format": "aac"}).audio_format
+        is (formats.FORMATS["adts"])
+    )
+    with pytest.raises(ServiceError):
+        parse(OpenAISpeechParams, {"input": "Hi.", "response_format": "webm"})
