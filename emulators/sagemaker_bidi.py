@@ -13,7 +13,7 @@ model server's WebSocket, as the service behaves:
 
 `SeamTransport` plugs this into the HTTP/2 SDK through its transport seam (`send()` of a duplex
 HTTP client): the SDK's own serialization, event signing and deserialization run for real; only
-the HTTP/2 connection is replaced (see the README's testing section for why).
+the HTTP/2 connection is replaced (see docs/testing.md for why).
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ class Settings:
 
     @property
     def engine_threads(self) -> int:
-        # Measured on 2 cores (README): every call may use all cores. One session gets the
+        # Measured on 2 cores (docs/measured.md): every call may use all cores. One session gets the
         # fastest first audio, and concurrent calls still share the cores well (spinning off).
         return self.threads or (os.cpu_count() or 1)
 

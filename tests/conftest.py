@@ -1,3 +1,13 @@
+"""Servers the tests share. Real uvicorn servers on loopback ports (tests/support/servers.py):
+
+- `model_server` / `gateway_server`: the real model server (Kokoro-82M int8 on onnxruntime,
+  espeak G2P) and a gateway in front of it; one each for the whole session. Tests that use
+  them are marked `real_model`.
+- `fake_server` / `gateway_on_fake`: the same apps over `FakeEngine`, a fast, controllable
+  engine for protocol edge cases; one each for the whole session. `fake_engine` hands a test
+  the engine, reset. `own_fake_server` is a private one, for tests that count connections.
+"""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -9,6 +19,8 @@ from model_server.config import Settings
 from tests.support.fakes import FakeEngine, identity_g2p
 from tests.support.servers import RunningServer, serve
 
+FAKE_SETTINGS = Settings(workers=2, max_text_chars=200, max_pending=4, warmup=False)
+
 
 @pytest.fixture(scope="session")
 def model_server() -> Iterator[RunningServer]:
@@ -17,21 +29,6 @@ def model_server() -> Iterator[RunningServer]:
     with serve(app) as running:
         assert app.state.service.settled.wait(timeout=120), "model did not load"
         assert app.state.service.ready, app.state.service.failure
-        yield running
-
-
-@pytest.fixture
-def fake_engine() -> FakeEngine:
-    return FakeEngine()
-
-
-@pytest.fixture
-def fake_server(fake_engine: FakeEngine) -> Iterator[RunningServer]:
-    """The real app and routes over a fast, controllable engine, for protocol edge cases."""
-    settings = Settings(workers=2, max_text_chars=200, max_pending=4, warmup=False)
-    app = create_app(settings, engine_factory=lambda _: fake_engine, g2p_factory=identity_g2p)
-    with serve(app) as running:
-        assert app.state.service.settled.wait(timeout=10)
         yield running
 
 
@@ -46,7 +43,41 @@ def gateway_server(model_server: RunningServer) -> Iterator[RunningServer]:
         yield running
 
 
+def _serve_fake(engine: FakeEngine) -> Iterator[RunningServer]:
+    app = create_app(FAKE_SETTINGS, engine_factory=lambda _: engine, g2p_factory=identity_g2p)
+    with serve(app) as running:
+        assert app.state.service.settled.wait(timeout=10)
+        yield running
+
+
+@pytest.fixture(scope="session")
+def shared_fake_engine() -> FakeEngine:
+    return FakeEngine()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_fake_engine(shared_fake_engine: FakeEngine) -> None:
+    shared_fake_engine.reset()
+
+
 @pytest.fixture
+def fake_engine(shared_fake_engine: FakeEngine) -> FakeEngine:
+    return shared_fake_engine
+
+
+@pytest.fixture(scope="session")
+def fake_server(shared_fake_engine: FakeEngine) -> Iterator[RunningServer]:
+    """The real app and routes over a fast, controllable engine, for protocol edge cases."""
+    yield from _serve_fake(shared_fake_engine)
+
+
+@pytest.fixture
+def own_fake_server(fake_engine: FakeEngine) -> Iterator[RunningServer]:
+    """A fake model server of the test's own: nothing else connects to it."""
+    yield from _serve_fake(fake_engine)
+
+
+@pytest.fixture(scope="session")
 def gateway_on_fake(fake_server: RunningServer) -> Iterator[RunningServer]:
     """The real gateway in front of the model server with the controllable engine."""
     from gateway.app import create_app as create_gateway
@@ -63,3 +94,16 @@ def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that reaches the real model is marked `real_model`, so `-m "not real_model"`
+    is a dependable quick run."""
+    unmarked = [
+        item.nodeid
+        for item in items
+        if "model_server" in getattr(item, "fixturenames", ())
+        and item.get_closest_marker("real_model") is None
+    ]
+    if unmarked:
+        raise pytest.UsageError(f"mark these real_model: {', '.join(unmarked)}")

@@ -23,7 +23,7 @@ from tests.support.codec_checks import split_mp3_frames
 from tests.support.gateway_client import decode_seconds, split_audio_frame, sse_get
 from tests.support.servers import RunningServer, serve
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.real_model
 
 ANSWER = "Hello there. This is a post deployment check. It has three sentences."
 

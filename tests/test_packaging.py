@@ -208,7 +208,7 @@ def _compose(*names: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("files", [["compose.yaml"], COMPOSE_FILES], ids=["cpu", "gpu"])
-def test_compose_brings_up_the_stack_health_gated(files: list[str]) -> None:
+def test_compose_files_gate_the_gateway_on_the_model_servers_health(files: list[str]) -> None:
     services = _compose(*files)["services"]
     model, gateway = services["model-server"], services["gateway"]
     assert gateway["depends_on"]["model-server"]["condition"] == "service_healthy"

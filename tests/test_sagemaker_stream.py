@@ -61,7 +61,7 @@ def stream_emulator(fake_server: RunningServer) -> Iterator[tuple[RunningServer,
         yield running, script
 
 
-@pytest.mark.slow
+@pytest.mark.real_model
 async def test_real_model_server_audio_arrives_byte_identical(
     model_server: RunningServer, make_transport: MakeTransport
 ) -> None:

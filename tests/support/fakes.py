@@ -1,6 +1,6 @@
 """A fast, controllable stand-in for the Kokoro engine, for protocol edge cases.
 
-The real onnx engine is covered end to end in test_model_server_real.py; this one makes
+The real onnx engine is covered end to end in test_model_server_real_model.py; this one makes
 in-flight states (a synthesis that is running right now) observable without timing.
 """
 
@@ -21,6 +21,10 @@ class FakeEngine:
     max_phonemes = 510
 
     def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every call: the suite shares one fake model server between tests."""
         self.gate = threading.Event()  # infer blocks until set (or cancelled) when `hold` is on
         self.hold = False
         self.entered = threading.Event()

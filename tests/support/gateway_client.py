@@ -10,8 +10,10 @@ from typing import Any
 import av
 import httpx
 import orjson
+from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.sse import SSEDecoder, SSEEvent
+from tests.support.servers import RunningServer
 
 
 @dataclass
@@ -76,3 +78,14 @@ def split_audio_frame(frame: bytes) -> tuple[str, bytes]:
     """The gateway's WebSocket audio framing: [n][utterance id][codec units]."""
     n = frame[0]
     return frame[1 : 1 + n].decode("ascii"), frame[1 + n :]
+
+
+async def metric(server: RunningServer, name: str, **labels: str) -> float:
+    """One sample of the gateway's Prometheus metrics (0 when it has not been observed)."""
+    async with httpx.AsyncClient(base_url=server.http_url) as http:
+        text = (await http.get("/metrics")).text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return float(sample.value)
+    return 0.0

@@ -15,7 +15,7 @@ from tests.support.codec_checks import mp4_boxes, split_mp3_frames
 from tests.support.gateway_client import decode_seconds, split_audio_frame, sse_get, sse_post
 from tests.support.servers import RunningServer
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.real_model
 
 THREE = "Hello there. This is a post deployment check. It has three sentences."
 

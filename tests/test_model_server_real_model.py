@@ -17,7 +17,7 @@ from websockets.exceptions import ConnectionClosedOK
 from tests.support.model_server_client import read_until_terminal, synth
 from tests.support.servers import RunningServer
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.real_model
 
 BIDI = "/invocations-bidirectional-stream"
 CHECK = ["Hello there.", "This is a post deployment check.", "It has three sentences."]

@@ -14,7 +14,7 @@ from websockets.exceptions import InvalidStatus
 from gateway.app import create_app as create_gateway
 from gateway.config import Settings as GatewaySettings
 from tests.support.fakes import FakeEngine
-from tests.support.gateway_client import split_audio_frame, sse_get, sse_post
+from tests.support.gateway_client import metric, split_audio_frame, sse_get, sse_post
 from tests.support.openai_stub import create_stub
 from tests.support.servers import RunningServer, serve
 
@@ -35,6 +35,7 @@ async def recv_event(ws: object, kinds: set[str]) -> dict[str, object]:
 async def test_barge_in_cancels_down_to_the_model_server(
     gateway_on_fake: RunningServer, fake_engine: FakeEngine
 ) -> None:
+    cancels_before = await metric(gateway_on_fake, "gateway_cancels_total")
     fake_engine.hold = True
     async with connect(gateway_on_fake.ws_url + "/v1/speak/ws") as ws:
         text = "A long reply that keeps going. " * 6
@@ -62,9 +63,7 @@ async def test_barge_in_cancels_down_to_the_model_server(
             if event["type"] == "agent_end":
                 break
         assert owners == {"n"}
-    async with httpx.AsyncClient(base_url=gateway_on_fake.http_url) as http:
-        metrics = (await http.get("/metrics")).text
-    assert "gateway_cancels_total 1.0" in metrics
+    assert await metric(gateway_on_fake, "gateway_cancels_total") == cancels_before + 1
 
 
 @pytest.mark.parametrize(
