@@ -22,9 +22,11 @@ class ServiceError(Exception):
         code: str | None = None,
         status: int | None = None,
         retryable: bool | None = None,
+        retry_after_s: int | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
+        self.retry_after_s = retry_after_s  # answered as Retry-After
         if code is not None:
             self.code = code
         if status is not None:
@@ -34,7 +36,7 @@ class ServiceError(Exception):
 
     def body(self) -> dict[str, Any]:
         """The HTTP error body."""
-        return error_body(self.code, self.message)
+        return error_body(self.code, self.message, self.retryable)
 
 
 class InvalidRequest(ServiceError):
@@ -50,5 +52,5 @@ class NotReady(ServiceError):
     retryable = True
 
 
-def error_body(code: str, message: str) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message}}
+def error_body(code: str, message: str, retryable: bool = False) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "retryable": retryable}}

@@ -15,21 +15,30 @@ from kokoro_contract.errors import ServiceError, error_body
 log = logging.getLogger(__name__)
 
 
-def error_response(status: int, code: str, message: str) -> JSONResponse:
-    return JSONResponse(error_body(code, message), status_code=status)
+def error_response(
+    status: int, code: str, message: str, retryable: bool = False, retry_after_s: int | None = None
+) -> JSONResponse:
+    headers = {"Retry-After": str(retry_after_s)} if retry_after_s is not None else None
+    return JSONResponse(error_body(code, message, retryable), status_code=status, headers=headers)
 
 
 def install_error_handlers(app: FastAPI, on_error: Callable[[str], None] | None = None) -> None:
     """`on_error(code)` is told of every error answered (for metrics)."""
 
-    def answer(status: int, code: str, message: str) -> JSONResponse:
+    def answer(
+        status: int,
+        code: str,
+        message: str,
+        retryable: bool = False,
+        retry_after: int | None = None,
+    ) -> JSONResponse:
         if on_error is not None:
             on_error(code)
-        return error_response(status, code, message)
+        return error_response(status, code, message, retryable, retry_after)
 
     @app.exception_handler(ServiceError)
     async def service_error(request: Request, exc: ServiceError) -> JSONResponse:
-        return answer(exc.status, exc.code, exc.message)
+        return answer(exc.status, exc.code, exc.message, exc.retryable, exc.retry_after_s)
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:

@@ -18,6 +18,7 @@ DEFAULT_SPEED = 1.0
 MAX_TEXT_CHARS = 5_000  # the default of both services' --max-text-chars
 MAX_REQUEST_ID_CHARS = 128
 MAX_UTTERANCE_ID_CHARS = 64
+MAX_DEADLINE_MS = 600_000.0
 UTTERANCE_ID_PATTERN = r"^[\w.:-]+$"
 
 
@@ -70,3 +71,21 @@ def check_request_id(rid: object) -> str | None:
             code="invalid_field",
         )
     return rid
+
+
+def check_deadline_ms(deadline: object) -> float | None:
+    """Milliseconds from a request's arrival by which its first audio is needed; None: as soon
+    as possible."""
+    if deadline is None:
+        return None
+    if (
+        isinstance(deadline, bool)
+        or not isinstance(deadline, int | float)
+        or not math.isfinite(deadline)
+        or not 0 <= deadline <= MAX_DEADLINE_MS
+    ):
+        raise InvalidRequest(
+            f"deadline_ms must be a number of milliseconds in [0, {MAX_DEADLINE_MS:.0f}]",
+            code="invalid_field",
+        )
+    return float(deadline)

@@ -5,7 +5,8 @@ the model server parses client messages and builds server messages; the gateway 
 client -> server, one JSON object per message, in a text *or binary* frame (SageMaker delivers
 every client message as a binary frame unless the caller asked for UTF-8):
 
-    {"text": "...", "voice"?: "...", "speed"?: 1.0, "request_id"?: "..."}   synthesize
+    {"text": "...", "voice"?: "...", "speed"?: 1.0, "request_id"?: "...",
+     "deadline_ms"?: 800}                                                   synthesize
     {"type": "cancel", "request_id"?: "..."}                                 drop one (or all)
     {"type": "close"}                                                        end the session
 
@@ -61,6 +62,10 @@ class SynthesisRequest:
     voice: str
     speed: float
     request_id: str
+    # milliseconds from arrival by which the first audio is needed; None: as soon as possible.
+    # A request that names one was sized by its sender and is synthesized in as few segments
+    # as the model takes.
+    deadline_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -150,13 +155,18 @@ def validate_synthesis(
             voice=limits.check_voice(obj.get("voice"), rules.voices, rules.default_voice),
             speed=limits.check_speed(obj.get("speed")),
             request_id=request_id,
+            deadline_ms=limits.check_deadline_ms(obj.get("deadline_ms")),
         )
     except InvalidRequest as exc:
         return ProtocolError(exc.code, exc.message, request_id)
 
 
 def synthesize_message(
-    text: str, request_id: str, voice: str | None = None, speed: float | None = None
+    text: str,
+    request_id: str,
+    voice: str | None = None,
+    speed: float | None = None,
+    deadline_ms: float | None = None,
 ) -> str:
     """A client's synthesis request; without voice or speed the server's defaults apply."""
     message: dict[str, Any] = {"text": text, "request_id": request_id}
@@ -164,6 +174,8 @@ def synthesize_message(
         message["voice"] = voice
     if speed is not None:
         message["speed"] = speed
+    if deadline_ms is not None:
+        message["deadline_ms"] = round(deadline_ms, 1)
     return _dump(message)
 
 

@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from kokoro_contract.http_errors import install_error_handlers
 from model_server.config import Settings
 from model_server.inflight import Inflight, InflightMiddleware
+from model_server.metrics import registry_for
 from model_server.routes import http, ws
 from model_server.service import EngineFactory, ModelService, default_engine_factory
 from model_server.text.g2p import G2P, english_g2p
@@ -45,6 +46,7 @@ def create_app(
     )
     app.state.service = service
     app.state.inflight = Inflight()
+    app.state.metrics = registry_for(service)
     app.add_middleware(InflightMiddleware, inflight=app.state.inflight)
     app.include_router(http.router)
     app.include_router(ws.router)

@@ -10,6 +10,7 @@ from pathlib import Path
 from kokoro_contract import limits
 from kokoro_contract.settings import parse_dataclass
 from model_server.engines.checkpoint import SAGEMAKER_MODEL_DIR
+from model_server.scheduler import SCHEDULING
 
 ENV_PREFIX = "MODEL_SERVER_"
 
@@ -27,6 +28,7 @@ class Settings:
     model_repo: str | None = None
     device: str = "auto"
     workers: int = 2  # engine calls running at once, across all sessions
+    scheduling: str = "edf"  # edf: earliest deadline first; fair: round-robin by session
     threads: int = 0  # onnxruntime intra-op threads per call; 0: all cores
     max_text_chars: int = limits.MAX_TEXT_CHARS
     max_pending: int = 32  # queued + running requests per WebSocket session
@@ -35,9 +37,17 @@ class Settings:
 
     @property
     def engine_threads(self) -> int:
-        # Measured on 2 cores (docs/measured.md): every call may use all cores. One session gets the
-        # fastest first audio, and concurrent calls still share the cores well (spinning off).
+        """Threads of an engine call that runs alone: all cores (the fastest first audio)."""
         return self.threads or (os.cpu_count() or 1)
+
+    @property
+    def shared_threads(self) -> int:
+        """Threads of a call that starts beside another: the cores split between the workers.
+        Measured on 2 cores (docs/measured.md): two 1-thread calls side by side make about a
+        third more audio per second than two 2-thread calls oversubscribing the cores."""
+        if self.threads:
+            return self.threads
+        return max(1, (os.cpu_count() or 1) // max(1, self.workers))
 
 
 _HELP = {
@@ -55,6 +65,8 @@ _HELP = {
     "needs the hub or its cache",
     "device": "torch: cuda, cuda:N or cpu (auto: cuda when available)",
     "workers": "engine calls running at once, across all sessions",
+    "scheduling": "edf: the segment whose audio is needed first goes next; fair: round-robin "
+    "by session (the policy before deadlines)",
     "threads": "CPU threads per engine call (0: all cores for onnx, torch's default for torch)",
     "max_text_chars": "longest text accepted in one request",
     "max_pending": "requests queued or running per WebSocket session",
@@ -75,7 +87,7 @@ def parse_settings(
         description="Kokoro-82M TTS behind the SageMaker container contract",
         env_prefix=ENV_PREFIX,
         help=_HELP,
-        choices={"engine": ["onnx", "torch"]},
+        choices={"engine": ["onnx", "torch"], "scheduling": list(SCHEDULING)},
         argv=argv,
         env=env,
         overrides=overrides,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-UNCOUNTED = frozenset({"/ping"})
+UNCOUNTED = frozenset({"/ping", "/load", "/metrics"})
 
 
 class Inflight:

@@ -1,34 +1,71 @@
-"""One scheduler for every session: a bounded pool of engine workers, granted round-robin.
+"""One scheduler for every session: a bounded pool of engine workers, granted one segment at a
+time, by deadline.
 
-Work is granted one segment at a time, in turns across sessions: a session with ten queued
-segments does not hold back a session with one. No lock is held for a whole session. A waiter
-that is cancelled (its client left, or its request was cancelled) leaves the queue at once; a
-segment already running is aborted through its `CancelToken`, and its worker slot is freed only
-when the worker thread has really stopped, so the pool is never oversubscribed.
+Every engine call (one segment) waits for a worker slot. With `edf` (the default) the waiting
+segment whose audio is needed first goes next: a new reply's first chunk goes ahead of later
+chunks that still have slack. With `fair`, the slots go round-robin by session (the policy
+before deadlines), so a session with ten queued segments does not hold back one with one.
+
+No lock is held for a whole session. A waiter that is cancelled (its client left, or its
+request was cancelled) leaves the queue at once; a segment already running is aborted through
+its `CancelToken`, and its worker slot is freed only when the worker thread has really stopped,
+so the pool is never oversubscribed. The scheduler also keeps what admission control needs: the
+backlog in seconds of compute (from the learned speed of the engine), and deadline misses.
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
+import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
 
+from kokoro_contract.speed import SpeedModel
 from model_server.engines.base import CancelToken
 
 T = TypeVar("T")
+SCHEDULING = ("edf", "fair")
 
 
-class FairSlots:
-    """`slots` permits handed out round-robin by key (one key per session)."""
+@dataclass(order=True)
+class Waiter:
+    deadline: float  # perf_counter seconds by which the segment's audio is needed
+    seq: int
+    key: Hashable = field(compare=False)
+    cost_s: float = field(compare=False)  # estimated compute
+    future: asyncio.Future[None] = field(compare=False)
 
+
+class Slots(Protocol):
+    slots: int
+
+    @property
+    def busy(self) -> int: ...
+
+    @property
+    def waiting(self) -> int: ...
+
+    def waiters(self) -> list[Waiter]: ...
+
+    async def acquire(
+        self, key: Hashable, deadline: float | None = None, cost_s: float = 0.0
+    ) -> None: ...
+
+    def release(self) -> None: ...
+
+
+class _SlotsBase:
     def __init__(self, slots: int) -> None:
         if slots < 1:
             raise ValueError("slots must be >= 1")
         self.slots = slots
         self._free = slots
-        self._waiting: OrderedDict[Hashable, deque[asyncio.Future[None]]] = OrderedDict()
+        self._seq = itertools.count()
 
     @property
     def busy(self) -> int:
@@ -36,68 +73,194 @@ class FairSlots:
 
     @property
     def waiting(self) -> int:
-        return sum(len(q) for q in self._waiting.values())
+        return len(self.waiters())
 
-    async def acquire(self, key: Hashable) -> None:
-        if self._free and not self._waiting:
+    async def acquire(
+        self, key: Hashable, deadline: float | None = None, cost_s: float = 0.0
+    ) -> None:
+        """A slot for `key`, whose work is needed by `deadline` (perf_counter seconds; default
+        now) and takes about `cost_s` of compute."""
+        if self._free and not self.waiting:
             self._free -= 1
             return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiting.setdefault(key, deque()).append(fut)
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        when = time.perf_counter() if deadline is None else deadline
+        waiter = Waiter(when, next(self._seq), key, cost_s, future)
+        self._enqueue(waiter)
         try:
-            await fut
+            await waiter.future
         except asyncio.CancelledError:
-            if fut.done() and not fut.cancelled():
+            if waiter.future.done() and not waiter.future.cancelled():
                 self.release()  # granted just as we were cancelled: pass it on
             else:
-                self._forget(key, fut)
+                self._forget(waiter)
             raise
 
     def release(self) -> None:
-        while self._waiting:
-            key, queue = next(iter(self._waiting.items()))
-            fut = queue.popleft()
-            if queue:
-                self._waiting.move_to_end(key)  # the next turn goes to another session
-            else:
-                del self._waiting[key]
-            if not fut.done():
-                fut.set_result(None)
+        while (waiter := self._next()) is not None:
+            if not waiter.future.done():
+                waiter.future.set_result(None)
                 return
         self._free += 1
 
-    def _forget(self, key: Hashable, fut: asyncio.Future[None]) -> None:
-        queue = self._waiting.get(key)
-        if queue is None:
-            return
-        try:
-            queue.remove(fut)
-        except ValueError:
-            return
-        if not queue:
+    def waiters(self) -> list[Waiter]:
+        raise NotImplementedError
+
+    def _enqueue(self, waiter: Waiter) -> None:
+        raise NotImplementedError
+
+    def _next(self) -> Waiter | None:
+        raise NotImplementedError
+
+    def _forget(self, waiter: Waiter) -> None:
+        raise NotImplementedError
+
+
+class DeadlineSlots(_SlotsBase):
+    """Earliest deadline first; ties in arrival order."""
+
+    def __init__(self, slots: int) -> None:
+        super().__init__(slots)
+        self._heap: list[Waiter] = []
+
+    def waiters(self) -> list[Waiter]:
+        return sorted(self._heap)
+
+    def _enqueue(self, waiter: Waiter) -> None:
+        heapq.heappush(self._heap, waiter)
+
+    def _next(self) -> Waiter | None:
+        return heapq.heappop(self._heap) if self._heap else None
+
+    def _forget(self, waiter: Waiter) -> None:
+        if waiter in self._heap:
+            self._heap.remove(waiter)
+            heapq.heapify(self._heap)
+
+
+class FairSlots(_SlotsBase):
+    """Round-robin by key (one key per session), in arrival order within a key."""
+
+    def __init__(self, slots: int) -> None:
+        super().__init__(slots)
+        self._waiting: OrderedDict[Hashable, deque[Waiter]] = OrderedDict()
+
+    def waiters(self) -> list[Waiter]:
+        return [w for queue in self._waiting.values() for w in queue]
+
+    def _enqueue(self, waiter: Waiter) -> None:
+        self._waiting.setdefault(waiter.key, deque()).append(waiter)
+
+    def _next(self) -> Waiter | None:
+        if not self._waiting:
+            return None
+        key, queue = next(iter(self._waiting.items()))
+        waiter = queue.popleft()
+        if queue:
+            self._waiting.move_to_end(key)  # the next turn goes to another session
+        else:
             del self._waiting[key]
+        return waiter
+
+    def _forget(self, waiter: Waiter) -> None:
+        queue = self._waiting.get(waiter.key)
+        if queue is None or waiter not in queue:
+            return
+        queue.remove(waiter)
+        if not queue:
+            del self._waiting[waiter.key]
+
+
+@dataclass(frozen=True)
+class Load:
+    """What admission control reads: how far behind the engine is, in seconds."""
+
+    workers: int
+    busy: int
+    waiting: int
+    backlog_s: float  # compute queued or still running, per worker: the wait a new segment sees
+    min_slack_s: float | None  # tightest waiting deadline minus its projected finish (EDF order)
+    deadline_misses: int
+    seconds_per_call: float  # the learned speed: a + b x phonemes
+    seconds_per_phoneme: float
 
 
 class Scheduler:
-    """Runs blocking engine calls on `workers` threads, fairly across keys."""
+    """Runs blocking engine calls on `workers` threads, by deadline (or fairly across keys)."""
 
-    def __init__(self, workers: int) -> None:
-        self.slots = FairSlots(workers)
+    def __init__(self, workers: int, scheduling: str = "edf", speed: SpeedModel | None = None):
+        if scheduling not in SCHEDULING:
+            raise ValueError(f"scheduling must be one of {', '.join(SCHEDULING)}")
+        self.scheduling = scheduling
+        self.slots: Slots = DeadlineSlots(workers) if scheduling == "edf" else FairSlots(workers)
+        self.speed = speed or SpeedModel()
+        self.deadline_misses = 0
+        self._seq = itertools.count()
+        self._running: dict[int, tuple[float, float]] = {}  # seq -> (started, cost estimate)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="engine")
 
-    async def run(self, key: Hashable, fn: Callable[[CancelToken], T]) -> T:
-        await self.slots.acquire(key)
+    async def run(
+        self,
+        key: Hashable,
+        fn: Callable[[CancelToken], T],
+        *,
+        phonemes: int = 0,
+        deadline: float | None = None,
+        explicit: bool = False,
+    ) -> T:
+        """Run `fn` on a worker once granted. `deadline` (perf_counter seconds; default now)
+        orders the wait under `edf`; an `explicit` one that is missed is counted."""
+        seq = next(self._seq)
+        cost = self.speed.estimate(phonemes)
+        await self.slots.acquire(key, deadline, cost)
+        loop = asyncio.get_running_loop()
         token = CancelToken()
+        started = time.perf_counter()
+        self._running[seq] = (started, cost)
         try:
-            future = asyncio.get_running_loop().run_in_executor(self._pool, fn, token)
+            future = loop.run_in_executor(self._pool, fn, token)
             try:
-                return await asyncio.shield(future)
+                result = await asyncio.shield(future)
             except asyncio.CancelledError:
                 token.cancel()  # abort the running call, then wait for the thread to stop
                 await asyncio.wait([future])
+                if not future.cancelled():
+                    future.exception()  # the abort asked for: retrieved, not logged as lost
                 raise
+            finished = time.perf_counter()
+            if phonemes:
+                self.speed.observe(phonemes, finished - started)
+            if explicit and deadline is not None and finished > deadline:
+                self.deadline_misses += 1
+            return result
         finally:
+            del self._running[seq]
             self.slots.release()
+
+    def load(self) -> Load:
+        now = time.perf_counter()
+        workers = self.slots.slots
+        remaining = [max(0.0, cost - (now - started)) for started, cost in self._running.values()]
+        waiters = self.slots.waiters()
+        # project EDF: each waiter starts when the earliest-free worker is free
+        free_at = sorted(remaining + [0.0] * (workers - len(remaining)))[:workers]
+        min_slack: float | None = None
+        for waiter in waiters:
+            start = heapq.heappop(free_at)
+            heapq.heappush(free_at, start + waiter.cost_s)
+            slack = waiter.deadline - (now + start + waiter.cost_s)
+            min_slack = slack if min_slack is None else min(min_slack, slack)
+        a, b = self.speed.line
+        return Load(
+            workers=workers,
+            busy=self.slots.busy,
+            waiting=len(waiters),
+            backlog_s=round((sum(remaining) + sum(w.cost_s for w in waiters)) / workers, 3),
+            min_slack_s=None if min_slack is None else round(min_slack, 3),
+            deadline_misses=self.deadline_misses,
+            seconds_per_call=round(a, 4),
+            seconds_per_phoneme=round(b, 5),
+        )
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

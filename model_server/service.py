@@ -44,6 +44,7 @@ def default_engine_factory(settings: Settings) -> Engine:
             cache_dir=settings.cache_dir,
             voices_dir=settings.voices_dir,
             intra_op_threads=settings.engine_threads,
+            shared_threads=settings.shared_threads,
         )
     )
 
@@ -96,7 +97,8 @@ class ModelService:
                 default_voice=self.settings.default_voice,
                 max_text_chars=self.settings.max_text_chars,
             )
-            synthesizer = Synthesizer(engine, g2p, Scheduler(self.settings.workers))
+            scheduler = Scheduler(self.settings.workers, self.settings.scheduling)
+            synthesizer = Synthesizer(engine, g2p, scheduler)
             if self.settings.warmup:
                 warm = SynthesisRequest("Hello there.", rules.default_voice, 1.0, new_request_id())
                 async for _ in synthesizer.stream(warm, key="warmup"):

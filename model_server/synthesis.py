@@ -1,13 +1,19 @@
 """Text to PCM for one request: normalise + G2P, split into segments, run each segment through
-the shared scheduler, trim, convert. Yields audio segment by segment."""
+the shared scheduler, trim, convert. Yields audio segment by segment.
+
+Each segment is needed by a deadline: the request's own (its arrival plus `deadline_ms`, or
+its arrival when it names none) for the first, and for each later one that plus the audio
+before it, since the listener plays that first."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import time
 from collections.abc import AsyncIterator, Hashable
 from concurrent.futures import ThreadPoolExecutor
 
+from kokoro_contract.audio import pcm_duration_s
 from kokoro_contract.protocol import SynthesisRequest
 from model_server.audio import TrimPolicy, to_pcm16
 from model_server.engines.base import Engine
@@ -31,18 +37,25 @@ class Synthesizer:
         # G2P is quick but espeak-ng is single-threaded: one thread, off the event loop.
         self._g2p_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="g2p")
 
-    async def phonemize(self, text: str) -> list[str]:
+    async def phonemize(self, text: str, pack: bool = False) -> list[str]:
         phonemes = await asyncio.get_running_loop().run_in_executor(self._g2p_pool, self.g2p, text)
-        return split_phonemes(phonemes, self.engine.max_phonemes)
+        return split_phonemes(phonemes, self.engine.max_phonemes, pack=pack)
 
-    async def stream(self, request: SynthesisRequest, key: Hashable) -> AsyncIterator[bytes]:
+    async def stream(
+        self, request: SynthesisRequest, key: Hashable, received: float | None = None
+    ) -> AsyncIterator[bytes]:
         """PCM (s16le, 24 kHz, mono), one chunk per segment; cancellable between and during
-        segments."""
-        for segment in await self.phonemize(request.text):
+        segments. `received`: when the request arrived (perf_counter seconds; default now)."""
+        explicit = request.deadline_ms is not None
+        deadline = (received or time.perf_counter()) + (request.deadline_ms or 0.0) / 1000
+        for segment in await self.phonemize(request.text, pack=explicit):
             infer = functools.partial(self.engine.infer, segment, request.voice, request.speed)
-            audio = await self.scheduler.run(key, infer)
+            audio = await self.scheduler.run(
+                key, infer, phonemes=len(segment), deadline=deadline, explicit=explicit
+            )
             pcm = to_pcm16(self.trim.apply(audio))
             if pcm:
+                deadline += pcm_duration_s(len(pcm))
                 yield pcm
 
     def close(self) -> None:

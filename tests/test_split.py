@@ -31,3 +31,13 @@ def test_segments_fit_and_lose_nothing(text: str, max_len: int) -> None:
     segments = split_phonemes(text, max_len)
     assert all(0 < len(s) <= max_len for s in segments)
     assert "".join("".join(segments).split()) == "".join(text.split())
+
+
+def test_packed_sentences_share_segments_up_to_the_limit() -> None:
+    text = "həlˈO ðˈɛɹ. haʊ ɑɹ ju? fˈIn!"
+    assert split_phonemes(text, pack=True) == [text]
+    assert split_phonemes(text, max_len=22, pack=True) == ["həlˈO ðˈɛɹ. haʊ ɑɹ ju?", "fˈIn!"]
+    long = "ə " * 60 + "b."
+    packed = split_phonemes(f"{long} {text}", max_len=100, pack=True)
+    assert all(len(s) <= 100 for s in packed)
+    assert " ".join(packed) == f"{long} {text}".replace("  ", " ").strip()

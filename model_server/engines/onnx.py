@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +26,9 @@ class OnnxOptions:
     cache_dir: Path | None = None
     voices_dir: Path | None = None
     intra_op_threads: int = 0  # 0: all cores
+    # threads of a call that starts while another runs: calls side by side then share the
+    # cores instead of oversubscribing them (0: the same as intra_op_threads)
+    shared_threads: int = 0
     spinning: bool = False  # busy-wait between ops: faster alone, wasteful beside other workers
 
 
@@ -34,23 +38,30 @@ class OnnxEngine:
 
     def __init__(self, options: OnnxOptions) -> None:
         model = options.model_path or assemble_model(options.cache_dir or default_cache_dir())
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = options.intra_op_threads or (os.cpu_count() or 1)
-        so.inter_op_num_threads = 1
-        so.add_session_config_entry(
-            "session.intra_op.allow_spinning", "1" if options.spinning else "0"
-        )
-        self._session = ort.InferenceSession(
-            str(model), sess_options=so, providers=["CPUExecutionProvider"]
-        )
+        alone = options.intra_op_threads or (os.cpu_count() or 1)
+        shared = options.shared_threads or alone
+        self._alone = self._session(model, alone, options.spinning)
+        self._shared = self._alone if shared == alone else self._session(model, shared, False)
+        self._running = 0
+        self._lock = threading.Lock()
         self._vocab = load_vocab()
         self._packs, self._origin = voice_packs.load_voices(options.voices_dir)
+        self.threads = (alone, shared)
         log.info(
-            "onnx engine: %s, %d threads, voices %s",
+            "onnx engine: %s, %d threads per call (%d beside another), voices %s",
             model,
-            so.intra_op_num_threads,
+            alone,
+            shared,
             ", ".join(self._packs),
         )
+
+    @staticmethod
+    def _session(model: Path, threads: int, spinning: bool) -> ort.InferenceSession:
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
+        return ort.InferenceSession(str(model), sess_options=so, providers=["CPUExecutionProvider"])
 
     def voices(self) -> dict[str, str]:
         return dict(self._origin)
@@ -65,8 +76,11 @@ class OnnxEngine:
         cancel.on_cancel(lambda: setattr(run_options, "terminate", True))
         if cancel.cancelled:
             raise SynthesisCancelled()
+        with self._lock:
+            session = self._alone if self._running == 0 else self._shared
+            self._running += 1
         try:
-            (audio,) = self._session.run(
+            (audio,) = session.run(
                 ["audio"],
                 {
                     "tokens": np.array([[0, *tokens, 0]], dtype=np.int64),
@@ -79,4 +93,7 @@ class OnnxEngine:
             if cancel.cancelled:
                 raise SynthesisCancelled() from exc
             raise SynthesisFailed(f"onnxruntime failed: {exc}") from exc
+        finally:
+            with self._lock:
+                self._running -= 1
         return np.asarray(audio, dtype=np.float32).ravel()

@@ -1,13 +1,15 @@
-"""GET /ping, GET /voices, POST /invocations."""
+"""GET /ping, GET /voices, GET /load, GET /metrics, POST /invocations."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kokoro_contract import formats
 from kokoro_contract.audio import pcm_duration_s, wav_header
@@ -33,6 +35,22 @@ async def ping(request: Request) -> JSONResponse:
     status = "failed" if service.failure else "loading"
     body = {"status": status, "detail": service.failure or "model loading", "inflight": inflight}
     return JSONResponse(body, status_code=503)
+
+
+@router.get("/load")
+async def load(request: Request) -> JSONResponse:
+    """How far behind the engine is, for the gateway's admission control and routing: a light
+    answer, computed from the scheduler's state (`/ping` stays the SageMaker contract)."""
+    scheduler = _service(request).get().synthesizer.scheduler
+    body = dataclasses.asdict(scheduler.load())
+    body["scheduling"] = scheduler.scheduling
+    body["inflight"] = request.app.state.inflight.count
+    return JSONResponse(body)
+
+
+@router.get("/metrics")
+async def metrics(request: Request) -> Response:
+    return Response(generate_latest(request.app.state.metrics), media_type=CONTENT_TYPE_LATEST)
 
 
 @router.get("/voices")
@@ -64,6 +82,7 @@ async def invocations(request: Request) -> Response:
     if not isinstance(stream, bool):
         raise InvalidRequest("field 'stream' must be true or false", code="invalid_field")
     key = object()  # every HTTP request takes its own turns in the scheduler
+    received = time.perf_counter()
     headers = {"X-Request-Id": synth.request_id}
 
     if stream:
@@ -72,7 +91,7 @@ async def invocations(request: Request) -> Response:
             if fmt.name == "wav":
                 yield wav_header(None)
             try:
-                async for pcm in loaded.synthesizer.stream(synth, key):
+                async for pcm in loaded.synthesizer.stream(synth, key, received):
                     yield pcm
             except ServiceError as exc:  # headers are gone: end the stream, log why
                 log.warning("request %s ended early: %s", synth.request_id, exc.message)
@@ -80,7 +99,7 @@ async def invocations(request: Request) -> Response:
         return StreamingResponse(body(), media_type=fmt.mime, headers=headers)
 
     started = time.perf_counter()
-    chunks = [pcm async for pcm in loaded.synthesizer.stream(synth, key)]
+    chunks = [pcm async for pcm in loaded.synthesizer.stream(synth, key, received)]
     pcm = b"".join(chunks)
     elapsed = time.perf_counter() - started
     headers["X-Audio-Duration-S"] = f"{pcm_duration_s(len(pcm)):.4f}"

@@ -41,6 +41,7 @@ class BidiConnection:
         self.key = object()  # this connection's turns in the scheduler
         self._sender = WebSocketSender(ws)
         self._steps = asyncio.Lock()  # one core step's frames go out together, in order
+        self._received: dict[str, float] = {}  # request id -> arrival, for its deadline
         # the running synthesis, started by the core's step and awaited by the worker
         self._running: asyncio.Task[tuple[int, float]] | None = None
         self._started: asyncio.Queue[tuple[str, asyncio.Task[tuple[int, float]]]] = asyncio.Queue(1)
@@ -78,8 +79,13 @@ class BidiConnection:
                 await self._sender.send(ErrorMsg(exc.code, exc.message).encode())
                 continue
             msg = protocol.parse_client_message(data, rules)
+            if isinstance(msg, SynthesisRequest):
+                self._received.setdefault(msg.request_id, time.perf_counter())
             async with self._steps:
                 await self._apply(self.session.receive(msg))
+            if len(self._received) > len(self.session.pending_ids):  # refused or cancelled
+                pending = set(self.session.pending_ids)
+                self._received = {r: t for r, t in self._received.items() if r in pending}
 
     async def _apply(self, actions: list[Action]) -> None:
         for action in actions:
@@ -87,7 +93,8 @@ class BidiConnection:
                 case Send(frame=frame):
                     await self._sender.send(frame)
                 case StartSynthesis(request=request):
-                    self._running = asyncio.create_task(self._synthesize(request))
+                    received = self._received.pop(request.request_id, None)
+                    self._running = asyncio.create_task(self._synthesize(request, received))
                     self._started.put_nowait((request.request_id, self._running))
                 case AbortSynthesis():
                     if self._running is not None:
@@ -120,12 +127,14 @@ class BidiConnection:
             async with self._steps:
                 await self._apply(outcome)
 
-    async def _synthesize(self, request: SynthesisRequest) -> tuple[int, float]:
+    async def _synthesize(
+        self, request: SynthesisRequest, received: float | None
+    ) -> tuple[int, float]:
         """Stream one request's audio frames; (bytes sent, seconds)."""
         synthesizer = self.service.get().synthesizer
         started = time.perf_counter()
         sent = 0
-        async for pcm in synthesizer.stream(request, self.key):
+        async for pcm in synthesizer.stream(request, self.key, received):
             await self._sender.send(pcm)
             sent += len(pcm)
         return sent, time.perf_counter() - started

@@ -1,0 +1,44 @@
+"""The model server's Prometheus metrics, read from the scheduler when scraped."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from model_server.service import ModelService
+
+
+class SchedulerCollector(Collector):
+    def __init__(self, service: ModelService) -> None:
+        self.service = service
+
+    def collect(self) -> Iterator[Metric]:
+        if not self.service.ready:
+            return
+        load = self.service.get().synthesizer.scheduler.load()
+        yield GaugeMetricFamily(
+            "model_server_backlog_seconds",
+            "Engine compute queued or running, per worker: the wait a new segment sees",
+            value=load.backlog_s,
+        )
+        yield GaugeMetricFamily(
+            "model_server_busy_workers", "Engine workers running a segment", value=load.busy
+        )
+        yield GaugeMetricFamily("model_server_workers", "Engine workers", value=load.workers)
+        yield GaugeMetricFamily(
+            "model_server_waiting_segments", "Segments waiting for a worker", value=load.waiting
+        )
+        yield CounterMetricFamily(
+            "model_server_deadline_misses",
+            "Segments of requests with a deadline_ms that finished after it",
+            value=load.deadline_misses,
+        )
+
+
+def registry_for(service: ModelService) -> CollectorRegistry:
+    registry = CollectorRegistry()
+    registry.register(SchedulerCollector(service))
+    return registry
