@@ -12,13 +12,14 @@ MODEL_PORT ?= 8080
 PORT ?= 8000
 
 .PHONY: help setup browser dev dev-docker dev-gpu images k8s-render test lint typecheck bench \
-	bench-model deploy-sagemaker lock clean
+	bench-model bench-load deploy-sagemaker lock clean
 
 help:
 	@echo "make dev          model server ($(HOST):$(MODEL_PORT)) and gateway (http://$(HOST):$(PORT))"
 	@echo "make test         lint, type-check and run the test suite"
 	@echo "make bench        gateway: time to first audio, bidi vs batch"
 	@echo "make bench-model  model-server latency/RTF table"
+	@echo "make bench-load   conversations at once: first audio, gaps, refusals (two policies)"
 	@echo "make dev-docker   the same stack in containers, CPU (docker compose)"
 	@echo "make dev-gpu      containers on a GPU box: KOKORO_MODEL_DIR=/path/to/Kokoro-82M"
 	@echo "make images       build the model server (gpu, cpu) and gateway images"
@@ -81,6 +82,9 @@ bench: setup
 
 bench-model: setup
 	$(PY) -m bench.bench_model $(BENCH_ARGS)
+
+bench-load: setup
+	$(PY) -m bench.bench_load $(BENCH_ARGS)
 
 # make deploy-sagemaker DEPLOY_ARGS="--name kokoro-tts --image-uri URI --role-arn ARN --model-data s3://..."
 deploy-sagemaker: setup

@@ -73,6 +73,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="target-tracking value: invocations per instance per minute",
     )
     up.add_argument(
+        "--target-concurrency",
+        type=float,
+        default=8.0,
+        help="target-tracking value: requests in flight per instance (real-time load)",
+    )
+    up.add_argument(
         "--env",
         action="append",
         default=[],
@@ -112,6 +118,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 min_instances=args.min_instances,
                 max_instances=args.max_instances,
                 target_invocations_per_instance=args.target_invocations,
+                target_concurrency_per_instance=args.target_concurrency,
                 environment=_env(args.env),
                 inference_ami_version=_ami(args.inference_ami_version, args.instance_type),
             )

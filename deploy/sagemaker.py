@@ -23,6 +23,12 @@ VARIANT = "AllTraffic"
 # runs on it through CUDA forward compatibility (model_server/cuda_compat.py).
 GPU_AMI_VERSION = "al2-ami-sagemaker-inference-gpu-3-1"
 SCALABLE_DIMENSION = "sagemaker:variant:DesiredInstanceCount"
+# Each request goes to the instance with the fewest in flight, not a random one: a long bidi
+# session on one instance must not attract new replies there.
+ROUTING_STRATEGY = "LEAST_OUTSTANDING_REQUESTS"
+# Concurrent requests (bidi sessions and streams in flight) follow real-time load; invocations
+# per minute count a session that speaks for minutes as one.
+CONCURRENCY_METRIC = "SageMakerVariantConcurrentRequestsPerModelHighResolution"
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,7 @@ class EndpointSpec:
     min_instances: int = 1
     max_instances: int = 4
     target_invocations_per_instance: float = 20.0
+    target_concurrency_per_instance: float = 8.0
     environment: dict[str, str] = field(default_factory=dict)
     inference_ami_version: str | None = None
 
@@ -54,6 +61,7 @@ class EndpointSpec:
             self.instance_type,
             self.initial_instance_count,
             self.inference_ami_version,
+            ROUTING_STRATEGY,
         )
         return f"{self.name}-{digest}"
 
@@ -105,6 +113,7 @@ def deploy(
             "ModelName": spec.model_name,
             "InstanceType": spec.instance_type,
             "InitialInstanceCount": spec.initial_instance_count,
+            "RoutingConfig": {"RoutingStrategy": ROUTING_STRATEGY},
         }
         if spec.inference_ami_version:
             variant["InferenceAmiVersion"] = spec.inference_ami_version
@@ -151,6 +160,19 @@ def deploy(
             },
             "ScaleInCooldown": 300,
             "ScaleOutCooldown": 60,
+        },
+    )
+    autoscaling.put_scaling_policy(
+        PolicyName=f"{spec.name}-concurrency",
+        ServiceNamespace="sagemaker",
+        ResourceId=spec.resource_id,
+        ScalableDimension=SCALABLE_DIMENSION,
+        PolicyType="TargetTrackingScaling",
+        TargetTrackingScalingPolicyConfiguration={
+            "TargetValue": spec.target_concurrency_per_instance,
+            "PredefinedMetricSpecification": {"PredefinedMetricType": CONCURRENCY_METRIC},
+            "ScaleInCooldown": 300,
+            "ScaleOutCooldown": 30,
         },
     )
     done["autoscaling"] = f"{spec.min_instances}-{spec.max_instances} instances"

@@ -20,3 +20,9 @@ async def cancel_and_wait(task: asyncio.Task[Any]) -> None:
     except asyncio.CancelledError:
         if current is not None and current.cancelling() > before:
             raise
+
+
+def first_leaf(group: BaseExceptionGroup[Any]) -> BaseException:
+    """The first exception of a group that is not itself a group (task groups nest)."""
+    first = group.exceptions[0]
+    return first_leaf(first) if isinstance(first, BaseExceptionGroup) else first

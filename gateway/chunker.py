@@ -9,7 +9,11 @@ or a lower-case word is not), so the chunks never depend on how the text was spl
   abbreviations (Dr., e.g., U.S. before a lower-case word), initials (J. R. R.), decimals
   (3.14, $29.99), times, version numbers, URLs or e-mail addresses.
 - The first chunk is released early: at the first clause mark (`,` `;` `:` or a dash) once it
-  has `first_min_words` words, or after `first_max_words` words without punctuation.
+  has `first_min_words` words, or after `first_max_words` words without punctuation. With
+  `first_wait_words`, past `first_max_words` it is cut only where a phrase begins (before a
+  conjunction or preposition: "Sure, I can help you | with that right away."), at a clause
+  mark or at the sentence end, and at `first_wait_words` before the last phrase start seen
+  (or between words, if there was none): never "that right | away.".
 - Later chunks merge sentences shorter than `merge_below_chars` with the next, and are cut at a
   clause mark past `soft_max_chars` or between words at `max_chars`, well under Kokoro's
   510-phoneme limit.
@@ -54,10 +58,56 @@ TITLES = frozenset(
 )
 
 
+# Words that begin a phrase: cutting before one keeps the phrase whole.
+PHRASE_STARTS = frozenset(
+    {
+        "and",
+        "but",
+        "or",
+        "so",
+        "yet",
+        "because",
+        "while",
+        "when",
+        "whenever",
+        "if",
+        "unless",
+        "although",
+        "though",
+        "since",
+        "until",
+        "which",
+        "who",
+        "where",
+        "with",
+        "within",
+        "without",
+        "from",
+        "to",
+        "for",
+        "in",
+        "on",
+        "at",
+        "of",
+        "by",
+        "about",
+        "after",
+        "before",
+        "into",
+        "over",
+        "under",
+        "through",
+        "during",
+        "between",
+    }
+)
+
+
 @dataclass(frozen=True)
 class ChunkerConfig:
     first_min_words: int = 4
     first_max_words: int = 8
+    first_wait_words: int | None = None  # None: cut at first_max_words wherever it falls
     merge_below_chars: int = 40
     soft_max_chars: int = 200
     max_chars: int = 300
@@ -65,6 +115,8 @@ class ChunkerConfig:
     def __post_init__(self) -> None:
         if not 0 < self.first_min_words <= self.first_max_words:
             raise ValueError("need 0 < first_min_words <= first_max_words")
+        if self.first_wait_words is not None and self.first_wait_words < self.first_max_words:
+            raise ValueError("need first_max_words <= first_wait_words")
         if not 0 < self.soft_max_chars <= self.max_chars:
             raise ValueError("need 0 < soft_max_chars <= max_chars")
 
@@ -126,7 +178,7 @@ class IncrementalSentenceChunker:
             if i == 0 or buf[i - 1].isspace():
                 return _NO
             if first and len(buf[:i].split()) >= cfg.first_max_words:
-                return i
+                return self._first_cut(i)
             return self._cap(i)
         if c in CLAUSE_MARKS or (c == "-" and buf[i - 1 : i] == " "):
             if i + 1 == len(buf):
@@ -179,6 +231,59 @@ class IncrementalSentenceChunker:
             return i
         return _NEED_MORE if e == len(buf) else _NO
 
+    def _first_cut(self, i: int) -> int:
+        """At the end of a word past `first_max_words`, in the first chunk."""
+        cfg, buf = self.config, self._buf
+        if cfg.first_wait_words is None:
+            return i
+        if len(buf[:i].split()) >= cfg.first_wait_words:
+            return self.phrase_cut(len(buf[:i].split())) or i
+        e = i
+        while e < len(buf) and buf[e].isspace():
+            e += 1
+        start = e
+        while e < len(buf) and not buf[e].isspace():
+            e += 1
+        if e == len(buf):
+            return _NEED_MORE  # the next word is not whole yet
+        return i if word_of(buf[start:e]) in PHRASE_STARTS else _NO
+
+    def phrase_cut(self, max_words: int | None = None) -> int | None:
+        """Where the text so far may be cut best for a first chunk: before the last phrase
+        start past `first_min_words` words (within `max_words`), else None."""
+        buf, best = self._buf, None
+        words = 0
+        i = 0
+        while i < len(buf):
+            while i < len(buf) and buf[i].isspace():
+                i += 1
+            start = i
+            while i < len(buf) and not buf[i].isspace():
+                i += 1
+            if start == i or (max_words is not None and words >= max_words):
+                break
+            if words >= self.config.first_min_words and word_of(buf[start:i]) in PHRASE_STARTS:
+                best = start
+            words += 1
+        return best
+
+    def cut_first_now(self) -> str | None:
+        """The first chunk, now, at the best place the text so far allows (a phrase start,
+        else the last whole word), if it has `first_min_words` words; for a plan whose text
+        comes too slowly to wait for a boundary."""
+        if self.chunks_emitted or len(self._buf.split()) < self.config.first_min_words:
+            return None
+        cut = self.phrase_cut()
+        if cut is None:
+            cut = len(self._buf.rstrip())
+            if not self._buf[cut:]:  # the last word may still grow: cut before it
+                cut = self._buf.rstrip().rfind(" ")
+            if cut <= 0 or len(self._buf[:cut].split()) < self.config.first_min_words:
+                return None
+        chunk, self._buf, self._scan = self._buf[:cut].strip(), self._buf[cut:], 0
+        self.chunks_emitted += 1
+        return chunk
+
     def _abbreviation_before(self, i: int) -> bool:
         start = i
         while start > 0 and not self._buf[start - 1].isspace():
@@ -187,3 +292,8 @@ class IncrementalSentenceChunker:
         if word in TITLES or "." in word:
             return True  # Dr. Smith; U.S. Army (a dotted initialism never ends a chunk)
         return len(word) == 1 and word.isalpha()  # an initial: J. R. R. Tolkien
+
+
+def word_of(token: str) -> str:
+    """A token as a bare lower-case word, for PHRASE_STARTS."""
+    return token.strip("\"'()[]{}“”‘’«»,;:").lower()

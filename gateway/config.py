@@ -15,7 +15,7 @@ ENV_PREFIX = "GATEWAY_"
 class Settings:
     host: str = "127.0.0.1"
     port: int = 8000
-    model_server_url: str = "http://127.0.0.1:8080"
+    model_server_url: str = "http://127.0.0.1:8080"  # several: comma-separated
     llm: str = "echo"
     openai_base_url: str = "http://127.0.0.1:11434/v1"
     openai_model: str = "llama3.2"
@@ -36,9 +36,13 @@ class Settings:
     default_voice: str = ""  # empty: the model server's default
     max_text_chars: int = limits.MAX_TEXT_CHARS
     allowed_origins: str = ""  # comma-separated; localhost and same-origin always allowed
+    chunk_plan: str = "playback"  # playback: chunks sized to the listener's buffer; sentences
     first_min_words: int = 4
     first_max_words: int = 8
+    first_wait_words: int = 16
     queue_size: int = 64  # events buffered per reply before the producers wait
+    admission: bool = True  # refuse a reply whose first audio would miss the budget
+    first_audio_budget_s: float = 3.0
     log_level: str = "info"
 
     @property
@@ -49,7 +53,8 @@ class Settings:
 _HELP = {
     "host": "interface to listen on",
     "port": "port to listen on",
-    "model_server_url": "the Kokoro model server (http://host:port)",
+    "model_server_url": "the Kokoro model server(s): http://host:port, comma-separated for "
+    "several; a name that resolves to several addresses counts as several",
     "llm": "text source for prompts: echo speaks the text itself; openai streams a chat model",
     "openai_base_url": "an OpenAI-compatible API (vLLM, Ollama, llama.cpp server)",
     "openai_model": "chat model name for --llm openai",
@@ -65,9 +70,17 @@ _HELP = {
     "default_voice": "voice when a request names none (empty: the model server's default)",
     "max_text_chars": "longest text or prompt accepted",
     "allowed_origins": "extra browser origins allowed (CORS and WebSocket Origin)",
+    "chunk_plan": "playback: the first chunk early, later chunks as large as the listener's "
+    "buffer allows, each with a deadline; sentences: every sentence as it is final (the plan "
+    "before deadlines)",
     "first_min_words": "words before the first clause may be released",
-    "first_max_words": "words after which the first chunk is released without punctuation",
+    "first_max_words": "words after which the first chunk is released without punctuation "
+    "(playback: cut only where a phrase begins)",
+    "first_wait_words": "playback: the first chunk is cut here at the latest",
     "queue_size": "events buffered per reply",
+    "admission": "refuse a new reply (503 overloaded, retryable) when no model server can give "
+    "it first audio within the budget without making replies in progress late",
+    "first_audio_budget_s": "admission: longest acceptable wait for a reply's first audio",
     "log_level": "logging level",
 }
 
@@ -86,6 +99,7 @@ def parse_settings(
         choices={
             "llm": ["echo", "openai", "bedrock"],
             "tts_transport": ["model-server", "sagemaker"],
+            "chunk_plan": ["playback", "sentences"],
         },
         argv=argv,
         env=env,

@@ -28,3 +28,11 @@ class TTSError(UpstreamError):
 
 class LLMError(UpstreamError):
     code = "llm_error"
+
+
+class Overloaded(GatewayError):
+    """Every model server is too busy to give a new reply its first audio in time."""
+
+    code = "overloaded"
+    status = 503
+    retryable = True

@@ -27,6 +27,13 @@ class GatewayMetrics:
         self.cancels = Counter(
             "gateway_cancels_total", "Replies cancelled by barge-in", registry=self.registry
         )
+        self.refused = Counter(
+            "gateway_refused_total",
+            "Replies refused up front: overloaded (no model server could serve them in time) or "
+            "tts_unavailable (none answers)",
+            ["code"],
+            registry=self.registry,
+        )
         self.replies = Counter(
             "gateway_replies_total", "Replies started", ["mode", "format"], registry=self.registry
         )

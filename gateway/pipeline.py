@@ -1,8 +1,10 @@
-"""One reply: text source -> chunker -> TTS -> one encoder -> events, in bidi or batch mode.
+"""One reply: text source -> chunk plan -> TTS -> one encoder -> events, in bidi or batch mode.
 
-bidi: two tasks joined by one TTS stream: text -> chunker -> `tts.send()` the moment a chunk
-is final, and the stream's audio -> encoder -> events, so early sentences play while the LLM
-writes.
+bidi: two tasks joined by one TTS stream: text -> chunk plan -> `tts.send()` the moment a chunk
+is decided, and the stream's audio -> encoder -> events, so early sentences play while the LLM
+writes. The playback plan (`chunk_plan.py`) cuts chunks that grow with the listener's buffer
+and gives each its deadline; the `sentences` plan (the chunker alone) sends every sentence as
+it is final, with no deadline.
 batch: wait for all the text, then one synthesis call: the honest baseline. Both emit the same
 events, so measured differences are timing alone.
 
@@ -16,11 +18,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.aio import first_leaf
+from gateway.chunk_plan import ChunkPlan
 from gateway.chunker import ChunkerConfig, IncrementalSentenceChunker
 from gateway.encoders import Encoder, EncoderError
 from gateway.errors import GatewayError
@@ -91,7 +95,9 @@ class Reply:
         batch: BatchTransport,
         out: asyncio.Queue[Event | None],
         chunker: ChunkerConfig | None = None,
+        plan: Callable[[], ChunkPlan] | None = None,
     ) -> None:
+        """`plan` makes the reply's playback plan; without one, `chunker` cuts sentences."""
         self.spec = spec
         self.source = source
         self.encoder = encoder
@@ -99,6 +105,7 @@ class Reply:
         self.batch = batch
         self.out = out
         self.chunker = IncrementalSentenceChunker(chunker)
+        self.plan = plan() if plan is not None else None
         self.metrics = ReplyMetrics()
         self._text_seq = 0
         self._audio_seq = 0
@@ -121,11 +128,11 @@ class Reply:
                 await self._batch()
             await self._emit_audio(self.encoder.flush())
         except* GatewayError as group:
-            exc = group.exceptions[0]
+            exc = first_leaf(group)
             assert isinstance(exc, GatewayError)
             self.error = ErrorEvent(exc.code, exc.message, exc.retryable)
         except* EncoderError as group:
-            self.error = ErrorEvent("encoder_error", str(group.exceptions[0]))
+            self.error = ErrorEvent("encoder_error", str(first_leaf(group)))
         except* Exception as group:  # a bug: log it, tell the client no more than that
             log.error("reply %s failed", spec.utterance_id, exc_info=group)
             self.error = ErrorEvent("internal_error", "the reply failed on the server")
@@ -174,6 +181,8 @@ class Reply:
 
     async def _encode(self, pcm_stream: AsyncIterator[bytes]) -> None:
         async for pcm in pcm_stream:
+            if self.plan is not None and not self.metrics.pcm_bytes:
+                self.plan.audio_started(asyncio.get_running_loop().time())
             self.metrics.pcm_bytes += len(pcm)
             await self._emit_audio(self.encoder.push(pcm))
 
@@ -181,9 +190,10 @@ class Reply:
 
     async def _bidi(self) -> None:
         spec = self.spec
-        async with self.bidi.open(spec.voice, spec.speed) as tts:
+        plan = self.plan
+        async with self.bidi.open(spec.voice, spec.speed, self._completed) as tts:
 
-            async def feed() -> None:
+            async def sentences() -> None:
                 async with aclosing(self._text()) as text:
                     async for delta in text:
                         for chunk in self.chunker.push(delta):
@@ -194,9 +204,48 @@ class Reply:
                     await tts.send(chunk)
                 await tts.end_input()
 
+            async def planned(plan: ChunkPlan) -> None:
+                loop = asyncio.get_running_loop()
+                deltas: asyncio.Queue[str | None] = asyncio.Queue(1)
+
+                async def pump() -> None:
+                    async with aclosing(self._text()) as text:
+                        async for delta in text:
+                            await deltas.put(delta)
+                    await deltas.put(None)
+
+                async with asyncio.TaskGroup() as tg:
+                    tg.create_task(pump())
+                    ended = False
+                    while not ended or plan.wake_at() is not None:
+                        wake = plan.wake_at()
+                        timeout = None if wake is None else max(0.0, wake - loop.time())
+                        try:
+                            async with asyncio.timeout(timeout):
+                                delta = await deltas.get()
+                        except TimeoutError:
+                            chunks = plan.tick(loop.time())
+                        else:
+                            if delta is None:
+                                ended = True
+                                chunks = plan.flush(loop.time())
+                            else:
+                                chunks = plan.push(delta, loop.time())
+                        for chunk in chunks:
+                            self._chunk_released()
+                            await tts.send(chunk.text, chunk.deadline_ms)
+                await tts.end_input()
+
             async with asyncio.TaskGroup() as tg:
-                tg.create_task(feed())
+                tg.create_task(sentences() if plan is None else planned(plan))
                 tg.create_task(self._encode(tts.audio()))
+
+    def _completed(self, index: int, chars: int, audio_bytes: int, elapsed_s: float) -> None:
+        """The model server finished chunk `index`: the plan learns how long it plays."""
+        if self.plan is not None:
+            now = asyncio.get_running_loop().time()
+            self.plan.completed(index, pcm_duration_s(audio_bytes), now)
+            self.plan.speed.observe(chars, elapsed_s)
 
     async def _batch(self) -> None:
         async with aclosing(self._text()) as deltas:

@@ -11,10 +11,13 @@ from typing import Any
 
 import httpx
 
+from gateway.admission import Refusal
 from gateway.aio import cancel_and_wait
+from gateway.chunk_plan import ChunkPlan, PlanConfig, SpeechRate
 from gateway.chunker import ChunkerConfig
 from gateway.config import Settings
 from gateway.encoders import create_encoder
+from gateway.errors import Overloaded, TTSError
 from gateway.events import Event
 from gateway.metrics import GatewayMetrics
 from gateway.params import SpeakParams
@@ -25,11 +28,12 @@ from gateway.sources.echo import EchoSource
 from gateway.sources.openai_chat import OpenAIChatSource
 from gateway.speak_session import new_utterance_id
 from gateway.transports.base import BatchTransport, BidiTransport
-from gateway.transports.model_server import ModelServerTransport
+from gateway.transports.pool import ModelServerPool
 from gateway.transports.sagemaker_bidi import SageMakerBidiTransport
 from gateway.transports.sagemaker_stream import SageMakerStreamTransport
 from kokoro_contract import limits
 from kokoro_contract.formats import AudioFormat
+from kokoro_contract.speed import SpeedModel
 
 
 class GatewayService:
@@ -37,7 +41,7 @@ class GatewayService:
         """`sagemaker_http2_transport` replaces the HTTP/2 SDK's CRT client (tests)."""
         self.settings = settings
         self.client = httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=5.0))
-        self.model_server: ModelServerTransport | None = None
+        self.pool: ModelServerPool | None = None
         self.bidi: BidiTransport
         self.batch: BatchTransport
         if settings.tts_transport == "sagemaker":
@@ -53,14 +57,24 @@ class GatewayService:
                 sagemaker_http2_transport,
             )
         else:
-            self.model_server = ModelServerTransport(settings.model_server_url, self.client)
-            self.bidi = self.batch = self.model_server
+            urls = [u.strip() for u in settings.model_server_url.split(",") if u.strip()]
+            self.pool = ModelServerPool(urls, self.client)
         self.metrics = GatewayMetrics()
         self._exits = contextlib.AsyncExitStack()
         self._bedrock: Any = None  # an aioboto3 bedrock-runtime client, for --llm bedrock
         self.chunker = ChunkerConfig(
             first_min_words=settings.first_min_words, first_max_words=settings.first_max_words
         )
+        self.plan = PlanConfig(
+            first_min_words=settings.first_min_words,
+            first_max_words=settings.first_max_words,
+            first_wait_words=max(settings.first_wait_words, settings.first_max_words),
+        )
+        # seconds per chunk against its characters, as the model server reports them: one
+        # estimate for every reply, since they share the engine
+        # (prior: int8 ONNX on 2 cores, 0.031-0.034 s per character whatever the length)
+        self.speed = SpeedModel(prior_a=0.1, prior_b=0.032)
+        self.speech = SpeechRate()
 
     def aws_region(self) -> str:
         region = (
@@ -98,17 +112,40 @@ class GatewayService:
     async def tts_ready(self) -> tuple[bool, str]:
         """(ready, what) for /readyz: the model server answers /ping; a SageMaker endpoint is
         not probed (that needs the control-plane API), only configured."""
-        if self.model_server is not None:
-            return await self.model_server.ready(), self.model_server.base_url
+        if self.pool is not None:
+            return await self.pool.ready(), self.settings.model_server_url
         return True, f"sagemaker:{self.settings.sagemaker_endpoint}"
 
     async def voices(self) -> dict[str, Any]:
-        if self.model_server is not None:
-            return await self.model_server.voices()
+        if self.pool is not None:
+            chosen = await self.pool.pick(None)
+            if isinstance(chosen, Refusal):
+                raise TTSError(f"model server unreachable: {chosen.reason}")
+            return await chosen.transport.voices()
         return {"default": self.settings.default_voice, "voices": []}
+
+    async def admit(self) -> tuple[BidiTransport, BatchTransport]:
+        """The transports for a new reply, on the model server that should take it; raises
+        `Overloaded` when none can serve it in time (before anything is streamed)."""
+        if self.pool is None:
+            return self.bidi, self.batch  # SageMaker routes and scales by itself
+        budget = self.settings.first_audio_budget_s if self.settings.admission else None
+        chosen = await self.pool.pick(budget)
+        if isinstance(chosen, Refusal):
+            self.metrics.refused.labels(chosen.code).inc()
+            what = "at capacity" if chosen.code == "overloaded" else "unavailable"
+            raise Overloaded(
+                f"the speech service is {what}: {chosen.reason}; retry shortly",
+                code=chosen.code,
+                retry_after_s=chosen.retry_after_s,
+            )
+        transport = self.pool.transport_for(chosen)
+        return transport, transport
 
     async def aclose(self) -> None:
         await self._exits.aclose()
+        if self.pool is not None:
+            await self.pool.aclose()
         await self.client.aclose()
 
     def source_for(
@@ -148,6 +185,7 @@ class GatewayService:
         *,
         utterance_id: str | None = None,
         audio_format: AudioFormat | None = None,
+        transports: tuple[BidiTransport, BatchTransport] | None = None,
     ) -> Reply:
         """A reply to `params`; `audio_format` overrides the browser format they name (the
         OpenAI route's formats)."""
@@ -159,9 +197,15 @@ class GatewayService:
             speed=params.speed,
         )
         self.metrics.replies.labels(spec.mode, spec.format.name).inc()
-        return Reply(
-            spec, source, create_encoder(spec.format), self.bidi, self.batch, out, self.chunker
-        )
+        plan = None
+        if self.settings.chunk_plan == "playback":
+
+            def plan() -> ChunkPlan:
+                return ChunkPlan(self.plan, self.speed, self.speech, speed_factor=spec.speed)
+
+        encoder = create_encoder(spec.format)
+        bidi, batch = transports or (self.bidi, self.batch)
+        return Reply(spec, source, encoder, bidi, batch, out, self.chunker, plan)
 
     def record(self, reply: Reply) -> None:
         if reply.metrics.ttfa_ms is not None:

@@ -157,7 +157,7 @@ class SpeakSession:
     def start_failed(self, utterance_id: str, error: ServiceError) -> list[Action]:
         """The utterance could not start (its request was refused): nothing was sent for it."""
         self._end(utterance_id)
-        return [SendError(error)]
+        return [SendError(error, utterance_id)]
 
     def utterance_ended(self, utterance_id: str, spoken: str) -> list[Action]:
         """The reply ended (`agent_end` sent) after speaking `spoken`."""

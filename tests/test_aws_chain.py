@@ -75,12 +75,14 @@ async def test_bidi_over_sse(chain: Chain) -> None:
     assert chain.bidi.streams == 1  # one bidirectional stream carried every chunk
     kinds = [kind for kind, _ in chain.bidi.container_messages]
     assert kinds == ["binary"] * len(kinds)  # as SageMaker delivers them
-    texts = [orjson.loads(m).get("text") for _, m in chain.bidi.container_messages]
-    assert texts == [
-        "Hello there.",
-        "This is a post deployment check. It has three sentences.",
-        None,
-    ]  # the chunks, then the close
+    messages = [orjson.loads(m) for _, m in chain.bidi.container_messages]
+    assert messages[-1] == {"type": "close"}  # the chunks, then the close
+    chunks = [m["text"] for m in messages[:-1]]
+    # the first sentence at once; how the rest is grouped follows the listener's buffer
+    assert chunks[0] == "Hello there."
+    assert " ".join(chunks) == ANSWER
+    assert messages[0]["deadline_ms"] == 0
+    assert all(m["deadline_ms"] > 0 for m in messages[1:-1])
     assert chain.stream.requests == []
 
 

@@ -15,9 +15,11 @@ import pytest
 import pytest_asyncio
 from playwright.async_api import Browser, ConsoleMessage, Page, async_playwright
 
+from gateway.app import create_app as create_gateway
+from gateway.config import Settings as GatewaySettings
 from tests.support.fakes import FakeEngine
 from tests.support.gateway_client import metric
-from tests.support.servers import RunningServer
+from tests.support.servers import RunningServer, serve
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 LONG = " ".join(["This sentence is here to keep the voice busy for a little while."] * 6)
@@ -182,3 +184,22 @@ async def test_finished_eventsource_reply_is_not_replayed(
     assert len(requests) == 1
     assert console.errors == []
     await page.close()
+
+
+@pytest.mark.parametrize("transport", ["sse-fetch", "ws"])
+async def test_the_demo_says_when_the_service_is_at_capacity(
+    browser: Browser, fake_server: RunningServer, transport: str
+) -> None:
+    settings = GatewaySettings(model_server_url=fake_server.http_url, first_audio_budget_s=0.001)
+    with serve(create_gateway(settings)) as refusing:
+        page, console = await open_demo(browser, refusing.http_url)
+        await speak(page, transport=transport, fmt="pcm", text="Hello there.")
+        await page.wait_for_function(
+            "document.querySelector('#metrics').dataset.state === 'overloaded'"
+        )
+        shown = await page.text_content("#error")
+        assert shown is not None
+        assert shown.startswith("The voice service is busy right now: try again in ")
+        assert await page.get_attribute("#error", "data-code") == "overloaded"
+        await page.close()
+    assert not [e for e in console.errors if "503" not in e]  # only the refused request itself

@@ -113,12 +113,19 @@ def test_deploy_creates_everything_on_g5(moto_server: str) -> None:
         1,
         4,
     )
-    (policy,) = aas.describe_scaling_policies(ServiceNamespace="sagemaker")["ScalingPolicies"]
-    tracking = policy["TargetTrackingScalingPolicyConfiguration"]
-    assert policy["PolicyType"] == "TargetTrackingScaling"
-    assert tracking["PredefinedMetricSpecification"]["PredefinedMetricType"] == (
-        "SageMakerVariantInvocationsPerInstance"
-    )
+    assert variant["RoutingConfig"] == {"RoutingStrategy": "LEAST_OUTSTANDING_REQUESTS"}
+    policies = aas.describe_scaling_policies(ServiceNamespace="sagemaker")["ScalingPolicies"]
+    tracked = {
+        p["TargetTrackingScalingPolicyConfiguration"]["PredefinedMetricSpecification"][
+            "PredefinedMetricType"
+        ]: p["TargetTrackingScalingPolicyConfiguration"]["TargetValue"]
+        for p in policies
+        if p["PolicyType"] == "TargetTrackingScaling"
+    }
+    assert tracked == {
+        "SageMakerVariantInvocationsPerInstance": 20.0,
+        "SageMakerVariantConcurrentRequestsPerModelHighResolution": 8.0,
+    }
 
 
 def test_rerunning_is_safe_and_changes_update_in_place(moto_server: str) -> None:

@@ -46,7 +46,9 @@ async def test_sse_three_sentences_in_mp3(gateway_server: RunningServer) -> None
     assert metrics["audio_bytes"] == len(stream)
     assert metrics["text_chars"] == len(THREE)
     assert 0 < metrics["first_text_ms"] <= metrics["ttfa_ms"]
-    assert metrics["chunks"] == 2  # "Hello there." first, the two short ones merged
+    # "Hello there." first; the rest grouped as the listener's buffer allows
+    assert 2 <= metrics["chunks"] <= 3
+    assert len(metrics["chunk_times_ms"]) == metrics["chunks"]
     ids = [e.id for e in reply.events]
     assert len(set(ids)) == len(ids)
 
@@ -146,7 +148,7 @@ async def test_websocket_two_utterances_and_client_streamed_text(
                 break
         assert "".join(texts) == "This is my own text, streamed in pieces. Done."
         assert len(pcm) > 48_000
-        assert event["metrics"]["chunks"] == 2  # first clause released early
+        assert event["metrics"]["chunks"] >= 2  # the first clause released early
 
 
 async def test_openai_sdk_speech(gateway_server: RunningServer) -> None:

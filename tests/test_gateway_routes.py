@@ -270,8 +270,10 @@ async def test_readyz_without_a_model_server() -> None:
         async with httpx.AsyncClient(base_url=gw.http_url) as http:
             ready = await http.get("/readyz")
             assert (await http.get("/healthz")).status_code == 200
-        reply = await sse_get(gw.http_url, {"text": "Hi."})
+            refused = await http.get("/v1/speak/sse", params={"text": "Hi."})
     assert ready.status_code == 503
-    assert reply.names[-2:] == ["error", "agent_end"]
-    assert reply.one("error")["code"] == "tts_error"
-    assert reply.one("error")["retryable"] is True
+    # refused before the stream starts, with when to try again
+    assert refused.status_code == 503
+    assert refused.json()["error"]["code"] == "tts_unavailable"
+    assert refused.json()["error"]["retryable"] is True
+    assert int(refused.headers["retry-after"]) >= 1

@@ -312,7 +312,14 @@ def test_gateway_scales_and_survives_disruption(rendered: tuple[str, list[dict[s
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     env = {e["name"]: e.get("value") for e in container["env"]}
-    assert env["GATEWAY_MODEL_SERVER_URL"] == "http://model-server:8080"
+    # the headless Service: one address per ready model server pod, for least-loaded routing
+    assert env["GATEWAY_MODEL_SERVER_URL"] == "http://model-server-pods:8080"
+    pods = _one(docs, "Service", "model-server-pods")
+    assert pods["spec"]["clusterIP"] == "None"
+    model = _one(docs, "Deployment", "model-server")
+    assert (
+        pods["spec"]["selector"].items() <= model["spec"]["template"]["metadata"]["labels"].items()
+    )
     hpa = _one(docs, "HorizontalPodAutoscaler", "gateway")
     assert hpa["spec"]["scaleTargetRef"]["name"] == "gateway"
     metrics = {m["type"]: m for m in hpa["spec"]["metrics"]}

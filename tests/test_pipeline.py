@@ -10,6 +10,7 @@ from gateway.encoders import create_encoder
 from gateway.events import AgentEnd, AudioChunk, ErrorEvent, Event, TextDelta
 from gateway.params import Mode
 from gateway.pipeline import Reply, ReplySpec
+from gateway.transports.base import OnComplete
 from kokoro_contract.formats import FORMATS
 
 PCM_PER_CHUNK = b"\x01\x00" * 2400  # 0.1 s
@@ -38,7 +39,7 @@ class MemoryStream:
         self.fail = fail
         self._audio: asyncio.Queue[bytes | None] = asyncio.Queue()
 
-    async def send(self, text: str) -> None:
+    async def send(self, text: str, deadline_ms: float | None = None) -> None:
         self.sent.append(text)
         await self._audio.put(PCM_PER_CHUNK)
 
@@ -59,7 +60,9 @@ class MemoryTransport:
         self.batch_calls: list[tuple[str, bool]] = []  # (text, whether the source was done)
 
     @contextlib.asynccontextmanager
-    async def open(self, voice: str | None, speed: float) -> AsyncIterator[MemoryStream]:
+    async def open(
+        self, voice: str | None, speed: float, on_complete: OnComplete | None = None
+    ) -> AsyncIterator[MemoryStream]:
         yield self.stream
 
     async def synthesize(self, text: str, voice: str | None, speed: float) -> AsyncGenerator[bytes]:

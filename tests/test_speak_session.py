@@ -186,7 +186,7 @@ def test_a_refused_start_frees_the_session() -> None:
     s = session()
     s.receive(msg('{"type": "speak", "text": "Hi."}'))
     error = BadRequest("text is too long", code="text_too_long")
-    assert s.start_failed("u1", error) == [SendError(error)]
+    assert s.start_failed("u1", error) == [SendError(error, "u1")]
     assert s.utterance_id is None
 
 

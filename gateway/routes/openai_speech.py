@@ -43,9 +43,10 @@ async def speech(request: Request) -> Response:
     speak = SpeakParams(text=params.input, mode=Mode.BIDI, voice=voice, speed=params.speed)
     source = service.source_for(speak)
     assert source is not None
+    transports = await service.admit()  # 503 overloaded before anything is streamed
     queue: asyncio.Queue[Event | None] = asyncio.Queue(service.settings.queue_size)
     fmt = params.audio_format
-    reply = service.reply(speak, source, queue, audio_format=fmt)
+    reply = service.reply(speak, source, queue, audio_format=fmt, transports=transports)
 
     if params.stream_format == "sse":
         words = len(params.input.split())

@@ -34,8 +34,9 @@ async def _speak(request: Request, params: SpeakParams) -> Response:
     source = service.source_for(params)
     if source is None:
         raise BadRequest("give 'text' or 'prompt'", code="missing_text")
+    transports = await service.admit()  # 503 overloaded before anything is streamed
     queue: asyncio.Queue[Event | None] = asyncio.Queue(service.settings.queue_size)
-    reply = service.reply(params, source, queue)
+    reply = service.reply(params, source, queue, transports=transports)
     uid = reply.spec.utterance_id
 
     async def events() -> AsyncIterator[ServerSentEvent]:

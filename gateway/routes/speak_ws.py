@@ -91,6 +91,7 @@ class SpeakConnection:
             await asyncio.wait([self._task])
         try:
             source = self.service.source_for(start.params, start.history)
+            transports = await self.service.admit()  # an `overloaded` frame; the session stays
         except ServiceError as exc:
             await self._apply(self.session.start_failed(uid, exc))
             return
@@ -98,7 +99,9 @@ class SpeakConnection:
         if source is None:
             self._client_text = source = ClientTextSource()
         queue: asyncio.Queue[Event | None] = asyncio.Queue(self.service.settings.queue_size)
-        reply = self.service.reply(start.params, source, queue, utterance_id=uid)
+        reply = self.service.reply(
+            start.params, source, queue, utterance_id=uid, transports=transports
+        )
         self._task = asyncio.create_task(self._forward(reply, queue))
 
     async def _forward(self, reply: Reply, queue: asyncio.Queue[Event | None]) -> None:

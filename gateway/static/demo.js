@@ -89,7 +89,13 @@ function newSpeaker(transport) {
       return li;
     }));
   });
-  speaker.addEventListener("error", (e) => { $("error").textContent = e.detail.message; });
+  speaker.addEventListener("error", (e) => {
+    const { message, code, retryAfterS } = e.detail;
+    $("error").textContent = code === "overloaded"
+      ? `The voice service is busy right now${retryAfterS ? `: try again in ${retryAfterS} s` : ""}. (${message})`
+      : message;
+    $("error").dataset.code = code || "";
+  });
   demo.speaker = speaker;
   return speaker;
 }
@@ -115,7 +121,7 @@ $("form").addEventListener("submit", async (event) => {
   demo.stats = stats;
   $("m-player").textContent = stats.player;
   $("m-bytes").textContent = String(stats.bytes);
-  if (stats.error) setState("error");
+  if (stats.error) setState(stats.errorCode === "overloaded" ? "overloaded" : "error");
 });
 
 $("stop").addEventListener("click", () => demo.speaker && demo.speaker.stop());

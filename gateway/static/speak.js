@@ -363,7 +363,11 @@ export class Speaker extends EventTarget {
         stats.audioSeconds = body.duration_s;
         break;
       case "error":
-        this.fail(reply, `${body.code}: ${body.message}`);
+        // the server has ended this reply itself: nothing to cancel
+        this.fail(reply, `${body.code}: ${body.message}`, {
+          code: body.code, retryable: body.retryable, retryAfterS: body.retry_after_s ?? null,
+          ended: true,
+        });
         break;
       case "cancelled":
         stats.cancelled = true;
@@ -376,11 +380,15 @@ export class Speaker extends EventTarget {
     }
   }
 
-  fail(reply, message) {
+  // `error` events carry {message, code, retryable, retryAfterS}; a refusal up front because
+  // the service is at capacity (code "overloaded", HTTP 503 with Retry-After) says when to retry.
+  fail(reply, message, { code = null, retryable = false, retryAfterS = null, ended = false } = {}) {
+    if (reply.stats.error) return; // the first failure is the one to report
     reply.stats.error = message;
-    this.setState("error");
-    this.emit("error", { message });
-    if (reply.abort) reply.abort();
+    reply.stats.errorCode = code;
+    this.setState(code === "overloaded" ? "overloaded" : "error");
+    this.emit("error", { message, code, retryable, retryAfterS });
+    if (reply.abort && !ended) reply.abort();
     reply.finished();
   }
 
@@ -399,7 +407,10 @@ export class Speaker extends EventTarget {
     }
     es.onerror = () => {
       if (es.readyState === EventSource.CLOSED && reply.stats.serverMetrics === null && !reply.stopped) {
-        this.fail(reply, "event stream failed");
+        // EventSource cannot read a refusal's status or body: fetch SSE and the WebSocket can
+        const early = reply.utteranceId === null;
+        this.fail(reply, early ? "event stream refused (the service may be at capacity; retry shortly)"
+          : "event stream failed", { retryable: early });
       }
     };
   }
@@ -416,7 +427,15 @@ export class Speaker extends EventTarget {
       });
       if (!response.ok) {
         const err = await response.json().catch(() => ({ error: { message: response.statusText } }));
-        throw new Error(err.error.message);
+        const retryAfter = Number(response.headers.get("Retry-After"));
+        if (!reply.stopped) {
+          this.fail(reply, `${err.error.code || response.status}: ${err.error.message}`, {
+            code: err.error.code || null,
+            retryable: Boolean(err.error.retryable),
+            retryAfterS: Number.isFinite(retryAfter) && retryAfter > 0 ? retryAfter : null,
+          });
+        }
+        return;
       }
       for await (const { event, data } of sseEvents(response.body, controller.signal)) handle(event, JSON.parse(data));
     })().catch((err) => {

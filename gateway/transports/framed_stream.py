@@ -11,6 +11,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from gateway.errors import TTSError
+from gateway.transports.base import OnComplete
 from kokoro_contract import protocol
 from kokoro_contract.protocol import CancelledMsg, CompleteMsg, ErrorMsg
 
@@ -20,22 +21,30 @@ RETRYABLE_CODES = frozenset({"not_ready", "overloaded"})
 
 class FramedTTSStream:
     def __init__(
-        self, send_frame: Callable[[str], Awaitable[None]], voice: str | None, speed: float
+        self,
+        send_frame: Callable[[str], Awaitable[None]],
+        voice: str | None,
+        speed: float,
+        on_complete: OnComplete | None = None,
     ) -> None:
         self._send_frame = send_frame
         self._voice = voice
         self._speed = speed
+        self._on_complete = on_complete
         self._prefix = uuid.uuid4().hex[:12]
         self._counter = itertools.count()
-        self._pending: set[str] = set()
+        self._pending: dict[str, tuple[int, int]] = {}  # request id -> (index, characters)
         self._inbox: asyncio.Queue[bytes | str | TTSError | object] = asyncio.Queue()
 
     # --- for the reply ----------------------------------------------------------------------
 
-    async def send(self, text: str) -> None:
-        rid = f"{self._prefix}-{next(self._counter)}"
-        self._pending.add(rid)
-        await self._send_frame(protocol.synthesize_message(text, rid, self._voice, self._speed))
+    async def send(self, text: str, deadline_ms: float | None = None) -> None:
+        index = next(self._counter)
+        rid = f"{self._prefix}-{index}"
+        self._pending[rid] = (index, len(text))
+        await self._send_frame(
+            protocol.synthesize_message(text, rid, self._voice, self._speed, deadline_ms)
+        )
 
     async def end_input(self) -> None:
         await self._inbox.put(_INPUT_DONE)
@@ -53,8 +62,12 @@ class FramedTTSStream:
             match protocol.read_server_frame(item):
                 case bytes() as pcm:
                     yield pcm
-                case CompleteMsg(request_id=rid) | CancelledMsg(request_id=rid):
-                    self._pending.discard(rid)
+                case CompleteMsg(request_id=rid, audio_bytes=audio, elapsed_s=elapsed):
+                    sent = self._pending.pop(rid, None)
+                    if sent is not None and self._on_complete is not None:
+                        self._on_complete(*sent, audio, elapsed)
+                case CancelledMsg(request_id=rid):
+                    self._pending.pop(rid, None)
                 case ErrorMsg(code=code, message=message):
                     raise TTSError(
                         f"model server: {message}",

@@ -14,6 +14,7 @@ from websockets.exceptions import WebSocketException
 
 from gateway.aio import cancel_and_wait
 from gateway.errors import TTSError
+from gateway.transports.base import OnComplete
 from gateway.transports.framed_stream import FramedTTSStream
 from kokoro_contract import protocol
 from kokoro_contract.protocol import invocation_body
@@ -49,7 +50,9 @@ class ModelServerTransport:
         self._client = client
 
     @contextlib.asynccontextmanager
-    async def open(self, voice: str | None, speed: float) -> AsyncIterator[FramedTTSStream]:
+    async def open(
+        self, voice: str | None, speed: float, on_complete: OnComplete | None = None
+    ) -> AsyncIterator[FramedTTSStream]:
         try:
             ws = await connect(ws_url(self.base_url) + protocol.PATH, max_size=None)
         except (OSError, WebSocketException) as exc:
@@ -61,7 +64,7 @@ class ModelServerTransport:
             except WebSocketException as exc:
                 raise TTSError(f"model server session lost: {exc}") from exc
 
-        tts = FramedTTSStream(send_frame, voice, speed)
+        tts = FramedTTSStream(send_frame, voice, speed, on_complete)
         reader = asyncio.create_task(_WebSocketReader(ws, tts).run())
         completed = False
         try:

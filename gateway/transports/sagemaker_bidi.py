@@ -18,6 +18,7 @@ from typing import Any
 from gateway.aio import cancel_and_wait
 from gateway.aws_errors import sagemaker_error
 from gateway.errors import TTSError
+from gateway.transports.base import OnComplete
 from gateway.transports.framed_stream import FramedTTSStream
 
 
@@ -66,7 +67,9 @@ class SageMakerBidiTransport:
             return self._client
 
     @contextlib.asynccontextmanager
-    async def open(self, voice: str | None, speed: float) -> AsyncIterator[FramedTTSStream]:
+    async def open(
+        self, voice: str | None, speed: float, on_complete: OnComplete | None = None
+    ) -> AsyncIterator[FramedTTSStream]:
         from aws_sdk_sagemaker_runtime_http2.models import (
             InvokeEndpointWithBidirectionalStreamInput,
             RequestPayloadPart,
@@ -96,7 +99,7 @@ class SageMakerBidiTransport:
             except Exception as exc:
                 raise sagemaker_error(exc, self.endpoint_name) from exc
 
-        tts = FramedTTSStream(send_frame, voice, speed)
+        tts = FramedTTSStream(send_frame, voice, speed, on_complete)
         reader = asyncio.create_task(self._read(stream, tts))
         completed = False
         try:

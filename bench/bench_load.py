@@ -1,0 +1,302 @@
+"""`make bench-load`: simulated conversations through the gateway, N = 1, 2, 3, 4 at once.
+
+Each conversation asks (the demo's 5-sentence answer, echo source paced like an LLM: 40
+tokens/s, first token at 300 ms, `format=pcm` over SSE), hears the whole reply, thinks 1-3 s
+(seeded), and asks again. A listener starts playing at the first audio chunk; a gap is any
+moment the audio received so far has run out before the next chunk arrives (gaps under 10 ms,
+the event loop's own jitter, are not counted). A reply refused up front (503 `overloaded`)
+counts as refused, not served.
+
+Each policy runs its own model server and gateway (separate processes, as deployed) with its
+flags, one policy after the other on the same machine: `today` is the scheduling before the
+real-time work (round-robin scheduler, 2 workers x all cores each, sentence-sized chunks with
+no deadlines, nothing refused), `realtime` the current defaults (earliest deadline first, a
+call beside another on its share of the cores, the playback-aware chunk plan, admission
+control). Prints one table per policy and N, and a PNG plot of
+first-audio p95 and gap seconds against N for both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import random
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from gateway.sse import SSEDecoder
+
+ANSWER = (
+    "Sure, I can help you with that right away. Your order shipped yesterday from our "
+    "warehouse in Portland. It should arrive by Thursday afternoon. You will get a tracking "
+    "link by email within the hour. Is there anything else I can do for you today?"
+)
+TPS = 40.0
+FIRST_MS = 300.0
+BYTES_PER_SECOND = 48_000  # s16le 24 kHz mono
+GAP_TOLERANCE_S = 0.010
+BIN = Path(sys.executable).parent
+
+POLICIES: dict[str, tuple[list[str], list[str]]] = {
+    # (model server flags, gateway flags)
+    "today": (
+        ["--scheduling", "fair", "--workers", "2", "--threads", str(os.cpu_count() or 1)],
+        ["--chunk-plan", "sentences", "--admission", "false"],
+    ),
+    "realtime": ([], []),
+}
+
+
+@dataclass
+class ReplyResult:
+    refused: bool = False
+    error: str | None = None
+    first_audio_s: float | None = None
+    audio_s: float = 0.0
+    gap_s: float = 0.0
+    gaps: int = 0
+    last_audio_s: float = 0.0  # request to the last chunk
+    play_end_s: float = 0.0  # request to the end of playback
+
+
+@dataclass
+class Row:
+    n: int
+    replies: list[ReplyResult] = field(default_factory=list)
+
+    @property
+    def served(self) -> list[ReplyResult]:
+        return [r for r in self.replies if not r.refused and r.error is None]
+
+    def first_audio(self, q: float) -> float:
+        values = sorted(r.first_audio_s for r in self.served if r.first_audio_s is not None)
+        if not values:
+            return float("nan")
+        return values[min(len(values) - 1, round(q * (len(values) - 1)))]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+async def one_reply(http: httpx.AsyncClient, mode: str) -> ReplyResult:
+    body = {"text": ANSWER, "format": "pcm", "mode": mode, "echo_tps": TPS}
+    body["echo_first_ms"] = FIRST_MS
+    result = ReplyResult()
+    started = time.perf_counter()
+    async with http.stream("POST", "/v1/speak", json=body) as response:
+        if response.status_code == 503:
+            await response.aread()
+            result.refused = True
+            return result
+        if response.status_code != 200:
+            result.error = f"HTTP {response.status_code}: {(await response.aread())[:200]!r}"
+            return result
+        decoder = SSEDecoder()
+        play_end = 0.0
+        async for raw in response.aiter_raw():
+            now = time.perf_counter() - started
+            for event in decoder.push(raw):
+                if event.event == "error":
+                    result.error = event.data
+                if event.event != "audio_chunk":
+                    continue
+                import base64
+
+                import orjson
+
+                seconds = len(base64.b64decode(orjson.loads(event.data)["data"])) / BYTES_PER_SECOND
+                if result.first_audio_s is None:
+                    result.first_audio_s = now
+                    play_end = now
+                elif now > play_end + GAP_TOLERANCE_S:
+                    result.gaps += 1
+                    result.gap_s += now - play_end
+                    play_end = now
+                else:
+                    play_end = max(play_end, now)
+                play_end += seconds
+                result.audio_s += seconds
+                result.last_audio_s = now
+        result.play_end_s = play_end
+    return result
+
+
+async def conversation(
+    base: str, replies: int, rng: random.Random, row: Row, mode: str, stop_at: float
+) -> None:
+    async with httpx.AsyncClient(base_url=base, timeout=300) as http:
+        await asyncio.sleep(rng.uniform(0, 2))  # conversations do not all start at once
+        for _ in range(replies):
+            if time.perf_counter() > stop_at:
+                return
+            started = time.perf_counter()
+            result = await one_reply(http, mode)
+            row.replies.append(result)
+            if result.refused:
+                await asyncio.sleep(1.0 + rng.uniform(0, 1))  # a client retries after a while
+                continue
+            # hear the whole reply, then think
+            listened = max(0.0, started + result.play_end_s - time.perf_counter())
+            await asyncio.sleep(listened + rng.uniform(1.0, 3.0))
+
+
+async def load(base: str, n: int, replies: int, seed: int, mode: str, limit_s: float) -> Row:
+    row = Row(n)
+    rng = random.Random(seed * 1000 + n)
+    stop_at = time.perf_counter() + limit_s
+    await asyncio.gather(
+        *(
+            conversation(base, replies, random.Random(rng.random()), row, mode, stop_at)
+            for _ in range(n)
+        )
+    )
+    return row
+
+
+@contextlib.contextmanager
+def stack(model_flags: list[str], gateway_flags: list[str]) -> Iterator[str]:
+    model_port, gateway_port = free_port(), free_port()
+    model_url = f"http://127.0.0.1:{model_port}"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    procs = [
+        subprocess.Popen(
+            [
+                BIN / "model-server",
+                "--port",
+                str(model_port),
+                "--log-level",
+                "warning",
+                *model_flags,
+            ],
+            env=env,
+        )
+    ]
+    try:
+        wait_ready(model_url + "/ping", procs)
+        procs.append(
+            subprocess.Popen(
+                [
+                    BIN / "gateway",
+                    "--port",
+                    str(gateway_port),
+                    "--model-server-url",
+                    model_url,
+                    "--log-level",
+                    "warning",
+                    *gateway_flags,
+                ],
+                env=env,
+            )
+        )
+        base = f"http://127.0.0.1:{gateway_port}"
+        wait_ready(base + "/readyz", procs)
+        yield base
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGINT)
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def wait_ready(url: str, procs: list[subprocess.Popen[bytes]], timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(p.poll() is not None for p in procs):
+            raise SystemExit(f"bench-load: a service exited during start-up ({url})")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        time.sleep(0.5)  # start-up poll of a benchmark, not a test
+    raise SystemExit(f"bench-load: {url} not ready after {timeout:.0f} s")
+
+
+def describe(policy: str, row: Row) -> str:
+    served = row.served
+    gapped = [r for r in served if r.gap_s > 0]
+    gap_mean = statistics.mean([r.gap_s for r in served]) if served else float("nan")
+    errors = sum(1 for r in row.replies if r.error is not None)
+    return (
+        f"  {policy:<9} N={row.n}  asked {len(row.replies):>3}  served {len(served):>3}  "
+        f"refused {sum(r.refused for r in row.replies):>3}  errors {errors:>2}  "
+        f"first audio p50 {row.first_audio(0.5):5.2f} s  p95 {row.first_audio(0.95):5.2f} s  "
+        f"with a gap {len(gapped):>3}/{len(served):<3}  gap s/reply {gap_mean:5.2f}"
+    )
+
+
+def plot(rows: dict[str, list[Row]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    for policy, policy_rows in rows.items():
+        ns = [r.n for r in policy_rows]
+        ax1.plot(ns, [r.first_audio(0.95) for r in policy_rows], marker="o", label=policy)
+        gaps = [
+            statistics.mean([x.gap_s for x in r.served]) if r.served else 0 for r in policy_rows
+        ]
+        ax2.plot(ns, gaps, marker="o", label=policy)
+    ax1.set(xlabel="conversations at once", ylabel="first audio p95 (s)", title="First audio")
+    ax2.set(xlabel="conversations at once", ylabel="gap seconds per served reply", title="Gaps")
+    for ax in (ax1, ax2):
+        ax.set_xticks(sorted({r.n for rs in rows.values() for r in rs}))
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--conversations", default="1,2,3,4", help="N values, comma-separated")
+    parser.add_argument("--replies", type=int, default=4, help="replies per conversation")
+    parser.add_argument("--limit-s", type=float, default=120, help="longest run of one N")
+    parser.add_argument("--policies", default="today,realtime")
+    parser.add_argument("--mode", default="bidi")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--plot", type=Path, default=Path("docs/bench-load.png"))
+    args = parser.parse_args()
+    ns = [int(n) for n in args.conversations.split(",")]
+    results: dict[str, list[Row]] = {}
+    for policy in args.policies.split(","):
+        model_flags, gateway_flags = POLICIES[policy]
+        with stack(model_flags, gateway_flags) as base:
+            asyncio.run(load(base, 1, 1, args.seed, args.mode, 60))  # warm up
+            results[policy] = []
+            for n in ns:
+                row = asyncio.run(load(base, n, args.replies, args.seed, args.mode, args.limit_s))
+                results[policy].append(row)
+                print(describe(policy, row), flush=True)
+    print(
+        f"\nbench-load: {len(ANSWER)}-char answer at {TPS:.0f} tokens/s "
+        f"(first at {FIRST_MS:.0f} ms), "
+        f"pcm over SSE, {args.replies} replies per conversation, think 1-3 s, seed {args.seed}"
+    )
+    for n_index in range(len(ns)):
+        for policy, rows in results.items():
+            print(describe(policy, rows[n_index]))
+    plot(results, args.plot)
+    print(f"plot: {args.plot}")
+
+
+if __name__ == "__main__":
+    main()

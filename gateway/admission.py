@@ -1,0 +1,93 @@
+"""Admission control and routing, pure: from each model server's published load (`GET /load`)
+to which one takes a new reply, or a refusal with how long to wait.
+
+A reply is taken only if its first audio can come within the budget (the chosen server's
+backlog plus the first chunk's own synthesis) and taking it leaves the work already queued
+there on time (the new reply's first chunk goes ahead of everything with slack, so waiting
+segments with less slack than that chunk's cost would be made late). What cannot be served in
+time is refused up front: never accepted and then stuttered.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+FIRST_CHUNK_PHONEMES = 45  # a typical first chunk: one short sentence or clause
+
+
+@dataclass(frozen=True)
+class LoadReport:
+    workers: int
+    busy: int
+    waiting: int
+    backlog_s: float
+    min_slack_s: float | None
+    seconds_per_call: float
+    seconds_per_phoneme: float
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> LoadReport:
+        slack = body.get("min_slack_s")
+        return cls(
+            workers=int(body["workers"]),
+            busy=int(body["busy"]),
+            waiting=int(body["waiting"]),
+            backlog_s=float(body["backlog_s"]),
+            min_slack_s=None if slack is None else float(slack),
+            seconds_per_call=float(body["seconds_per_call"]),
+            seconds_per_phoneme=float(body["seconds_per_phoneme"]),
+        )
+
+    @property
+    def first_chunk_s(self) -> float:
+        return self.seconds_per_call + self.seconds_per_phoneme * FIRST_CHUNK_PHONEMES
+
+    @property
+    def first_audio_s(self) -> float:
+        """When a new reply's first audio would come: the wait for a worker, then its chunk."""
+        wait = self.backlog_s if self.busy >= self.workers else 0.0
+        return wait + self.first_chunk_s
+
+
+@dataclass(frozen=True)
+class Refusal:
+    reason: str
+    retry_after_s: int
+    code: str = "overloaded"  # or tts_unavailable: no model server answers at all
+
+
+@dataclass(frozen=True)
+class Candidate:
+    name: str
+    load: LoadReport | None  # None: down (or its load is unknown)
+
+
+def refusal(load: LoadReport, budget_s: float) -> Refusal | None:
+    """Why `load` cannot take a new reply now, or None if it can."""
+    first = load.first_audio_s
+    if first > budget_s:
+        wait = math.ceil(first - budget_s) + 1
+        return Refusal(
+            f"first audio would take {first:.1f} s; the budget is {budget_s:.1f} s", wait
+        )
+    if load.min_slack_s is not None and load.min_slack_s < load.first_chunk_s:
+        return Refusal(
+            f"replies in progress would miss their deadlines (slack {load.min_slack_s:.2f} s)",
+            math.ceil(load.first_chunk_s - load.min_slack_s) + 1,
+        )
+    return None
+
+
+def choose(candidates: Sequence[Candidate], budget_s: float | None) -> Candidate | Refusal:
+    """The up server whose first audio would come soonest, if it can take the reply (always,
+    with no budget: admission control off)."""
+    up = [c for c in candidates if c.load is not None]
+    if not up:
+        return Refusal("no model server is reachable", 2, "tts_unavailable")
+    best = min(up, key=lambda c: (c.load.first_audio_s if c.load else math.inf, c.name))
+    assert best.load is not None
+    refused = None if budget_s is None else refusal(best.load, budget_s)
+    return best if refused is None else refused

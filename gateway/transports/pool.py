@@ -1,0 +1,195 @@
+"""Several model servers behind one gateway: each reply goes to the least-loaded one that is
+up, and fails over to another when its server cannot be reached before any audio.
+
+`--model-server-url` takes several URLs (comma-separated), and a host name that resolves to
+several addresses (a Kubernetes headless Service) counts as several servers; names are resolved
+again every `resolve_every_s`. Each server's load (`GET /load`) is fetched on demand, at most
+every `load_ttl_s`, with a short timeout on a client of its own; one that does not answer is
+skipped for `down_for_s` and tried again after.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import socket
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+
+from gateway.admission import Candidate, LoadReport, Refusal, choose
+from gateway.errors import TTSError
+from gateway.transports.base import OnComplete, TTSStream
+from gateway.transports.model_server import ModelServerTransport
+
+
+@dataclass
+class Upstream:
+    url: str
+    transport: ModelServerTransport
+    load: LoadReport | None = None
+    fetched_at: float = -1e9
+    down_until: float = -1e9
+    replies: int = 0  # replies this gateway runs on it now
+
+    @property
+    def up(self) -> bool:
+        return time.monotonic() >= self.down_until
+
+
+@dataclass
+class ModelServerPool:
+    urls: Sequence[str]
+    client: httpx.AsyncClient  # for synthesis (POST /invocations) and voices
+    probe: httpx.AsyncClient = field(
+        default_factory=lambda: httpx.AsyncClient(timeout=httpx.Timeout(0.5))
+    )
+    load_ttl_s: float = 0.25
+    down_for_s: float = 2.0
+    resolve_every_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        self._upstreams: dict[str, Upstream] = {}
+        self._resolved_at = -1e9
+        self._lock = asyncio.Lock()
+
+    @property
+    def upstreams(self) -> list[Upstream]:
+        return list(self._upstreams.values())
+
+    async def aclose(self) -> None:
+        await self.probe.aclose()
+
+    # --- discovery and load -----------------------------------------------------------------
+
+    async def _resolve(self) -> None:
+        now = time.monotonic()
+        if self._upstreams and now - self._resolved_at < self.resolve_every_s:
+            return
+        self._resolved_at = now
+        urls: list[str] = []
+        for url in self.urls:
+            urls += await expand(url)
+        kept = {u: self._upstreams.get(u) for u in urls}
+        self._upstreams = {
+            u: up if up is not None else Upstream(u, ModelServerTransport(u, self.client))
+            for u, up in kept.items()
+        }
+
+    async def _fetch(self, upstream: Upstream) -> None:
+        now = time.monotonic()
+        if not upstream.up or now - upstream.fetched_at < self.load_ttl_s:
+            return
+        try:
+            response = await self.probe.get(upstream.url + "/load")
+            response.raise_for_status()
+            upstream.load = LoadReport.from_json(response.json())
+            upstream.fetched_at = now
+        except (httpx.HTTPError, ValueError, KeyError, TypeError):
+            self.mark_down(upstream)
+
+    def mark_down(self, upstream: Upstream) -> None:
+        upstream.load = None
+        upstream.down_until = time.monotonic() + self.down_for_s
+
+    async def pick(self, budget_s: float | None) -> Upstream | Refusal:
+        """The server for a new reply; `budget_s` None: no admission control (least loaded)."""
+        async with self._lock:
+            await self._resolve()
+        upstreams = self.upstreams
+        await asyncio.gather(*(self._fetch(u) for u in upstreams))
+        candidates = [Candidate(u.url, u.load if u.up else None) for u in upstreams]
+        chosen = choose(candidates, budget_s)
+        return chosen if isinstance(chosen, Refusal) else self._upstreams[chosen.name]
+
+    def transport_for(self, first: Upstream) -> PooledTransport:
+        return PooledTransport(self, first)
+
+    async def ready(self) -> bool:
+        async with self._lock:
+            await self._resolve()
+        answers = await asyncio.gather(*(u.transport.ready() for u in self.upstreams))
+        return any(answers)
+
+
+class PooledTransport:
+    """One reply's transport: its chosen server first, then the others that are up."""
+
+    def __init__(self, pool: ModelServerPool, first: Upstream) -> None:
+        self.pool = pool
+        self.first = first
+
+    def _order(self) -> list[Upstream]:
+        others = [u for u in self.pool.upstreams if u is not self.first and u.up]
+        return [self.first, *sorted(others, key=lambda u: u.load.first_audio_s if u.load else 9e9)]
+
+    @contextlib.asynccontextmanager
+    async def open(
+        self, voice: str | None, speed: float, on_complete: OnComplete | None = None
+    ) -> AsyncIterator[TTSStream]:
+        error: TTSError | None = None
+        for upstream in self._order():
+            try:
+                opened = upstream.transport.open(voice, speed, on_complete)
+                stream = await opened.__aenter__()
+            except TTSError as exc:  # unreachable before anything was sent: try another
+                self.pool.mark_down(upstream)
+                error = exc
+                continue
+            upstream.replies += 1
+            try:
+                yield stream
+            except BaseException as exc:
+                if not await opened.__aexit__(type(exc), exc, exc.__traceback__):
+                    raise
+            else:
+                await opened.__aexit__(None, None, None)
+            finally:
+                upstream.replies -= 1
+            return
+        raise error or TTSError("no model server is reachable", retryable=True)
+
+    async def synthesize(self, text: str, voice: str | None, speed: float) -> AsyncGenerator[bytes]:
+        error: TTSError | None = None
+        for upstream in self._order():
+            started = False
+            try:
+                async with contextlib.aclosing(
+                    upstream.transport.synthesize(text, voice, speed)
+                ) as pcm:
+                    async for chunk in pcm:
+                        started = True
+                        yield chunk
+                return
+            except TTSError as exc:
+                if started:
+                    raise  # audio went out: never retry silently
+                self.pool.mark_down(upstream)
+                error = exc
+        raise error or TTSError("no model server is reachable", retryable=True)
+
+
+async def expand(url: str) -> list[str]:
+    """`url`, or one URL per address when its host name resolves to several."""
+    parts = urlsplit(url.rstrip("/"))
+    host = parts.hostname or ""
+    with contextlib.suppress(ValueError):
+        ipaddress.ip_address(host)
+        return [url.rstrip("/")]
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(
+            host, parts.port, family=socket.AF_INET, type=socket.SOCK_STREAM
+        )
+    except OSError:
+        return [url.rstrip("/")]  # not resolvable now: kept, and marked down when probed
+    addresses = sorted({str(info[4][0]) for info in infos})
+    if len(addresses) <= 1:
+        return [url.rstrip("/")]
+    return [
+        urlunsplit(parts._replace(netloc=f"{a}:{parts.port}" if parts.port else a))
+        for a in addresses
+    ]

@@ -1,0 +1,75 @@
+"""Admission control and routing (`gateway.admission`), pure: published loads in, the chosen
+model server or a refusal out."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.admission import FIRST_CHUNK_PHONEMES, Candidate, LoadReport, Refusal, choose, refusal
+
+
+def load(
+    backlog_s: float = 0.0, busy: int = 0, workers: int = 2, min_slack_s: float | None = None
+) -> LoadReport:
+    # every call: 0.1 s + 20 ms per phoneme, so a first chunk costs 1.0 s
+    return LoadReport(workers, busy, 0, backlog_s, min_slack_s, 0.1, 0.9 / FIRST_CHUNK_PHONEMES)
+
+
+def test_the_published_load_parses() -> None:
+    body = {
+        "workers": 2,
+        "busy": 1,
+        "waiting": 3,
+        "backlog_s": 1.5,
+        "min_slack_s": None,
+        "deadline_misses": 0,
+        "seconds_per_call": 0.1,
+        "seconds_per_phoneme": 0.02,
+        "scheduling": "edf",
+        "inflight": 2,
+    }
+    report = LoadReport.from_json(body)
+    assert report == LoadReport(2, 1, 3, 1.5, None, 0.1, 0.02)
+    assert report.first_chunk_s == pytest.approx(0.1 + 0.02 * FIRST_CHUNK_PHONEMES)
+
+
+def test_an_idle_server_takes_the_reply() -> None:
+    assert load().first_audio_s == pytest.approx(1.0)
+    assert refusal(load(), budget_s=3.0) is None
+
+
+def test_a_free_worker_means_no_wait_whatever_the_backlog_per_worker() -> None:
+    assert load(backlog_s=5.0, busy=1).first_audio_s == pytest.approx(1.0)
+    assert load(backlog_s=5.0, busy=2).first_audio_s == pytest.approx(6.0)
+
+
+def test_first_audio_past_the_budget_is_refused_with_when_to_retry() -> None:
+    refused = refusal(load(backlog_s=4.5, busy=2), budget_s=3.0)
+    assert refused == Refusal("first audio would take 5.5 s; the budget is 3.0 s", 4)
+    assert refused.code == "overloaded"
+
+
+def test_work_in_progress_with_too_little_slack_refuses_a_new_reply() -> None:
+    # the new first chunk (1.0 s) would go ahead of segments with 0.4 s of slack
+    refused = refusal(load(min_slack_s=0.4), budget_s=3.0)
+    assert refused is not None
+    assert "replies in progress would miss their deadlines" in refused.reason
+    assert refusal(load(min_slack_s=1.5), budget_s=3.0) is None
+
+
+def test_the_least_loaded_up_server_is_chosen() -> None:
+    a = Candidate("http://a:8080", load(backlog_s=2.0, busy=2))
+    b = Candidate("http://b:8080", load(backlog_s=0.5, busy=2))
+    down = Candidate("http://c:8080", None)
+    assert choose([a, b, down], budget_s=3.0) == b
+    assert choose([a, down], budget_s=3.0) == a
+    # with admission off, the least loaded takes it whatever its load
+    assert choose([a], budget_s=None) == a
+    assert isinstance(choose([a], budget_s=2.0), Refusal)
+
+
+def test_no_server_up_is_unavailable_not_overloaded() -> None:
+    refused = choose([Candidate("http://a:8080", None)], budget_s=3.0)
+    assert isinstance(refused, Refusal)
+    assert refused.code == "tts_unavailable"
+    assert choose([], budget_s=None) == refused

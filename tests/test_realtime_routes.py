@@ -1,0 +1,174 @@
+"""Real time under load, end to end over real servers on loopback (the fake engine): deadline
+scheduling in the model server, admission control and failover in the gateway."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import socket
+
+import httpx
+import orjson
+import pytest
+from websockets.asyncio.client import connect
+
+from gateway.app import create_app as create_gateway
+from gateway.config import Settings as GatewaySettings
+from gateway.transports import pool
+from kokoro_contract import protocol
+from model_server.app import create_app
+from tests.conftest import FAKE_SETTINGS
+from tests.support.fakes import FakeEngine, identity_g2p
+from tests.support.gateway_client import metric, sse_get
+from tests.support.model_server_client import read_until_terminal
+from tests.support.servers import RunningServer, serve
+
+
+async def test_a_new_replys_first_chunk_goes_ahead_of_later_chunks_with_slack(
+    fake_engine: FakeEngine,
+) -> None:
+    settings = dataclasses.replace(FAKE_SETTINGS, workers=1)
+    app = create_app(settings, engine_factory=lambda _: fake_engine, g2p_factory=identity_g2p)
+    with serve(app) as server:
+        assert app.state.service.settled.wait(10)
+        fake_engine.hold = True
+        async with (
+            connect(server.ws_url + protocol.PATH) as busy,
+            connect(server.ws_url + protocol.PATH) as later,
+            connect(server.ws_url + protocol.PATH) as new,
+        ):
+            await busy.send(protocol.synthesize_message("Holding the worker.", "h"))
+            await asyncio.to_thread(fake_engine.entered.wait, 10)  # the one worker is taken
+            # a reply's later chunk, needed in 8 s, is queued first...
+            await later.send(protocol.synthesize_message("Later chunk.", "l", deadline_ms=8000))
+            await _until_waiting(server, 1)
+            # ...then a new reply's first chunk, needed at once
+            await new.send(protocol.synthesize_message("First chunk.", "f", deadline_ms=0))
+            await _until_waiting(server, 2)
+            fake_engine.hold = False
+            fake_engine.gate.set()
+            for ws, rid in ((busy, "h"), (new, "f"), (later, "l")):
+                assert (await read_until_terminal(ws, rid)).last["type"] == "synthesis_complete"
+        assert fake_engine.calls == ["Holding the worker.", "First chunk.", "Later chunk."]
+
+
+async def _until_waiting(server: RunningServer, n: int) -> None:
+    """Poll the model server's own load report until `n` segments wait for a worker."""
+    async with httpx.AsyncClient(base_url=server.http_url) as http:
+        for _ in range(500):
+            if (await http.get("/load")).json()["waiting"] == n:
+                return
+            await asyncio.sleep(0.01)  # a poll of state the server reports, not a timing bet
+    raise AssertionError(f"never {n} waiting")
+
+
+async def test_load_and_metrics_report_the_scheduler(fake_server: RunningServer) -> None:
+    async with httpx.AsyncClient(base_url=fake_server.http_url) as http:
+        body = (await http.get("/load")).json()
+        text = (await http.get("/metrics")).text
+    assert body["workers"] == 2
+    assert body["scheduling"] == "edf"
+    assert {"backlog_s", "busy", "waiting", "min_slack_s", "deadline_misses"} <= set(body)
+    assert "model_server_backlog_seconds" in text
+    assert "model_server_deadline_misses_total" in text
+
+
+@pytest.fixture
+def refusing_gateway(fake_server: RunningServer):  # type: ignore[no-untyped-def]
+    """A gateway whose budget no first audio can meet: it refuses every reply."""
+    settings = GatewaySettings(model_server_url=fake_server.http_url, first_audio_budget_s=0.001)
+    with serve(create_gateway(settings)) as running:
+        yield running
+
+
+async def test_an_overloaded_gateway_refuses_before_the_stream_starts(
+    refusing_gateway: RunningServer,
+) -> None:
+    async with httpx.AsyncClient(base_url=refusing_gateway.http_url) as http:
+        for r in (
+            await http.get("/v1/speak/sse", params={"text": "Hello there."}),
+            await http.post("/v1/speak", json={"text": "Hello there."}),
+            await http.post("/v1/audio/speech", json={"input": "Hello there."}),
+        ):
+            path = r.request.url.path
+            assert r.status_code == 503, path
+            assert r.headers["content-type"] == "application/json"
+            error = r.json()["error"]
+            assert (error["code"], error["retryable"]) == ("overloaded", True)
+            assert "first audio would take" in error["message"]
+            assert int(r.headers["retry-after"]) >= 1
+    assert await metric(refusing_gateway, "gateway_refused_total", code="overloaded") == 3
+    assert await metric(refusing_gateway, "gateway_active_sessions", transport="sse") == 0
+
+
+async def test_the_websocket_answers_overloaded_and_stays_usable(
+    refusing_gateway: RunningServer,
+) -> None:
+    async with connect(refusing_gateway.ws_url + "/v1/speak/ws") as ws:
+        for uid in ("u1", "u2"):  # refused twice: the session is not left busy
+            speak = {"type": "speak", "text": "Hi.", "utterance_id": uid}
+            await ws.send(orjson.dumps(speak).decode())
+            error = orjson.loads(await ws.recv())
+            assert error["type"] == "error"
+            assert (error["code"], error["retryable"], error["utterance_id"]) == (
+                "overloaded",
+                True,
+                uid,
+            )
+            assert error["retry_after_s"] >= 1
+        await ws.send('{"type": "cancel"}')
+        assert orjson.loads(await ws.recv())["code"] == "nothing_to_cancel"
+
+
+async def test_a_reply_fails_over_from_a_stopped_model_server(
+    fake_server: RunningServer, fake_engine: FakeEngine
+) -> None:
+    doomed_engine = FakeEngine()
+    app = create_app(
+        FAKE_SETTINGS, engine_factory=lambda _: doomed_engine, g2p_factory=identity_g2p
+    )
+    async with httpx.AsyncClient() as client:
+        with serve(app) as doomed:
+            assert app.state.service.settled.wait(10)
+            servers = pool.ModelServerPool([doomed.http_url, fake_server.http_url], client)
+            assert isinstance(await servers.pick(3.0), pool.Upstream)  # both are up now
+            chosen = next(u for u in servers.upstreams if u.url == doomed.http_url)
+        # the doomed server has stopped after it was chosen: the reply goes to the other one
+        async with servers.transport_for(chosen).open(None, 1.0) as tts:
+            await tts.send("After the stop.")
+            await tts.end_input()
+            pcm = b"".join([chunk async for chunk in tts.audio()])
+        await servers.aclose()
+    assert len(pcm) > 0
+    assert fake_engine.calls == ["After the stop."]
+    assert doomed_engine.calls == []
+    assert not chosen.up  # skipped until it is tried again
+
+
+async def test_a_gateway_skips_a_model_server_that_is_down(fake_server: RunningServer) -> None:
+    urls = f"http://127.0.0.1:9,{fake_server.http_url}"  # nothing listens on port 9
+    with serve(create_gateway(GatewaySettings(model_server_url=urls))) as gw:
+        for text in ("One.", "Two."):
+            reply = await sse_get(gw.http_url, {"text": text, "format": "pcm"})
+            assert "error" not in reply.names
+            assert sum(len(c) for c in reply.audio_chunks()) > 0
+
+
+async def test_a_name_with_several_addresses_is_several_servers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    loop = asyncio.get_running_loop()
+
+    async def getaddrinfo(host: str, port: int | None, **kwargs: object) -> list[tuple]:  # type: ignore[type-arg]
+        assert host == "model-server.voice.svc.cluster.local"
+        return [
+            (socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, port))
+            for a in ("10.0.0.7", "10.0.0.5", "10.0.0.7")
+        ]
+
+    monkeypatch.setattr(loop, "getaddrinfo", getaddrinfo)
+    assert await pool.expand("http://model-server.voice.svc.cluster.local:8080") == [
+        "http://10.0.0.5:8080",
+        "http://10.0.0.7:8080",
+    ]
+    assert await pool.expand("http://127.0.0.1:8080/") == ["http://127.0.0.1:8080"]
