@@ -25,7 +25,7 @@ import httpx
 import orjson
 from websockets.asyncio.client import connect
 
-from gateway.chunker import ChunkerConfig, IncrementalSentenceChunker
+from gateway.chunk_plan import ChunkPlan, PlanConfig
 from gateway.sources.echo import tokens
 from gateway.sse import SSEDecoder
 
@@ -68,17 +68,18 @@ async def model_server_ttfa(ws_base: str, text: str) -> float:
     raise RuntimeError("no audio")
 
 
-def first_chunk_release(config: ChunkerConfig) -> tuple[str, float]:
-    """The first chunk and when paced text lets the chunker release it (seconds)."""
-    chunker = IncrementalSentenceChunker(config)
+def first_chunk_release(config: PlanConfig) -> tuple[str, float]:
+    """The first chunk and when paced text lets the gateway's chunk plan release it (s)."""
+    plan = ChunkPlan(config)
     for i, token in enumerate(tokens(ANSWER)):
-        released = chunker.push(token)
+        at = FIRST_MS / 1000 + i / TPS
+        released = plan.push(token, at)
         if released:
-            return released[0], FIRST_MS / 1000 + i / TPS
+            return released[0].text, at
     raise RuntimeError("no chunk")
 
 
-async def run(gateway: str, model_ws: str, runs: int, fmt: str, config: ChunkerConfig) -> None:
+async def run(gateway: str, model_ws: str, runs: int, fmt: str, config: PlanConfig) -> None:
     paced = {"text": ANSWER, "format": fmt, "echo_tps": TPS, "echo_first_ms": FIRST_MS}
     await gateway_ttfa(gateway, {"text": "Warm up.", "format": fmt})
     ttfa: dict[str, list[float]] = {"bidi": [], "batch": []}
@@ -101,7 +102,8 @@ async def run(gateway: str, model_ws: str, runs: int, fmt: str, config: ChunkerC
     print(
         f"\ngateway bench: 5-sentence answer ({len(ANSWER)} chars, {len(tokens(ANSWER))} tokens "
         f"at {TPS:.0f} tokens/s, first at {FIRST_MS:.0f} ms; text complete at {text_s:.2f} s), "
-        f"format {fmt}, first chunk <= {config.first_max_words} words, p50 of {runs} runs"
+        f"format {fmt}, first chunk at a boundary (<= {config.first_wait_words} words), "
+        f"p50 of {runs} runs"
     )
     rows = [
         ("batch: time to first audio", f"{batch * 1000:.0f} ms"),
@@ -168,7 +170,9 @@ def main() -> None:
         if args.first_max_words is not None:
             overrides["first_max_words"] = args.first_max_words
         settings = GatewaySettings(model_server_url=model.http_url, **overrides)
-        chunker = ChunkerConfig(settings.first_min_words, settings.first_max_words)
+        chunker = PlanConfig(
+            settings.first_min_words, settings.first_max_words, settings.first_wait_words
+        )
         with serve(create_gateway(settings)) as gw:
             asyncio.run(run(gw.http_url, model.ws_url, args.runs, args.format, chunker))
         if not args.skip_sagemaker:

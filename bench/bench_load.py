@@ -2,10 +2,11 @@
 
 Each conversation asks (the demo's 5-sentence answer, echo source paced like an LLM: 40
 tokens/s, first token at 300 ms, `format=pcm` over SSE), hears the whole reply, thinks 1-3 s
-(seeded), and asks again. A listener starts playing at the first audio chunk; a gap is any
-moment the audio received so far has run out before the next chunk arrives (gaps under 10 ms,
-the event loop's own jitter, are not counted). A reply refused up front (503 `overloaded`)
-counts as refused, not served.
+(seeded), and asks again; a refused ask is asked again after its Retry-After (each ask counts,
+up to `--replies` per conversation). A listener starts playing at the first audio chunk; a gap
+is any moment the audio received so far has run out before the next chunk arrives (gaps under
+10 ms, the event loop's own jitter, are not counted). A reply refused up front (503
+`overloaded`) counts as refused, not served.
 
 Each policy runs its own model server and gateway (separate processes, as deployed) with its
 flags, one policy after the other on the same machine: `today` is the scheduling before the
@@ -23,6 +24,7 @@ import asyncio
 import contextlib
 import os
 import random
+import shlex
 import signal
 import socket
 import statistics
@@ -61,6 +63,7 @@ POLICIES: dict[str, tuple[list[str], list[str]]] = {
 @dataclass
 class ReplyResult:
     refused: bool = False
+    retry_after_s: float = 0.0
     error: str | None = None
     first_audio_s: float | None = None
     audio_s: float = 0.0
@@ -102,6 +105,7 @@ async def one_reply(http: httpx.AsyncClient, mode: str) -> ReplyResult:
         if response.status_code == 503:
             await response.aread()
             result.refused = True
+            result.retry_after_s = float(response.headers.get("retry-after", "1"))
             return result
         if response.status_code != 200:
             result.error = f"HTTP {response.status_code}: {(await response.aread())[:200]!r}"
@@ -147,8 +151,8 @@ async def conversation(
             started = time.perf_counter()
             result = await one_reply(http, mode)
             row.replies.append(result)
-            if result.refused:
-                await asyncio.sleep(1.0 + rng.uniform(0, 1))  # a client retries after a while
+            if result.refused:  # the client asks again when told to (each ask counts)
+                await asyncio.sleep(result.retry_after_s + rng.uniform(0, 1))
                 continue
             # hear the whole reply, then think
             listened = max(0.0, started + result.play_end_s - time.perf_counter())
@@ -273,13 +277,16 @@ def main() -> None:
     parser.add_argument("--policies", default="today,realtime")
     parser.add_argument("--mode", default="bidi")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--model-args", default="", help="more model server flags, for every policy (a GPU box)"
+    )
     parser.add_argument("--plot", type=Path, default=Path("docs/bench-load.png"))
     args = parser.parse_args()
     ns = [int(n) for n in args.conversations.split(",")]
     results: dict[str, list[Row]] = {}
     for policy in args.policies.split(","):
         model_flags, gateway_flags = POLICIES[policy]
-        with stack(model_flags, gateway_flags) as base:
+        with stack([*model_flags, *shlex.split(args.model_args)], gateway_flags) as base:
             asyncio.run(load(base, 1, 1, args.seed, args.mode, 60))  # warm up
             results[policy] = []
             for n in ns:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 FIRST_CHUNK_PHONEMES = 45  # a typical first chunk: one short sentence or clause
+RETRY_WHEN_FULL_S = 5  # a reply in progress needs a few seconds more, typically
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,7 @@ class LoadReport:
     min_slack_s: float | None
     seconds_per_call: float
     seconds_per_phoneme: float
+    realtime_streams: float = 1e9  # replies it can voice at once (older servers: unbounded)
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> LoadReport:
@@ -39,6 +41,7 @@ class LoadReport:
             min_slack_s=None if slack is None else float(slack),
             seconds_per_call=float(body["seconds_per_call"]),
             seconds_per_phoneme=float(body["seconds_per_phoneme"]),
+            realtime_streams=float(body.get("realtime_streams", 1e9)),
         )
 
     @property
@@ -63,10 +66,18 @@ class Refusal:
 class Candidate:
     name: str
     load: LoadReport | None  # None: down (or its load is unknown)
+    replies: int = 0  # replies this gateway runs there now
 
 
-def refusal(load: LoadReport, budget_s: float) -> Refusal | None:
-    """Why `load` cannot take a new reply now, or None if it can."""
+def refusal(load: LoadReport, budget_s: float, replies: int = 0) -> Refusal | None:
+    """Why `load` cannot take a new reply now, or None if it can; `replies`: the ones this
+    gateway already runs there."""
+    capacity = max(1, math.floor(load.realtime_streams))
+    if replies >= capacity:
+        return Refusal(
+            f"{replies} replies in progress use all of its real-time capacity ({capacity})",
+            RETRY_WHEN_FULL_S,
+        )
     first = load.first_audio_s
     if first > budget_s:
         wait = math.ceil(first - budget_s) + 1
@@ -87,7 +98,12 @@ def choose(candidates: Sequence[Candidate], budget_s: float | None) -> Candidate
     up = [c for c in candidates if c.load is not None]
     if not up:
         return Refusal("no model server is reachable", 2, "tts_unavailable")
-    best = min(up, key=lambda c: (c.load.first_audio_s if c.load else math.inf, c.name))
+
+    def spare(c: Candidate) -> tuple[float, float, str]:
+        assert c.load is not None
+        return (c.replies - c.load.realtime_streams, c.load.first_audio_s, c.name)
+
+    best = min(up, key=spare)
     assert best.load is not None
-    refused = None if budget_s is None else refusal(best.load, budget_s)
+    refused = None if budget_s is None else refusal(best.load, budget_s, best.replies)
     return best if refused is None else refused

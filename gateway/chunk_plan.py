@@ -39,6 +39,9 @@ class PlanConfig:
     max_chars: int = 400  # one chunk: under Kokoro's 510 phonemes
     margin_s: float = 0.5  # a chunk should be ready this long before the listener needs it
     lead_s: float = 0.15  # send the next chunk this long before the one before it is done
+    # the first chunk is needed when it could be ready plus this: under load, a new reply's
+    # first chunk waits this long rather than make a reply in progress late
+    first_slack_s: float = 1.0
 
 
 @dataclass
@@ -57,7 +60,7 @@ class SpeechRate:
 @dataclass(frozen=True)
 class Chunk:
     text: str
-    deadline_ms: float  # from now: when its first audio is needed (0: at once)
+    deadline_ms: float  # from now: when its first audio is needed
 
 
 @dataclass
@@ -168,7 +171,7 @@ class ChunkPlan:
         chars = len(text)
         self._sent.append(_Sent(chars, now, start + self._synth_s(chars), self._audio_s(chars)))
         if first:
-            return Chunk(text, 0.0)
+            return Chunk(text, (self._synth_s(chars) + self.config.first_slack_s) * 1000)
         needed = self._play_start() + audio_before
         return Chunk(text, max(0.0, (needed - now) * 1000))
 

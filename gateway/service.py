@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import weakref
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -28,7 +29,7 @@ from gateway.sources.echo import EchoSource
 from gateway.sources.openai_chat import OpenAIChatSource
 from gateway.speak_session import new_utterance_id
 from gateway.transports.base import BatchTransport, BidiTransport
-from gateway.transports.pool import ModelServerPool
+from gateway.transports.pool import ModelServerPool, PooledTransport
 from gateway.transports.sagemaker_bidi import SageMakerBidiTransport
 from gateway.transports.sagemaker_stream import SageMakerStreamTransport
 from kokoro_contract import limits
@@ -205,7 +206,11 @@ class GatewayService:
 
         encoder = create_encoder(spec.format)
         bidi, batch = transports or (self.bidi, self.batch)
-        return Reply(spec, source, encoder, bidi, batch, out, self.chunker, plan)
+        reply = Reply(spec, source, encoder, bidi, batch, out, self.chunker, plan)
+        if isinstance(bidi, PooledTransport):
+            # released when the reply ends (running), or if it never runs (its client left first)
+            weakref.finalize(reply, bidi.release)
+        return reply
 
     def record(self, reply: Reply) -> None:
         if reply.metrics.ttfa_ms is not None:
@@ -226,5 +231,7 @@ class GatewayService:
             try:
                 await cancel_and_wait(task)
             finally:
+                if isinstance(reply.bidi, PooledTransport):
+                    reply.bidi.release()
                 self.metrics.active.labels(transport).dec()
                 self.record(reply)

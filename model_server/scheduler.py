@@ -183,6 +183,7 @@ class Load:
     deadline_misses: int
     seconds_per_call: float  # the learned speed: a + b x phonemes
     seconds_per_phoneme: float
+    realtime_streams: float  # replies it can voice at once without falling behind (learned)
 
 
 class Scheduler:
@@ -194,6 +195,10 @@ class Scheduler:
         self.scheduling = scheduling
         self.slots: Slots = DeadlineSlots(workers) if scheduling == "edf" else FairSlots(workers)
         self.speed = speed or SpeedModel()
+        # calls that started beside another run slower (they share the cores): learned apart,
+        # for the real-time capacity
+        self.shared_speed = SpeedModel(prior_a=0.5, prior_b=0.045)
+        self.audio_per_phoneme = 0.065  # seconds of speech per phoneme token, learned
         self.deadline_misses = 0
         self._seq = itertools.count()
         self._running: dict[int, tuple[float, float]] = {}  # seq -> (started, cost estimate)
@@ -216,6 +221,7 @@ class Scheduler:
         loop = asyncio.get_running_loop()
         token = CancelToken()
         started = time.perf_counter()
+        shared = bool(self._running)
         self._running[seq] = (started, cost)
         try:
             future = loop.run_in_executor(self._pool, fn, token)
@@ -229,13 +235,26 @@ class Scheduler:
                 raise
             finished = time.perf_counter()
             if phonemes:
-                self.speed.observe(phonemes, finished - started)
+                (self.shared_speed if shared else self.speed).observe(phonemes, finished - started)
             if explicit and deadline is not None and finished > deadline:
                 self.deadline_misses += 1
             return result
         finally:
             del self._running[seq]
             self.slots.release()
+
+    def observe_audio(self, phonemes: int, audio_s: float) -> None:
+        """A segment of `phonemes` gave `audio_s` of speech."""
+        if phonemes >= 10 and audio_s > 0:
+            self.audio_per_phoneme += 0.1 * (audio_s / phonemes - self.audio_per_phoneme)
+
+    def realtime_streams(self) -> float:
+        """Replies the engine can voice at once: workers over the compute each needs per second
+        of speech, for a typical 60-phoneme segment at the speed calls run side by side."""
+        workers = self.slots.slots
+        speed = self.shared_speed if workers > 1 else self.speed
+        rtf = speed.estimate(60) / (60 * self.audio_per_phoneme)
+        return workers / rtf if rtf > 0 else float(workers)
 
     def load(self) -> Load:
         now = time.perf_counter()
@@ -260,6 +279,7 @@ class Scheduler:
             deadline_misses=self.deadline_misses,
             seconds_per_call=round(a, 4),
             seconds_per_phoneme=round(b, 5),
+            realtime_streams=round(self.realtime_streams(), 2),
         )
 
     def close(self) -> None:

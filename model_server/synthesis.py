@@ -54,6 +54,7 @@ class Synthesizer:
                 key, infer, phonemes=len(segment), deadline=deadline, explicit=explicit
             )
             pcm = to_pcm16(self.trim.apply(audio))
+            self.scheduler.observe_audio(len(segment), pcm_duration_s(len(pcm)))
             if pcm:
                 deadline += pcm_duration_s(len(pcm))
                 yield pcm

@@ -3,6 +3,8 @@ model server or a refusal out."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from gateway.admission import FIRST_CHUNK_PHONEMES, Candidate, LoadReport, Refusal, choose, refusal
@@ -73,3 +75,15 @@ def test_no_server_up_is_unavailable_not_overloaded() -> None:
     assert isinstance(refused, Refusal)
     assert refused.code == "tts_unavailable"
     assert choose([], budget_s=None) == refused
+
+
+def test_a_server_whose_real_time_capacity_is_in_use_takes_no_more_replies() -> None:
+    full = dataclasses.replace(load(), realtime_streams=2.7)  # room for 2 replies at once
+    assert refusal(full, budget_s=3.0, replies=1) is None
+    refused = refusal(full, budget_s=3.0, replies=2)
+    assert refused is not None
+    assert refused.reason == "2 replies in progress use all of its real-time capacity (2)"
+    # routing prefers the server with the most room
+    a = Candidate("http://a:8080", dataclasses.replace(load(), realtime_streams=4.0), replies=3)
+    b = Candidate("http://b:8080", dataclasses.replace(load(), realtime_streams=4.0), replies=1)
+    assert choose([a, b], budget_s=3.0) == b

@@ -34,7 +34,7 @@ class Upstream:
     load: LoadReport | None = None
     fetched_at: float = -1e9
     down_until: float = -1e9
-    replies: int = 0  # replies this gateway runs on it now
+    replies: int = 0  # replies this gateway runs on it now (admitted and not yet ended)
 
     @property
     def up(self) -> bool:
@@ -102,7 +102,7 @@ class ModelServerPool:
             await self._resolve()
         upstreams = self.upstreams
         await asyncio.gather(*(self._fetch(u) for u in upstreams))
-        candidates = [Candidate(u.url, u.load if u.up else None) for u in upstreams]
+        candidates = [Candidate(u.url, u.load if u.up else None, u.replies) for u in upstreams]
         chosen = choose(candidates, budget_s)
         return chosen if isinstance(chosen, Refusal) else self._upstreams[chosen.name]
 
@@ -122,6 +122,14 @@ class PooledTransport:
     def __init__(self, pool: ModelServerPool, first: Upstream) -> None:
         self.pool = pool
         self.first = first
+        first.replies += 1  # reserved from admission on, until `release`
+        self._released = False
+
+    def release(self) -> None:
+        """The reply has ended: its place on the server is free again."""
+        if not self._released:
+            self._released = True
+            self.first.replies -= 1
 
     def _order(self) -> list[Upstream]:
         others = [u for u in self.pool.upstreams if u is not self.first and u.up]
@@ -140,7 +148,6 @@ class PooledTransport:
                 self.pool.mark_down(upstream)
                 error = exc
                 continue
-            upstream.replies += 1
             try:
                 yield stream
             except BaseException as exc:
@@ -148,8 +155,6 @@ class PooledTransport:
                     raise
             else:
                 await opened.__aexit__(None, None, None)
-            finally:
-                upstream.replies -= 1
             return
         raise error or TTSError("no model server is reachable", retryable=True)
 
