@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 from collections.abc import Sequence
@@ -11,6 +12,8 @@ import uvicorn
 from model_server import cuda_compat
 from model_server.app import create_app
 from model_server.config import Settings, parse_settings
+from model_server.detect import detect
+from model_server.engine_choice import choose_engine
 from model_server.engines import checkpoint
 from model_server.engines.weights import assemble_model, default_cache_dir
 from model_server.errors import ModelUnavailable
@@ -25,10 +28,28 @@ def preflight(settings: Settings) -> None:
         checkpoint.locate(settings.model_dir)
 
 
+def resolve_engine(settings: Settings) -> Settings:
+    """`--engine auto`: the engine this machine can run best (`engine_choice`); said once."""
+    if settings.engine != "auto":
+        return settings
+    choice = choose_engine("auto", detect(settings.model_dir))
+    print(f"model-server: engine {choice.engine} ({choice.reason})", flush=True)
+    if choice.engine == "onnx":
+        return dataclasses.replace(settings, engine="onnx")
+    return dataclasses.replace(
+        settings,
+        engine="torch",
+        device="cuda",
+        model_dir=choice.model_dir or settings.model_dir,
+        model_repo=choice.model_repo,
+    )
+
+
 def run(settings: Settings) -> None:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    settings = resolve_engine(settings)
     try:
         preflight(settings)
     except ModelUnavailable as exc:

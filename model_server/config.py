@@ -21,7 +21,7 @@ class Settings:
     port: int = 8080
     engine: str = "onnx"
     voices_dir: Path | None = None
-    default_voice: str = "jf_alpha"
+    default_voice: str = ""  # empty: an English voice when one is loaded (af_heart first)
     model_path: Path | None = None
     cache_dir: Path | None = None
     model_dir: Path = SAGEMAKER_MODEL_DIR
@@ -53,9 +53,11 @@ class Settings:
 _HELP = {
     "host": "interface to listen on",
     "port": "port to listen on",
-    "engine": "synthesis engine",
+    "engine": "synthesis engine: onnx (int8, CPU), torch (kokoro's KModel, CUDA or CPU), or auto "
+    "(torch on CUDA when a device and a Kokoro checkpoint are at hand, else onnx)",
     "voices_dir": "directory of extra voice packs (.pt, .npy, .npz, .bin)",
-    "default_voice": "voice used when a request names none",
+    "default_voice": "voice used when a request names none (empty: af_heart or another English "
+    "voice when one is loaded, else jf_alpha)",
     "model_path": "onnx: the Kokoro ONNX model file (default: assembled from the registry "
     "packages)",
     "cache_dir": "onnx: where the model is assembled (default: ~/.cache/kokoro-voice-stream)",
@@ -87,7 +89,7 @@ def parse_settings(
         description="Kokoro-82M TTS behind the SageMaker container contract",
         env_prefix=ENV_PREFIX,
         help=_HELP,
-        choices={"engine": ["onnx", "torch"], "scheduling": list(SCHEDULING)},
+        choices={"engine": ["onnx", "torch", "auto"], "scheduling": list(SCHEDULING)},
         argv=argv,
         env=env,
         overrides=overrides,

@@ -49,6 +49,18 @@ def default_engine_factory(settings: Settings) -> Engine:
     )
 
 
+FALLBACK_VOICE = "jf_alpha"  # the registry's packs are Japanese voices; this one is always there
+
+
+def preferred_voice(voices: frozenset[str]) -> str:
+    """The default when none is configured: af_heart, else another English pack (Kokoro names
+    them a*/b* for American and British English), else the registry's fallback."""
+    if "af_heart" in voices:
+        return "af_heart"
+    english = sorted(v for v in voices if v[:1] in ("a", "b") and v[2:3] == "_")
+    return english[0] if english else FALLBACK_VOICE
+
+
 @dataclass
 class Loaded:
     synthesizer: Synthesizer
@@ -87,14 +99,15 @@ class ModelService:
                 lambda: (self._engine_factory(self.settings), self._g2p_factory())
             )
             voices = frozenset(engine.voices())
-            if self.settings.default_voice not in voices:
+            default_voice = self.settings.default_voice or preferred_voice(voices)
+            if default_voice not in voices:
                 raise ValueError(
-                    f"default voice {self.settings.default_voice!r} is not loaded "
+                    f"default voice {default_voice!r} is not loaded "
                     f"(loaded: {', '.join(sorted(voices))})"
                 )
             rules = RequestRules(
                 voices=voices,
-                default_voice=self.settings.default_voice,
+                default_voice=default_voice,
                 max_text_chars=self.settings.max_text_chars,
             )
             scheduler = Scheduler(self.settings.workers, self.settings.scheduling)
@@ -111,9 +124,10 @@ class ModelService:
         self._loaded = Loaded(synthesizer, rules, time.perf_counter() - started)
         self.settled.set()
         log.info(
-            "ready: engine %s, g2p %s, %d workers, loaded in %.1f s",
-            engine.name,
+            "ready: engine %s, g2p %s, voice %s, %d workers, loaded in %.1f s",
+            engine.description,
             g2p.name,
+            default_voice,
             self.settings.workers,
             self._loaded.load_s,
         )

@@ -1,12 +1,18 @@
 """`make dev`: the model server and the gateway together, until Ctrl-C.
 
 Starts both, waits until the model server's /ping and the gateway's /readyz say ready, prints
-the URL, and stops both cleanly (SIGINT, then SIGKILL after 15 s) on Ctrl-C or if one exits.
+the URL with the engine, device and default voice, and stops both cleanly (SIGINT, then SIGKILL
+after 15 s) on Ctrl-C or if one exits. The model server picks its engine itself
+(`--engine auto`: the torch engine on CUDA when a device and a Kokoro checkpoint are at hand,
+else int8 ONNX on the CPU); `--model-args` (make's MODEL_ARGS) reaches the model server and
+wins over that, the other arguments (DEV_ARGS) reach the gateway. A service that exits during
+start-up (a bad flag, a missing checkpoint) stops `make dev` with its exit status.
 """
 
 from __future__ import annotations
 
 import argparse
+import shlex
 import signal
 import subprocess
 import sys
@@ -18,18 +24,52 @@ import httpx
 BIN = Path(sys.executable).parent
 
 
-def wait_ready(url: str, procs: list[subprocess.Popen[bytes]], timeout: float = 300) -> None:
+class ServiceExited(SystemExit):
+    pass
+
+
+def wait_ready(
+    url: str, procs: list[subprocess.Popen[bytes]], timeout: float = 600
+) -> httpx.Response:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if any(p.poll() is not None for p in procs):
-            raise SystemExit("dev: a service exited during start-up (see its log above)")
+        for p in procs:
+            if (status := p.poll()) is not None:
+                print(
+                    "dev: a service exited during start-up (see its message above)", file=sys.stderr
+                )
+                raise ServiceExited(status or 1)
         try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
+            response = httpx.get(url, timeout=2)
+            if response.status_code == 200:
+                return response
         except httpx.HTTPError:
             pass
         time.sleep(0.5)  # a start-up poll for a human at a terminal, not a test
     raise SystemExit(f"dev: {url} not ready after {timeout:.0f} s")
+
+
+def model_server_command(host: str, port: int, model_args: str) -> list[str]:
+    """The model server's command line: --engine auto first, so MODEL_ARGS wins over it."""
+    return [
+        str(BIN / "model-server"),
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--engine",
+        "auto",
+        *shlex.split(model_args),
+    ]
+
+
+def banner(gateway_url: str, model_url: str, ping: dict[str, object]) -> str:
+    engine = ping.get("engine", "unknown engine")
+    voice = ping.get("voice", "?")
+    return (
+        f"\n  ready: {gateway_url}  (model server {model_url}: engine {engine}, voice {voice}; "
+        "Ctrl-C stops both)\n"
+    )
 
 
 def stop(procs: list[subprocess.Popen[bytes]]) -> None:
@@ -48,13 +88,12 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--model-port", type=int, default=8080)
     parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--model-args", default="", help="flags for the model server (MODEL_ARGS)")
     args, extra = parser.parse_known_args()
     model_url = f"http://{args.host}:{args.model_port}"
     gateway_url = f"http://{args.host}:{args.port}"
     procs = [
-        subprocess.Popen(
-            [BIN / "model-server", "--host", args.host, "--port", str(args.model_port)]
-        ),
+        subprocess.Popen(model_server_command(args.host, args.model_port, args.model_args)),
         subprocess.Popen(
             [
                 BIN / "gateway",
@@ -77,11 +116,9 @@ def main() -> None:
     # Ctrl-C, also when started from a shell that ignores SIGINT for background jobs
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        wait_ready(model_url + "/ping", procs)
+        ping = wait_ready(model_url + "/ping", procs).json()
         wait_ready(gateway_url + "/readyz", procs)
-        print(
-            f"\n  ready: {gateway_url}  (model server {model_url}; Ctrl-C stops both)\n", flush=True
-        )
+        print(banner(gateway_url, model_url, ping), flush=True)
         while all(p.poll() is None for p in procs):
             time.sleep(0.5)
         print("dev: a service exited; stopping the other", file=sys.stderr)

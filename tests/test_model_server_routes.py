@@ -194,7 +194,8 @@ async def test_post_pcm_stream_and_file_agree(fake_server: RunningServer) -> Non
 async def test_voices_lists_what_is_loaded(fake_server: RunningServer) -> None:
     async with httpx.AsyncClient(base_url=fake_server.http_url) as http:
         body = (await http.get("/voices")).json()
-    assert body["default"] == "jf_alpha"
+    # no --default-voice: the English pack is preferred over the registry's jf_alpha
+    assert body["default"] == "af_test"
     assert [v["name"] for v in body["voices"]] == ["af_test", "jf_alpha"]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import struct
 from collections.abc import Callable, Iterator
@@ -30,6 +31,8 @@ from tests.support.servers import RunningServer, serve
 torch = pytest.importorskip("torch", reason="the torch extra is part of `make setup`")
 
 BIDI = "/invocations-bidirectional-stream"
+# scripts/gpu-check runs this file on CUDA; everywhere else it runs on the CPU
+DEVICE = os.environ.get("KOKORO_TEST_DEVICE", "cpu")
 HELLO = "həlˈoʊ ðˈɛɹ."  # phonemes, as the G2P gives them for "Hello there."
 
 
@@ -42,12 +45,14 @@ def checkpoint_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def engine(checkpoint_dir: Path) -> TorchEngine:
-    return TorchEngine(TorchOptions(model_dir=checkpoint_dir, device="cpu"))
+    return TorchEngine(TorchOptions(model_dir=checkpoint_dir, device=DEVICE))
 
 
 @pytest.fixture(scope="session")
 def torch_server(checkpoint_dir: Path) -> Iterator[RunningServer]:
-    settings = Settings(engine="torch", model_dir=checkpoint_dir, default_voice=VOICE, workers=2)
+    settings = Settings(
+        engine="torch", model_dir=checkpoint_dir, default_voice=VOICE, workers=2, device=DEVICE
+    )
     app = create_app(settings)
     with serve(app) as running:
         assert app.state.service.settled.wait(timeout=300), "torch engine did not load"
@@ -264,5 +269,5 @@ def test_a_legacy_format_checkpoint_loads(checkpoint_dir: Path, tmp_path: Path) 
     path = directory / "kokoro-v1_0.pth"
     state = torch.load(path, weights_only=True)
     torch.save(state, path, _use_new_zipfile_serialization=False)  # cannot be memory-mapped
-    engine = TorchEngine(TorchOptions(model_dir=directory, device="cpu"))
+    engine = TorchEngine(TorchOptions(model_dir=directory, device=DEVICE))
     assert _infer(engine).size % SAMPLES_PER_FRAME == 0

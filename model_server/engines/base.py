@@ -52,6 +52,11 @@ class Engine(Protocol):
     name: str
     max_phonemes: int
 
+    @property
+    def description(self) -> str:
+        """What runs where, for people: e.g. "onnx on cpu (2 threads)"."""
+        ...
+
     def voices(self) -> dict[str, str]:
         """Loaded voice names, each with where it came from."""
         ...

@@ -134,6 +134,14 @@ class TorchEngine:
         checkpoint.check_components(weights, state, expected)
         return model.to(self._device).eval()
 
+    @property
+    def description(self) -> str:
+        device = self._device
+        if device.type == "cuda":
+            index = device.index or 0
+            return f"torch on cuda:{index} ({self._torch.cuda.get_device_name(index)})"
+        return f"torch on {device.type}"
+
     def voices(self) -> dict[str, str]:
         return dict(self._origin)
 

@@ -63,6 +63,10 @@ class OnnxEngine:
         so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
         return ort.InferenceSession(str(model), sess_options=so, providers=["CPUExecutionProvider"])
 
+    @property
+    def description(self) -> str:
+        return f"onnx on cpu ({self.threads[0]} threads)"
+
     def voices(self) -> dict[str, str]:
         return dict(self._origin)
 

@@ -31,7 +31,10 @@ async def ping(request: Request) -> JSONResponse:
     service = _service(request)
     inflight = request.app.state.inflight.count  # requests and sessions running: for draining
     if service.ready:
-        return JSONResponse({"status": "ok", "inflight": inflight})
+        loaded = service.get()
+        engine = loaded.synthesizer.engine.description
+        body = {"status": "ok", "inflight": inflight, "engine": engine}
+        return JSONResponse({**body, "voice": loaded.rules.default_voice})
     status = "failed" if service.failure else "loading"
     body = {"status": status, "detail": service.failure or "model loading", "inflight": inflight}
     return JSONResponse(body, status_code=503)

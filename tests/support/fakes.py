@@ -18,6 +18,7 @@ SECONDS_PER_PHONEME = 0.01
 
 class FakeEngine:
     name = "fake"
+    description = "fake on cpu"
     max_phonemes = 510
 
     def __init__(self) -> None:

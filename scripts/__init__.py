@@ -1,0 +1,1 @@
+"""Developer scripts: `dev.py` is `make dev`."""
