@@ -25,8 +25,6 @@ import contextlib
 import os
 import random
 import shlex
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -37,15 +35,11 @@ from pathlib import Path
 
 import httpx
 
+from bench.bench_gateway import ANSWER, FIRST_MS, TPS
 from gateway.sse import SSEDecoder
+from scripts.dev import stop, wait_ready
+from tests.support.servers import free_port
 
-ANSWER = (
-    "Sure, I can help you with that right away. Your order shipped yesterday from our "
-    "warehouse in Portland. It should arrive by Thursday afternoon. You will get a tracking "
-    "link by email within the hour. Is there anything else I can do for you today?"
-)
-TPS = 40.0
-FIRST_MS = 300.0
 BYTES_PER_SECOND = 48_000  # s16le 24 kHz mono
 GAP_TOLERANCE_S = 0.010
 BIN = Path(sys.executable).parent
@@ -87,13 +81,6 @@ class Row:
         if not values:
             return float("nan")
         return values[min(len(values) - 1, round(q * (len(values) - 1)))]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 async def one_reply(http: httpx.AsyncClient, mode: str) -> ReplyResult:
@@ -211,25 +198,7 @@ def stack(model_flags: list[str], gateway_flags: list[str]) -> Iterator[str]:
         wait_ready(base + "/readyz", procs)
         yield base
     finally:
-        for p in procs:
-            p.send_signal(signal.SIGINT)
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-
-
-def wait_ready(url: str, procs: list[subprocess.Popen[bytes]], timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if any(p.poll() is not None for p in procs):
-            raise SystemExit(f"bench-load: a service exited during start-up ({url})")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        time.sleep(0.5)  # start-up poll of a benchmark, not a test
-    raise SystemExit(f"bench-load: {url} not ready after {timeout:.0f} s")
+        stop(procs)
 
 
 def describe(policy: str, row: Row) -> str:

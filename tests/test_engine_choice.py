@@ -18,7 +18,7 @@ from model_server.detect import cuda_device, detect
 from model_server.engine_choice import HUB_REPO, Choice, Detected, choose_engine
 from model_server.service import preferred_voice
 from scripts import dev
-from tests.support.servers import RunningServer
+from tests.support.servers import RunningServer, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -117,55 +117,25 @@ def test_the_ready_banner_names_engine_and_voice(fake_server: RunningServer) -> 
     assert "engine fake on cpu, voice af_test" in banner
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+def run_dev(model_args: str) -> subprocess.CompletedProcess[str]:
+    """`make dev` with MODEL_ARGS, on free ports."""
+    command = [sys.executable, str(ROOT / "scripts" / "dev.py"), "--model-args", model_args]
+    command += ["--model-port", str(free_port()), "--port", str(free_port())]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
 
 
 def test_a_missing_checkpoint_stops_make_dev_with_the_model_servers_message(
     tmp_path: Path,
 ) -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "scripts" / "dev.py"),
-            "--model-port",
-            str(free_port()),
-            "--port",
-            str(free_port()),
-            "--model-args",
-            f"--engine torch --model-dir {tmp_path / 'absent'}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
+    result = run_dev(f"--engine torch --model-dir {tmp_path / 'absent'}")
     assert result.returncode == 2
     assert f"model directory {tmp_path / 'absent'} does not exist" in result.stderr
     assert "dev: a service exited during start-up" in result.stderr
 
 
 def test_a_bad_model_server_flag_stops_make_dev(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "scripts" / "dev.py"),
-            "--model-port",
-            str(free_port()),
-            "--port",
-            str(free_port()),
-            "--model-args",
-            "--workers many",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = run_dev("--workers many")
     assert result.returncode == 2
     assert "argument --workers: invalid int value: 'many'" in result.stderr
 

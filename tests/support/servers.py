@@ -28,6 +28,14 @@ class RunningServer:
         return f"ws://127.0.0.1:{self.port}"
 
 
+def free_port() -> int:
+    """A port nothing listens on now (for servers started as processes)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
 @contextlib.contextmanager
 def serve(app: FastAPI) -> Iterator[RunningServer]:
     """Bind first, then serve: connections made before uvicorn is up wait in the backlog, so
