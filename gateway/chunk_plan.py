@@ -201,8 +201,10 @@ class ChunkPlan:
         if not self._sent:
             if not self._units:
                 return out
-            out.append(self._send(self._units.pop(0), now))  # the first chunk: at once
+            out.append(self._send(self._units.pop(0), now))  # the first chunk goes at once
         while self._units:
+            if now < self._busy_until() - self.config.lead_s:
+                break  # the engine is busy: decide later, with more text and what it reports
             if not self._fits(len(self._units[0]), now):
                 self._split_first_unit(now)  # a sentence too long for its deadline: a phrase
             group = self._units[0]
@@ -212,8 +214,6 @@ class ChunkPlan:
                 if len(candidate) > self.config.max_chars or not self._fits(len(candidate), now):
                     break
                 group, taken = candidate, taken + 1
-            if now < self._busy_until() - self.config.lead_s:
-                break  # the engine is busy: decide later, with more text and what it reports
             del self._units[:taken]
             out.append(self._send(group, now))
         return out
