@@ -29,6 +29,7 @@ ROUTING_STRATEGY = "LEAST_OUTSTANDING_REQUESTS"
 # Concurrent requests (bidi sessions and streams in flight) follow real-time load; invocations
 # per minute count a session that speaks for minutes as one.
 CONCURRENCY_METRIC = "SageMakerVariantConcurrentRequestsPerModelHighResolution"
+INVOCATIONS_METRIC = "SageMakerVariantInvocationsPerInstance"
 
 
 @dataclass(frozen=True)
@@ -147,34 +148,25 @@ def deploy(
         MinCapacity=spec.min_instances,
         MaxCapacity=spec.max_instances,
     )
-    autoscaling.put_scaling_policy(
-        PolicyName=f"{spec.name}-invocations",
-        ServiceNamespace="sagemaker",
-        ResourceId=spec.resource_id,
-        ScalableDimension=SCALABLE_DIMENSION,
-        PolicyType="TargetTrackingScaling",
-        TargetTrackingScalingPolicyConfiguration={
-            "TargetValue": spec.target_invocations_per_instance,
-            "PredefinedMetricSpecification": {
-                "PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"
+    # invocations per minute, and requests in flight (a bidi session speaking for minutes is
+    # one invocation): whichever asks for more instances wins
+    for suffix, metric, target, scale_out_s in (
+        ("invocations", INVOCATIONS_METRIC, spec.target_invocations_per_instance, 60),
+        ("concurrency", CONCURRENCY_METRIC, spec.target_concurrency_per_instance, 30),
+    ):
+        autoscaling.put_scaling_policy(
+            PolicyName=f"{spec.name}-{suffix}",
+            ServiceNamespace="sagemaker",
+            ResourceId=spec.resource_id,
+            ScalableDimension=SCALABLE_DIMENSION,
+            PolicyType="TargetTrackingScaling",
+            TargetTrackingScalingPolicyConfiguration={
+                "TargetValue": target,
+                "PredefinedMetricSpecification": {"PredefinedMetricType": metric},
+                "ScaleInCooldown": 300,
+                "ScaleOutCooldown": scale_out_s,
             },
-            "ScaleInCooldown": 300,
-            "ScaleOutCooldown": 60,
-        },
-    )
-    autoscaling.put_scaling_policy(
-        PolicyName=f"{spec.name}-concurrency",
-        ServiceNamespace="sagemaker",
-        ResourceId=spec.resource_id,
-        ScalableDimension=SCALABLE_DIMENSION,
-        PolicyType="TargetTrackingScaling",
-        TargetTrackingScalingPolicyConfiguration={
-            "TargetValue": spec.target_concurrency_per_instance,
-            "PredefinedMetricSpecification": {"PredefinedMetricType": CONCURRENCY_METRIC},
-            "ScaleInCooldown": 300,
-            "ScaleOutCooldown": 30,
-        },
-    )
+        )
     done["autoscaling"] = f"{spec.min_instances}-{spec.max_instances} instances"
     return done
 
