@@ -184,12 +184,12 @@ class GatewayService:
         source: TextSource,
         out: asyncio.Queue[Event | None],
         *,
+        transports: tuple[BidiTransport, BatchTransport],
         utterance_id: str | None = None,
         audio_format: AudioFormat | None = None,
-        transports: tuple[BidiTransport, BatchTransport] | None = None,
     ) -> Reply:
-        """A reply to `params`; `audio_format` overrides the browser format they name (the
-        OpenAI route's formats)."""
+        """A reply to `params` over the `transports` that `admit()` gave; `audio_format`
+        overrides the browser format they name (the OpenAI route's formats)."""
         spec = ReplySpec(
             utterance_id=utterance_id or params.utterance_id or new_utterance_id(),
             mode=params.mode,
@@ -205,7 +205,7 @@ class GatewayService:
                 return ChunkPlan(self.plan, self.speed, self.speech, speed_factor=spec.speed)
 
         encoder = create_encoder(spec.format)
-        bidi, batch = transports or (self.bidi, self.batch)
+        bidi, batch = transports
         reply = Reply(spec, source, encoder, bidi, batch, out, self.chunker, plan)
         if isinstance(bidi, PooledTransport):
             # released when the reply ends (running), or if it never runs (its client left first)
