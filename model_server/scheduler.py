@@ -73,7 +73,7 @@ class _SlotsBase:
 
     @property
     def waiting(self) -> int:
-        return len(self.waiters())
+        raise NotImplementedError
 
     async def acquire(
         self, key: Hashable, deadline: float | None = None, cost_s: float = 0.0
@@ -123,6 +123,10 @@ class DeadlineSlots(_SlotsBase):
         super().__init__(slots)
         self._heap: list[Waiter] = []
 
+    @property
+    def waiting(self) -> int:
+        return len(self._heap)
+
     def waiters(self) -> list[Waiter]:
         return sorted(self._heap)
 
@@ -144,6 +148,10 @@ class FairSlots(_SlotsBase):
     def __init__(self, slots: int) -> None:
         super().__init__(slots)
         self._waiting: OrderedDict[Hashable, deque[Waiter]] = OrderedDict()
+
+    @property
+    def waiting(self) -> int:
+        return sum(len(queue) for queue in self._waiting.values())
 
     def waiters(self) -> list[Waiter]:
         return [w for queue in self._waiting.values() for w in queue]
