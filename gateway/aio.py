@@ -16,10 +16,15 @@ async def cancel_and_wait(task: asyncio.Task[Any]) -> None:
     before = current.cancelling() if current is not None else 0
     task.cancel()
     try:
-        await task
+        # not `await task`: a waiter that is itself cancelled passes the cancel on to what it
+        # awaits, and AnyIO (sse-starlette's response scope) cancels its tasks again on every
+        # turn of the loop, which would break off the task's own cleanup half way
+        await asyncio.wait([task])
     except asyncio.CancelledError:
         if current is not None and current.cancelling() > before:
             raise
+    if not task.cancelled():
+        task.result()  # its exception, if it ended with one
 
 
 def first_leaf(group: BaseExceptionGroup[Any]) -> BaseException:

@@ -13,12 +13,19 @@ from websockets.exceptions import InvalidStatus
 
 from gateway.app import create_app as create_gateway
 from gateway.config import Settings as GatewaySettings
+from gateway.sse import SSEDecoder
+from model_server.drain import wait_drained
 from tests.support.fakes import FakeEngine
 from tests.support.gateway_client import metric, split_audio_frame, sse_get, sse_post
 from tests.support.openai_stub import create_stub
 from tests.support.servers import RunningServer, serve
 
 ANSWER = ["Sure", ", here", " is", " the", " answer", " you", " asked", " for.", " Bye", " now."]
+
+
+async def model_server_inflight(server: RunningServer) -> int:
+    async with httpx.AsyncClient(base_url=server.http_url) as http:
+        return int((await http.get("/ping")).json()["inflight"])
 
 
 async def recv_event(ws: object, kinds: set[str]) -> dict[str, object]:
@@ -64,6 +71,35 @@ async def test_barge_in_cancels_down_to_the_model_server(
                 break
         assert owners == {"n"}
     assert await metric(gateway_on_fake, "gateway_cancels_total") == cancels_before + 1
+
+
+@pytest.mark.parametrize("method", ["GET", "POST"])
+async def test_a_listener_leaving_an_sse_reply_closes_its_model_server_session(
+    own_fake_server: RunningServer, method: str
+) -> None:
+    """The browser goes away after its first audio while the LLM is still writing: the
+    gateway's session to the model server must end with it, not linger until the reply would
+    have ended (the model server's drain would wait for it on every pod stop)."""
+    app = create_gateway(GatewaySettings(model_server_url=own_fake_server.http_url))
+    text = "First words here. " + "Then more text, slowly. " * 30
+    # about 40 s of text still to come when the first audio arrives
+    params = {"text": text, "format": "pcm", "mode": "bidi", "echo_tps": "4"}
+    with serve(app) as gateway:
+        async with httpx.AsyncClient(base_url=gateway.http_url, timeout=30) as http:
+            request = (
+                http.build_request("GET", "/v1/speak/sse", params=params)
+                if method == "GET"
+                else http.build_request("POST", "/v1/speak", json=params)
+            )
+            response = await http.send(request, stream=True)
+            decoder = SSEDecoder()
+            async for raw in response.aiter_raw():
+                if any(e.event == "audio_chunk" for e in decoder.push(raw)):
+                    break
+            assert await model_server_inflight(own_fake_server) == 1  # the reply's session
+            await response.aclose()  # the listener leaves mid-reply
+        # the production drain hook's own wait: returns at once when nothing is in flight
+        assert await asyncio.to_thread(wait_drained, own_fake_server.http_url, 10, 0.02) == 0
 
 
 @pytest.mark.parametrize(
