@@ -67,6 +67,7 @@ class ReplyMetrics:
     audio_bytes: int = 0  # encoded bytes sent to the client
     pcm_bytes: int = 0
     chunk_times_ms: list[float] = field(default_factory=list)
+    chunk_audio_s: list[float] = field(default_factory=list)  # how long each chunk plays
 
     def since_start_ms(self) -> float:
         return round((time.perf_counter() - self.started) * 1000, 1)
@@ -79,6 +80,7 @@ class ReplyMetrics:
             "text_chars": self.text_chars,
             "chunks": self.chunks_sent,
             "chunk_times_ms": self.chunk_times_ms,
+            "chunk_audio_s": self.chunk_audio_s,
             "audio_bytes": self.audio_bytes,
             "duration_s": round(pcm_duration_s(self.pcm_bytes), 3),
             "total_ms": self.since_start_ms(),
@@ -242,6 +244,7 @@ class Reply:
 
     def _completed(self, index: int, chars: int, audio_bytes: int, elapsed_s: float) -> None:
         """The model server finished chunk `index`: the plan learns how long it plays."""
+        self.metrics.chunk_audio_s.append(round(pcm_duration_s(audio_bytes), 3))
         if self.plan is not None:
             now = asyncio.get_running_loop().time()
             self.plan.completed(index, pcm_duration_s(audio_bytes), now)
@@ -255,3 +258,4 @@ class Reply:
         self._chunk_released()
         async with aclosing(self.batch.synthesize(text, self.spec.voice, self.spec.speed)) as pcm:
             await self._encode(pcm)
+        self.metrics.chunk_audio_s.append(round(pcm_duration_s(self.metrics.pcm_bytes), 3))
