@@ -21,6 +21,13 @@ def test_numbers_are_normalised_before_g2p(espeak: EspeakG2P) -> None:
     assert espeak("See Dr. Lee.") == espeak("See Doctor Lee.")
 
 
+def test_am_and_pm_are_read_as_letters(espeak: EspeakG2P) -> None:
+    # "a m" would read as the article and "em": the listener heard "ten thirty I am"
+    assert espeak("Come at 10:30 am.") == espeak("Come at ten thirty AM.")
+    assert "ˌAˈɛm" in espeak("Come at 10:30 a.m.")
+    assert "pˌiˈɛm" in espeak("Leave at 2:15 PM.")
+
+
 def test_without_spacy_model_the_espeak_path_is_used() -> None:
     assert not g2p.spacy_model_installed("no_such_spacy_model_pkg")
     assert isinstance(english_g2p(), EspeakG2P) or g2p.spacy_model_installed()

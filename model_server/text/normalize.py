@@ -119,7 +119,8 @@ def _time(m: re.Match[str]) -> str:
     else:
         spoken = f"{_words(hour)} {_words(minute)}"
     if meridiem:
-        spoken += " a m" if meridiem.lower() == "a" else " p m"
+        # capitals, read as letters ("a m" would read as the article "uh" and "em")
+        spoken += " AM" if meridiem.lower() == "a" else " PM"
         if m.group(4).endswith(".") and _ends_sentence(m):
             spoken += "."
     return spoken
