@@ -12,7 +12,7 @@ MODEL_PORT ?= 8080
 PORT ?= 8000
 
 .PHONY: help setup browser dev dev-docker dev-gpu images k8s-render test lint typecheck bench \
-	bench-model bench-load gpu-check deploy-sagemaker lock clean
+	bench-model bench-load bench-quality gpu-check deploy-sagemaker lock clean
 
 help:
 	@echo "make dev          model server ($(HOST):$(MODEL_PORT)) and gateway (http://$(HOST):$(PORT))"
@@ -20,6 +20,7 @@ help:
 	@echo "make bench        gateway: time to first audio, bidi vs batch"
 	@echo "make bench-model  model-server latency/RTF table"
 	@echo "make bench-load   conversations at once: first audio, gaps, refusals (two policies)"
+	@echo "make bench-quality  MOS and word error rate by voice, format, chunk plan, joins"
 	@echo "make gpu-check    on a GPU box: torch engine tests on CUDA, bench-model, bench-load"
 	@echo "make dev-docker   the same stack in containers, CPU (docker compose)"
 	@echo "make dev-gpu      containers on a GPU box: KOKORO_MODEL_DIR=/path/to/Kokoro-82M"
@@ -87,6 +88,9 @@ bench-model: setup
 
 bench-load: setup
 	$(PY) -m bench.bench_load $(BENCH_ARGS)
+
+bench-quality: setup
+	$(PY) -m bench.bench_quality $(BENCH_ARGS)
 
 # On a machine with an NVIDIA GPU: KOKORO_MODEL_DIR=/path/to/Kokoro-82M make gpu-check
 gpu-check: setup

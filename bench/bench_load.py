@@ -159,8 +159,15 @@ async def load(base: str, n: int, replies: int, seed: int, mode: str, limit_s: f
     return row
 
 
+@dataclass(frozen=True)
+class Stack:
+    model_server: str
+    gateway: str
+
+
 @contextlib.contextmanager
-def stack(model_flags: list[str], gateway_flags: list[str]) -> Iterator[str]:
+def stack(model_flags: list[str], gateway_flags: list[str]) -> Iterator[Stack]:
+    """A model server and a gateway in front of it, each its own process, on free ports."""
     model_port, gateway_port = free_port(), free_port()
     model_url = f"http://127.0.0.1:{model_port}"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -196,7 +203,7 @@ def stack(model_flags: list[str], gateway_flags: list[str]) -> Iterator[str]:
         )
         base = f"http://127.0.0.1:{gateway_port}"
         wait_ready(base + "/readyz", procs)
-        yield base
+        yield Stack(model_url, base)
     finally:
         stop(procs)
 
@@ -255,7 +262,8 @@ def main() -> None:
     results: dict[str, list[Row]] = {}
     for policy in args.policies.split(","):
         model_flags, gateway_flags = POLICIES[policy]
-        with stack([*model_flags, *shlex.split(args.model_args)], gateway_flags) as base:
+        with stack([*model_flags, *shlex.split(args.model_args)], gateway_flags) as urls:
+            base = urls.gateway
             asyncio.run(load(base, 1, 1, args.seed, args.mode, 60))  # warm up
             results[policy] = []
             for n in ns:

@@ -57,7 +57,7 @@ _HELP = {
     "(torch on CUDA when a device and a Kokoro checkpoint are at hand, else onnx)",
     "voices_dir": "directory of extra voice packs (.pt, .npy, .npz, .bin)",
     "default_voice": "voice used when a request names none (empty: af_heart or another English "
-    "voice when one is loaded, else jf_alpha)",
+    "voice when one is loaded, else jm_kumo)",
     "model_path": "onnx: the Kokoro ONNX model file (default: assembled from the registry "
     "packages)",
     "cache_dir": "onnx: where the model is assembled (default: ~/.cache/kokoro-voice-stream)",

@@ -59,7 +59,8 @@ def test_mp3_units_are_whole_frames_with_no_tag() -> None:
     assert units[0][:3] != b"ID3"
     for unit in units:
         frames = split_mp3_frames(unit)
-        assert all(len(f) == 144 for f in frames)  # 48 kbit/s at 24 kHz: 24 ms frames
+        # MPEG-2 layer III at 24 kHz: 24 ms frames of 72 * bitrate / 24000 bytes (40 kbit/s: 120)
+        assert all(len(f) == 72 * (FORMATS["mp3"].bit_rate or 0) // 24_000 for f in frames)
 
 
 def test_aac_units_are_init_then_fragments() -> None:

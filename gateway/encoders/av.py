@@ -73,6 +73,7 @@ class BareCodecEncoder:
         self._ctx.format = "s16p"
         if fmt.bit_rate:
             self._ctx.bit_rate = fmt.bit_rate
+        self._ctx.options = dict(fmt.codec_options)
         self._ctx.open()
         self._frames = _PcmFrames()
 
@@ -100,7 +101,13 @@ class MuxedEncoder:
             self._out, "w", format=fmt.container, options=dict(fmt.muxer_options)
         )
         self._stream = cast(
-            Any, self._container.add_stream(str(fmt.codec), rate=fmt.codec_rate, layout="mono")
+            Any,
+            self._container.add_stream(
+                str(fmt.codec),
+                rate=fmt.codec_rate,
+                layout="mono",
+                options=dict(fmt.codec_options),
+            ),
         )
         if fmt.bit_rate:
             self._stream.bit_rate = fmt.bit_rate

@@ -1,0 +1,371 @@
+"""`make bench-quality`: how the speech sounds, by voice, by format and bitrate, by chunk plan
+and at joins, judged offline by DistillMOS (quality, 1-5) and PocketSphinx (word error rate).
+
+The corpus is `quality/corpus.txt`: replies of varied English sentences (numbers, currency,
+dates, times, abbreviations, questions, long clauses, lists), each with what a listener should
+hear. Starts the real model server and gateway (separate processes, `make dev` defaults), then:
+
+- voices: every voice pack the model server offers, each reply as one batch (`POST
+  /invocations`), the whole corpus;
+- formats: the default voice's batches encoded by the gateway's own encoders at the
+  registry's settings and at other bitrates, decoded by FFmpeg, judged (the first
+  `--format-replies` replies); each row's MOS beside the PCM of the same audio;
+- chunk plans: the same replies as one batch, through the gateway's chunk plan with the whole
+  text at once, and paced like an LLM (40 tokens/s, first token at 300 ms);
+- joins: each sentence synthesized alone and the reply's sentences joined (judged per reply,
+  beside the one batch), and 3-second windows of the paced gateway replies centred on the
+  joins between chunks against windows centred inside chunks (MOS only: a window cuts words;
+  short clips score lower, so windows are compared only with windows).
+
+MOS is the mean over clips weighted by their length; WER is corpus-level (errors / words).
+Audio reaches the judges at 16 kHz through libswresample. `--write-baseline` stores the
+default voice's corpus WER in `quality/baseline.json`, which the quality guard tests read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import dataclasses
+import itertools
+import multiprocessing
+import os
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import numpy as np
+import orjson
+
+from bench.bench_gateway import FIRST_MS, TPS
+from bench.bench_load import stack
+from gateway.encoders import create_encoder
+from gateway.sse import SSEDecoder
+from kokoro_contract.audio import SAMPLE_RATE
+from kokoro_contract.formats import FORMATS, AudioFormat
+from quality import corpus, judges
+from quality.baseline import Baseline
+from quality.wer import WordErrors, total, word_errors
+
+WINDOW_S = 3.0
+# (format, kbit/s) judged beside the registry's own setting of each codec
+BITRATES: dict[str, tuple[int, ...]] = {
+    "mp3": (32, 40, 48, 64, 96),
+    "aac": (32, 40, 48, 64, 96),
+    "opus": (16, 24, 32, 48),
+}
+
+
+@dataclass(frozen=True)
+class Clip:
+    samples: judges.Samples  # 16 kHz
+    spoken: str | None  # None: judge quality only
+
+
+@dataclass(frozen=True)
+class Score:
+    mos: float
+    errors: WordErrors | None
+    seconds: float
+
+    @property
+    def wer(self) -> str:
+        return f"{self.errors.rate:5.3f}" if self.errors is not None else "    -"
+
+
+# --- judging in two worker processes (PocketSphinx is single-threaded) -------------------------
+
+_mos: judges.MosJudge | None = None
+_asr: judges.AsrJudge | None = None
+
+
+def _init_worker() -> None:
+    import torch
+
+    global _mos, _asr
+    torch.set_num_threads(1)
+    _mos, _asr = judges.MosJudge(), judges.AsrJudge()
+
+
+def _judge_one(clip: Clip) -> tuple[float, WordErrors | None]:
+    assert _mos is not None
+    assert _asr is not None
+    mos = _mos.score(clip.samples)
+    if clip.spoken is None:
+        return mos, None
+    return mos, word_errors(clip.spoken, _asr.transcribe(clip.samples))
+
+
+class Judges:
+    def __init__(self, workers: int) -> None:
+        # spawned, not forked: the parent's FFmpeg and HTTP threads do not survive a fork
+        spawn = multiprocessing.get_context("spawn")
+        self._pool = ProcessPoolExecutor(workers, mp_context=spawn, initializer=_init_worker)
+
+    def judge(self, clips: Sequence[Clip]) -> Score:
+        results = list(self._pool.map(_judge_one, clips))
+        seconds = [len(c.samples) / judges.JUDGE_RATE for c in clips]
+        mos = float(np.average([m for m, _ in results], weights=seconds))
+        counted = [e for _, e in results if e is not None]
+        return Score(mos, total(counted) if counted else None, sum(seconds))
+
+    def close(self) -> None:
+        self._pool.shutdown()
+
+
+# --- audio from the services -------------------------------------------------------------------
+
+
+def batch(http: httpx.Client, text: str, voice: str) -> bytes:
+    """One `POST /invocations` of the whole text: s16le PCM."""
+    response = http.post("/invocations", json={"text": text, "voice": voice, "format": "pcm"})
+    response.raise_for_status()
+    return response.content
+
+
+@dataclass(frozen=True)
+class GatewayReply:
+    pcm: bytes
+    chunk_audio_s: list[float]
+
+
+async def gateway_reply(base: str, text: str, voice: str, paced: bool) -> GatewayReply:
+    body: dict[str, object] = {"text": text, "voice": voice, "format": "pcm", "mode": "bidi"}
+    if paced:
+        body |= {"echo_tps": TPS, "echo_first_ms": FIRST_MS}
+    pcm = bytearray()
+    metrics: dict[str, object] = {}
+    async with (
+        httpx.AsyncClient(base_url=base, timeout=300) as http,
+        http.stream("POST", "/v1/speak", json=body) as response,
+    ):
+        response.raise_for_status()
+        decoder = SSEDecoder()
+        async for raw in response.aiter_raw():
+            for event in decoder.push(raw):
+                data = orjson.loads(event.data)
+                if event.event == "audio_chunk":
+                    pcm += base64.b64decode(data["data"])
+                elif event.event == "error":
+                    raise RuntimeError(f"gateway error: {data}")
+                elif event.event == "agent_end":
+                    metrics = data["metrics"]
+    chunks = metrics.get("chunk_audio_s")
+    assert isinstance(chunks, list)
+    return GatewayReply(bytes(pcm), [float(c) for c in chunks])
+
+
+def encoded(pcm: bytes, fmt: AudioFormat) -> judges.Samples:
+    """PCM through the gateway's encoder for `fmt`, back through FFmpeg's decoder."""
+    encoder = create_encoder(fmt)
+    data = b"".join([*encoder.push(pcm), *encoder.flush()])
+    return judges.decode(data, fmt.name)
+
+
+def windows(samples: judges.Samples, chunk_audio_s: list[float]) -> tuple[list[Clip], list[Clip]]:
+    """3-second windows centred on each join between chunks, and centred inside each chunk
+    long enough to hold one (the same length: DistillMOS pads short clips alike)."""
+    half = int(WINDOW_S / 2 * judges.JUDGE_RATE)
+    edges = np.cumsum([0.0, *chunk_audio_s]) * judges.JUDGE_RATE
+    joins, inside = [], []
+    for start, end in itertools.pairwise(edges):
+        if start > 0 and int(start) - half >= 0 and int(start) + half <= len(samples):
+            joins.append(Clip(samples[int(start) - half : int(start) + half], None))
+        if end - start >= WINDOW_S * judges.JUDGE_RATE:
+            middle = int((start + end) / 2)
+            inside.append(Clip(samples[middle - half : middle + half], None))
+    return joins, inside
+
+
+# --- the run -----------------------------------------------------------------------------------
+
+
+def pcm_clip(pcm: bytes, spoken: str | None) -> Clip:
+    return Clip(judges.resample(judges.pcm16(pcm), SAMPLE_RATE), spoken)
+
+
+def run(args: argparse.Namespace) -> dict[str, list[tuple[str, Score]]]:
+    replies = corpus.load()[: args.replies or None]
+    judge = Judges(args.judges)
+    tables: dict[str, list[tuple[str, Score]]] = {}
+    try:
+        with stack([], []) as urls, httpx.Client(base_url=urls.model_server, timeout=600) as http:
+            listed = http.get("/voices").json()
+            default = listed["default"]
+            voices = [v["name"] for v in listed["voices"]]
+            if args.voices:
+                voices = [v for v in args.voices.split(",") if v in voices]
+            if "voice" not in args.sections:
+                voices = []
+
+            started = time.perf_counter()
+            batches: dict[str, list[bytes]] = {}
+            if voices:
+                tables["voice"] = []
+            for voice in voices:
+                batches[voice] = [batch(http, r.text, voice) for r in replies]
+                score = judge.judge(
+                    [pcm_clip(p, r.spoken) for p, r in zip(batches[voice], replies, strict=True)]
+                )
+                mark = " (default)" if voice == default else ""
+                tables["voice"].append((voice + mark, score))
+                print(f"  voice {voice + mark:<24} {describe(score)}", flush=True)
+            if default not in batches:
+                batches[default] = [batch(http, r.text, default) for r in replies]
+            print(f"  [voices: {time.perf_counter() - started:.0f} s]", flush=True)
+
+            if "format" in args.sections:
+                pcms = batches[default][: args.format_replies]
+                tables["format"] = format_table(judge, pcms, replies)
+            if "plan" in args.sections:
+                tables["chunk plan"], tables["joins"] = plan_tables(
+                    judge, http, urls.gateway, default, replies, batches[default]
+                )
+            if args.write_baseline:
+                voice_score = dict(tables.get("voice", []))[default + " (default)"]
+                assert voice_score.errors is not None
+                Baseline(default, voice_score.errors.errors, voice_score.errors.words).write()
+                print(f"  baseline written: {default} WER {voice_score.errors.rate:.3f}")
+    finally:
+        judge.close()
+    return tables
+
+
+def format_table(
+    judge: Judges, pcms: list[bytes], replies: list[corpus.Reply]
+) -> list[tuple[str, Score]]:
+    started = time.perf_counter()
+    spoken = [r.spoken for r in replies[: len(pcms)]]
+    rows: list[tuple[str, Score]] = []
+
+    def row(label: str, samples: list[judges.Samples]) -> None:
+        score = judge.judge([Clip(s, t) for s, t in zip(samples, spoken, strict=True)])
+        rows.append((label, score))
+        print(f"  format {label:<28} {describe(score)}", flush=True)
+
+    row("pcm", [judges.decode(p, "pcm") for p in pcms])
+    for name in ("flac", "mp3", "aac", "opus"):
+        fmt = FORMATS[name]
+        settings = [fmt.bit_rate // 1000] if fmt.bit_rate else []
+        for kbps in sorted({*BITRATES.get(name, ()), *settings}):
+            variant = dataclasses.replace(fmt, bit_rate=kbps * 1000)
+            mark = " (registry)" if kbps in settings else ""
+            row(f"{name} {kbps} kbit/s{mark}", [encoded(p, variant) for p in pcms])
+        if not settings:
+            row(name, [encoded(p, fmt) for p in pcms])
+    aac = FORMATS["aac"]  # FFmpeg's default coder, for the record
+    if aac.codec_options:
+        variant = dataclasses.replace(aac, codec_options={})
+        kbps = (aac.bit_rate or 0) // 1000
+        row(f"aac {kbps} kbit/s, twoloop", [encoded(p, variant) for p in pcms])
+    print(f"  [formats: {time.perf_counter() - started:.0f} s]", flush=True)
+    return rows
+
+
+def plan_tables(
+    judge: Judges,
+    http: httpx.Client,
+    gateway: str,
+    voice: str,
+    replies: list[corpus.Reply],
+    batches: list[bytes],
+) -> tuple[list[tuple[str, Score]], list[tuple[str, Score]]]:
+    started = time.perf_counter()
+    plans: list[tuple[str, Score]] = []
+    pairs = zip(batches, replies, strict=True)
+    plans.append(("one batch", judge.judge([pcm_clip(p, r.spoken) for p, r in pairs])))
+    paced_replies: list[GatewayReply] = []
+    for label, paced in (("gateway, text at once", False), ("gateway, paced like an LLM", True)):
+        got = [asyncio.run(gateway_reply(gateway, r.text, voice, paced)) for r in replies]
+        if paced:
+            paced_replies = got
+        chunks = sum(len(g.chunk_audio_s) for g in got)
+        score = judge.judge([pcm_clip(g.pcm, r.spoken) for g, r in zip(got, replies, strict=True)])
+        plans.append((f"{label} ({chunks} chunks)", score))
+    for label, score in plans:
+        print(f"  plan {label:<34} {describe(score)}", flush=True)
+
+    joins: list[tuple[str, Score]] = []
+    alone = [
+        pcm_clip(b"".join(batch(http, s.text, voice) for s in r.sentences), r.spoken)
+        for r in replies
+    ]  # judged per reply, like the batches: DistillMOS scores short clips lower
+    sentences = sum(len(r.sentences) for r in replies)
+    joins.append((f"sentences synthesized alone, joined ({sentences})", judge.judge(alone)))
+    at_joins: list[Clip] = []
+    inside: list[Clip] = []
+    for reply in paced_replies:
+        j, i = windows(pcm_clip(reply.pcm, None).samples, reply.chunk_audio_s)
+        at_joins += j
+        inside += i
+    for where, clips in (("on joins", at_joins), ("in chunks", inside)):
+        if clips:
+            joins.append((f"{WINDOW_S:.0f} s windows {where} ({len(clips)})", judge.judge(clips)))
+    for label, score in joins:
+        print(f"  joins {label:<33} {describe(score)}", flush=True)
+    print(f"  [plans and joins: {time.perf_counter() - started:.0f} s]", flush=True)
+    return plans, joins
+
+
+def describe(score: Score) -> str:
+    return f"MOS {score.mos:4.2f}  WER {score.wer}  ({score.seconds:5.1f} s of audio)"
+
+
+def plot(tables: dict[str, list[tuple[str, Score]]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(tables), figsize=(5 * len(tables), 5))
+    for ax, (name, rows) in zip(np.atleast_1d(axes), tables.items(), strict=True):
+        labels = [label for label, _ in rows]
+        y = np.arange(len(rows))
+        ax.barh(y - 0.2, [s.mos for _, s in rows], height=0.4, label="MOS (1-5)")
+        wer = [s.errors.rate * 5 if s.errors is not None else 0 for _, s in rows]
+        ax.barh(y + 0.2, wer, height=0.4, label="WER x 5")
+        ax.set_yticks(y, labels, fontsize=7)
+        ax.invert_yaxis()
+        ax.set(xlim=(0, 5), title=f"by {name}")
+        ax.grid(axis="x", alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--replies", type=int, default=0, help="corpus replies (0: all)")
+    parser.add_argument("--format-replies", type=int, default=3)
+    parser.add_argument("--voices", default="", help="comma-separated (default: all offered)")
+    parser.add_argument("--judges", type=int, default=os.cpu_count() or 1, help="processes")
+    parser.add_argument(
+        "--sections", default="voice,format,plan", help="which tables (plan: chunk plans, joins)"
+    )
+    parser.add_argument(
+        "--write-baseline", action="store_true", help="store the default voice's corpus WER"
+    )
+    parser.add_argument("--plot", type=Path, default=Path("docs/bench-quality.png"))
+    args = parser.parse_args()
+    started = time.perf_counter()
+    tables = run(args)
+    replies = corpus.load()[: args.replies or None]
+    print(
+        f"\nbench-quality: {len(corpus.sentences(replies))} sentences in {len(replies)} replies; "
+        f"DistillMOS (1-5, higher is better), PocketSphinx WER (lower is better); "
+        f"{time.perf_counter() - started:.0f} s"
+    )
+    for name, rows in tables.items():
+        print(f"\n| {name} | MOS | WER | audio s |\n|---|---:|---:|---:|")
+        for label, score in rows:
+            print(f"| {label} | {score.mos:.2f} | {score.wer.strip()} | {score.seconds:.0f} |")
+    plot(tables, args.plot)
+    print(f"\nplot: {args.plot}")
+
+
+if __name__ == "__main__":
+    main()

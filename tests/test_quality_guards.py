@@ -1,0 +1,106 @@
+"""Quality guards: what the speech sounds like cannot drift unseen. Judged offline by DistillMOS
+and PocketSphinx (quality/judges.py) on the real Kokoro-82M; deterministic on the CPU, no
+timing in any assertion.
+
+- every lossy format, decoded as a listener's player would, within 0.15 MOS of the PCM of the
+  same reply (the registry's bitrates and encoder settings are what is judged);
+- the gateway's chunked reply, paced like an LLM, within 0.1 MOS of one batch of the same text
+  (the chunk plan cannot trade quality for latency unseen);
+- the default voice's word error rate on the corpus no worse than the stored baseline
+  (`make bench-quality BENCH_ARGS=--write-baseline`) plus a small margin.
+"""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from gateway.encoders import create_encoder
+from kokoro_contract.formats import FORMATS
+from quality import corpus, judges
+from quality.baseline import Baseline
+from quality.wer import total, word_errors
+from tests.support.gateway_client import sse_post
+from tests.support.servers import RunningServer
+
+pytestmark = pytest.mark.real_model
+
+FORMAT_MOS_MARGIN = 0.15
+PLAN_MOS_MARGIN = 0.10
+WER_MARGIN = 0.03
+REPLY = corpus.load()[0]  # five sentences: a short first clause, a question at the end
+LOSSY = sorted(name for name, f in FORMATS.items() if f.bit_rate)
+
+
+@pytest.fixture(scope="module")
+def mos() -> judges.MosJudge:
+    return judges.MosJudge()
+
+
+async def batch(server: RunningServer, text: str) -> bytes:
+    async with httpx.AsyncClient(base_url=server.http_url, timeout=300) as http:
+        response = await http.post("/invocations", json={"text": text, "format": "pcm"})
+        response.raise_for_status()
+        return response.content
+
+
+@pytest.fixture(scope="module")
+async def reply_pcm(model_server: RunningServer) -> bytes:
+    return await batch(model_server, REPLY.text)
+
+
+@pytest.mark.parametrize("name", LOSSY)
+def test_each_format_within_015_mos_of_pcm(
+    mos: judges.MosJudge, reply_pcm: bytes, name: str
+) -> None:
+    reference = mos.score(judges.decode(reply_pcm, "pcm"))
+    encoder = create_encoder(FORMATS[name])
+    decoded = judges.decode(b"".join([*encoder.push(reply_pcm), *encoder.flush()]), name)
+    assert abs(len(decoded) / judges.JUDGE_RATE - len(reply_pcm) / 48_000) < 0.2
+    score = mos.score(decoded)
+    assert score >= reference - FORMAT_MOS_MARGIN, (name, score, reference)
+
+
+async def test_chunked_reply_within_01_mos_of_one_batch(
+    mos: judges.MosJudge, reply_pcm: bytes, gateway_server: RunningServer
+) -> None:
+    body = {"text": REPLY.text, "format": "pcm", "echo_tps": 40, "echo_first_ms": 300}
+    reply = await sse_post(gateway_server.http_url, body)
+    chunked = b"".join(reply.audio_chunks())
+    metrics = reply.one("agent_end")["metrics"]
+    assert metrics["chunks"] >= 2, metrics  # a chunked reply, or the guard guards nothing
+    assert sum(metrics["chunk_audio_s"]) == pytest.approx(len(chunked) / 48_000, abs=0.005)
+    one_batch = mos.score(judges.decode(reply_pcm, "pcm"))
+    score = mos.score(judges.decode(chunked, "pcm"))
+    assert score >= one_batch - PLAN_MOS_MARGIN, (score, one_batch, metrics["chunk_audio_s"])
+
+
+async def test_default_voice_word_error_rate_no_worse_than_baseline(
+    model_server: RunningServer,
+) -> None:
+    baseline = Baseline.read()
+    async with httpx.AsyncClient(base_url=model_server.http_url) as http:
+        default = (await http.get("/voices")).json()["default"]
+    assert default == baseline.voice, "the baseline is for another voice: rerun bench-quality"
+    asr = judges.AsrJudge()
+    errors = []
+    for reply in corpus.load():
+        heard = asr.transcribe(judges.decode(await batch(model_server, reply.text), "pcm"))
+        errors.append(word_errors(reply.spoken, heard))
+    measured = total(errors)
+    assert measured.words == baseline.words  # the same corpus as the baseline's
+    assert measured.rate <= baseline.rate + WER_MARGIN, (measured, baseline)
+
+
+async def test_the_recogniser_hears_a_clip_the_same_whatever_came_before(
+    model_server: RunningServer,
+) -> None:
+    # a pair a decoder kept across clips heard differently the second time ("switch to a comp
+    # of it", then "switch to a compliment")
+    texts = ["Would you like me to switch your account today?", "The meeting moved to 2:15 PM."]
+    first, other = [judges.decode(await batch(model_server, t), "pcm") for t in texts]
+    asr = judges.AsrJudge()
+    heard = asr.transcribe(first)
+    assert heard  # it hears words at all
+    asr.transcribe(other)
+    assert asr.transcribe(first) == heard
