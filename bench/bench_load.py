@@ -256,12 +256,14 @@ def main() -> None:
     parser.add_argument(
         "--model-args", default="", help="more model server flags, for every policy (a GPU box)"
     )
+    parser.add_argument("--gateway-args", default="", help="more gateway flags, for every policy")
     parser.add_argument("--plot", type=Path, default=Path("docs/bench-load.png"))
     args = parser.parse_args()
     ns = [int(n) for n in args.conversations.split(",")]
     results: dict[str, list[Row]] = {}
     for policy in args.policies.split(","):
         model_flags, gateway_flags = POLICIES[policy]
+        gateway_flags = [*gateway_flags, *shlex.split(args.gateway_args)]
         with stack([*model_flags, *shlex.split(args.model_args)], gateway_flags) as urls:
             base = urls.gateway
             asyncio.run(load(base, 1, 1, args.seed, args.mode, 60))  # warm up
