@@ -35,10 +35,10 @@ class AudioFormat:
 
 
 # Bitrates and encoder settings chosen by `make bench-quality` (docs/measured.md has the
-# figures): for each codec the lowest bitrate whose decoded audio scores less than 0.10 MOS
-# below the PCM of the same replies, so the guard's 0.15 holds with room on other texts. At
-# speech bitrates FFmpeg's own AAC encoder does better with its "fast" coder than with the
-# default "twoloop" (4.59 against 4.47 at 48 kbit/s); Opus is set for speech.
+# figures): for each codec the lowest bitrate whose decoded audio is within 0.10 MOS of the PCM
+# of the same replies and whose next step down is no cliff, so the guard's 0.15 holds with room
+# on other texts. At speech bitrates FFmpeg's own AAC encoder does better with its "fast" coder
+# than with the default "twoloop" (4.58 against 4.47 at 48 kbit/s); Opus is set for speech.
 AAC_OPTIONS: Mapping[str, str] = MappingProxyType({"aac_coder": "fast"})
 OPUS_OPTIONS: Mapping[str, str] = MappingProxyType({"application": "voip"})
 
