@@ -159,10 +159,11 @@ class SpeakSession:
         self._end(utterance_id)
         return [SendError(error, utterance_id)]
 
-    def utterance_ended(self, utterance_id: str, spoken: str) -> list[Action]:
-        """The reply ended (`agent_end` sent) after speaking `spoken`."""
+    def utterance_ended(self, utterance_id: str, spoken: str, failed: bool = False) -> list[Action]:
+        """The reply ended (`agent_end` sent) after speaking `spoken`. A failed or empty reply
+        is not a turn: an empty assistant turn would make Bedrock refuse every later prompt."""
         current = self._end(utterance_id)
-        if current is not None and current.prompt is not None:
+        if current is not None and current.prompt is not None and spoken.strip() and not failed:
             self.history += [
                 {"role": "user", "content": current.prompt},
                 {"role": "assistant", "content": spoken},

@@ -182,6 +182,22 @@ def test_history_keeps_prompts_with_what_was_spoken() -> None:
     )
 
 
+def test_a_failed_or_empty_reply_is_not_a_turn() -> None:
+    s = session()
+    s.receive(msg('{"type": "speak", "prompt": "Hi?"}'))
+    s.utterance_ended("u1", "Hel", failed=True)  # the LLM failed half way
+    s.receive(msg('{"type": "speak", "prompt": "Again?"}'))
+    s.utterance_ended("u2", "  ")  # the LLM said nothing
+    s.receive(msg('{"type": "speak", "prompt": "Once more?"}'))
+    s.utterance_ended("u3", "Yes.")
+    (start,) = s.receive(msg('{"type": "speak", "prompt": "Last?"}'))
+    assert isinstance(start, StartUtterance)
+    assert start.history == (
+        {"role": "user", "content": "Once more?"},
+        {"role": "assistant", "content": "Yes."},
+    )
+
+
 def test_a_refused_start_frees_the_session() -> None:
     s = session()
     s.receive(msg('{"type": "speak", "text": "Hi."}'))

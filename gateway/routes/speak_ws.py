@@ -13,7 +13,7 @@ import logging
 from fastapi import APIRouter, WebSocket
 
 from gateway.aio import cancel_and_wait
-from gateway.events import AgentEnd, AudioChunk, Event, TextDelta
+from gateway.events import AgentEnd, AudioChunk, ErrorEvent, Event, TextDelta
 from gateway.pipeline import Reply
 from gateway.routes.common import origin_allowed, service_of
 from gateway.service import GatewayService
@@ -108,6 +108,7 @@ class SpeakConnection:
         """Run the reply and send its events to the client until it ends."""
         uid = reply.spec.utterance_id
         spoken: list[str] = []
+        failed = False
         try:
             async with self.service.running(reply, "ws_reply"):
                 while (event := await queue.get()) is not None:
@@ -116,8 +117,10 @@ class SpeakConnection:
                         continue
                     if isinstance(event, TextDelta):
                         spoken.append(event.text)
+                    failed = failed or isinstance(event, ErrorEvent)
                     if isinstance(event, AgentEnd):
-                        await self._apply(self.session.utterance_ended(uid, "".join(spoken)))
+                        ended = self.session.utterance_ended(uid, "".join(spoken), failed)
+                        await self._apply(ended)
                     await self._sender.send(event_frame(event, uid))
         except ClientGone:
             return
