@@ -1,7 +1,8 @@
 """Settings dataclasses from command-line flags and environment variables.
 
 Every field of a frozen dataclass becomes `--field-name`, also settable through
-`PREFIX_FIELD_NAME`; flags win over the environment, which wins over the defaults.
+`PREFIX_FIELD_NAME`; flags win over the environment, which wins over the defaults. `--help`
+shows each default, but of a secret (an API key, a token) only whether it is set.
 """
 
 from __future__ import annotations
@@ -16,6 +17,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+SECRET_WORDS = ("key", "secret", "token", "password")
+
+
+def is_secret(name: str) -> bool:
+    """A field whose value `--help` must never print (API keys and the like)."""
+    return any(word in name.lower() for word in SECRET_WORDS)
 
 
 def parse_bool(value: str) -> bool:
@@ -63,11 +70,12 @@ def parse_dataclass[T](
                 default = convert(env[env_name])
             except (ValueError, argparse.ArgumentTypeError) as exc:
                 parser.error(f"{env_name}: {exc}")
+        shown = ("set" if default else "not set") if is_secret(f.name) else default
         parser.add_argument(
             "--" + f.name.replace("_", "-"),
             default=default,
             type=convert,
             choices=(choices or {}).get(f.name),
-            help=f"{help.get(f.name, '')} (env {env_name}; default {default})",
+            help=f"{help.get(f.name, '')} (env {env_name}; default {shown})",
         )
     return cls(**vars(parser.parse_args(argv)))

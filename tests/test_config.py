@@ -34,3 +34,16 @@ def test_bad_values_exit_with_usage(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         parse_settings(["--engine", "tensorrt"], env={})
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_help_never_prints_a_secret(capsys: pytest.CaptureFixture[str]) -> None:
+    from gateway.config import parse_settings as parse_gateway
+
+    env = {"GATEWAY_OPENAI_API_KEY": "sk-not-for-logs-123", "GATEWAY_OPENAI_MODEL": "llama3.2"}
+    assert parse_gateway([], env=env).openai_api_key == "sk-not-for-logs-123"  # still used
+    with pytest.raises(SystemExit):
+        parse_gateway(["--help"], env=env)
+    shown = capsys.readouterr().out
+    assert "sk-not-for-logs-123" not in shown
+    assert "GATEWAY_OPENAI_API_KEY; default set" in " ".join(shown.split())
+    assert "llama3.2" in shown  # other values still show where they came from
