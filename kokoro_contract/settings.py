@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
-SECRET_WORDS = ("key", "secret", "token", "password")
+SECRET_WORDS = frozenset({"key", "keys", "secret", "token", "password"})
 
 
 def is_secret(name: str) -> bool:
-    """A field whose value `--help` must never print (API keys and the like)."""
-    return any(word in name.lower() for word in SECRET_WORDS)
+    """A field whose value `--help` must never print: `openai_api_key`, not `max_tokens`."""
+    return not SECRET_WORDS.isdisjoint(name.lower().split("_"))
 
 
 def parse_bool(value: str) -> bool:

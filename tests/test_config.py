@@ -47,3 +47,4 @@ def test_help_never_prints_a_secret(capsys: pytest.CaptureFixture[str]) -> None:
     assert "sk-not-for-logs-123" not in shown
     assert "GATEWAY_OPENAI_API_KEY; default set" in " ".join(shown.split())
     assert "llama3.2" in shown  # other values still show where they came from
+    assert "default 512" in shown  # max_tokens is not a secret
