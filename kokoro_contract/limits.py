@@ -19,7 +19,8 @@ MAX_TEXT_CHARS = 5_000  # the default of both services' --max-text-chars
 MAX_REQUEST_ID_CHARS = 128
 MAX_UTTERANCE_ID_CHARS = 64
 MAX_DEADLINE_MS = 600_000.0
-UTTERANCE_ID_PATTERN = r"^[\w.:-]+$"
+# ASCII only: the id goes into a response header (X-Utterance-Id) and SSE event ids
+UTTERANCE_ID_PATTERN = r"^[A-Za-z0-9_.:-]+$"
 
 
 def check_text(text: object, max_chars: int = MAX_TEXT_CHARS, what: str = "text") -> str:
@@ -65,9 +66,14 @@ def check_voice(voice: object, voices: Collection[str], default: str) -> str:
 def check_request_id(rid: object) -> str | None:
     if rid is None:
         return None
-    if not isinstance(rid, str) or not rid or len(rid) > MAX_REQUEST_ID_CHARS:
+    if (
+        not isinstance(rid, str)
+        or not rid
+        or len(rid) > MAX_REQUEST_ID_CHARS
+        or not (rid.isascii() and rid.isprintable())  # it may go into a header
+    ):
         raise InvalidRequest(
-            f"request_id must be a string of 1-{MAX_REQUEST_ID_CHARS} characters",
+            f"request_id must be 1-{MAX_REQUEST_ID_CHARS} printable ASCII characters",
             code="invalid_field",
         )
     return rid

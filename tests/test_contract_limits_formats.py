@@ -53,7 +53,7 @@ def test_voice_and_request_id() -> None:
         limits.check_voice("xx", voices, "jf_alpha")
     assert limits.check_request_id(None) is None
     assert limits.check_request_id("r" * 128) == "r" * 128
-    for bad in ("", "r" * 129, 7):
+    for bad in ("", "r" * 129, 7, "a\nb", "r\r\nX-Evil: 1", "é"):
         with pytest.raises(InvalidRequest):
             limits.check_request_id(bad)
 

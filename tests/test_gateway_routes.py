@@ -112,6 +112,7 @@ async def test_a_listener_leaving_an_sse_reply_closes_its_model_server_session(
         ({"text": "Hi.", "speed": "3"}, "invalid_field"),
         ({"text": "Hi.", "prompt": "Hi?"}, "invalid_field"),
         ({"text": "Hi.", "colour": "blue"}, "invalid_field"),
+        ({"text": "Hi.", "utterance_id": "é"}, "invalid_field"),  # goes into a header
         ({"text": "x" * 5001}, "text_too_long"),
     ],
 )
