@@ -43,10 +43,8 @@ import orjson
 
 from bench.bench_gateway import FIRST_MS, TPS
 from bench.bench_load import stack
-from gateway.encoders import create_encoder
 from gateway.sse import SSEDecoder
-from kokoro_contract.audio import SAMPLE_RATE
-from kokoro_contract.formats import FORMATS, AudioFormat
+from kokoro_contract.formats import FORMATS
 from quality import corpus, judges
 from quality.baseline import Baseline
 from quality.wer import WordErrors, total, word_errors
@@ -159,13 +157,6 @@ async def gateway_reply(base: str, text: str, voice: str, paced: bool) -> Gatewa
     return GatewayReply(bytes(pcm), [float(c) for c in chunks])
 
 
-def encoded(pcm: bytes, fmt: AudioFormat) -> judges.Samples:
-    """PCM through the gateway's encoder for `fmt`, back through FFmpeg's decoder."""
-    encoder = create_encoder(fmt)
-    data = b"".join([*encoder.push(pcm), *encoder.flush()])
-    return judges.decode(data, fmt.name)
-
-
 def windows(samples: judges.Samples, chunk_audio_s: list[float]) -> tuple[list[Clip], list[Clip]]:
     """3-second windows centred on each join between chunks, and centred inside each chunk
     long enough to hold one (the same length: DistillMOS pads short clips alike)."""
@@ -185,7 +176,7 @@ def windows(samples: judges.Samples, chunk_audio_s: list[float]) -> tuple[list[C
 
 
 def pcm_clip(pcm: bytes, spoken: str | None) -> Clip:
-    return Clip(judges.resample(judges.pcm16(pcm), SAMPLE_RATE), spoken)
+    return Clip(judges.decode(pcm, "pcm"), spoken)
 
 
 def run(args: argparse.Namespace) -> dict[str, list[tuple[str, Score]]]:
@@ -254,14 +245,14 @@ def format_table(
         for kbps in sorted({*BITRATES.get(name, ()), *settings}):
             variant = dataclasses.replace(fmt, bit_rate=kbps * 1000)
             mark = " (registry)" if kbps in settings else ""
-            row(f"{name} {kbps} kbit/s{mark}", [encoded(p, variant) for p in pcms])
+            row(f"{name} {kbps} kbit/s{mark}", [judges.round_trip(p, variant) for p in pcms])
         if not settings:
-            row(name, [encoded(p, fmt) for p in pcms])
+            row(name, [judges.round_trip(p, fmt) for p in pcms])
     aac = FORMATS["aac"]  # FFmpeg's default coder, for the record
     if aac.codec_options:
         variant = dataclasses.replace(aac, codec_options={})
         kbps = (aac.bit_rate or 0) // 1000
-        row(f"aac {kbps} kbit/s, twoloop", [encoded(p, variant) for p in pcms])
+        row(f"aac {kbps} kbit/s, twoloop", [judges.round_trip(p, variant) for p in pcms])
     print(f"  [formats: {time.perf_counter() - started:.0f} s]", flush=True)
     return rows
 

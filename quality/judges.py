@@ -21,6 +21,8 @@ import av
 import numpy as np
 import numpy.typing as npt
 
+from kokoro_contract.formats import AudioFormat
+
 JUDGE_RATE = 16_000
 Samples = npt.NDArray[np.float32]  # mono, -1..1
 
@@ -79,6 +81,19 @@ def decode(data: bytes, format_name: str) -> Samples:
             _drain(resampler, frame, out)
     _drain(resampler, None, out)
     return np.concatenate(out) if out else np.zeros(0, np.float32)
+
+
+def encode(pcm: bytes, fmt: AudioFormat) -> bytes:
+    """A whole reply's PCM through the gateway's encoder for `fmt`, as one response body."""
+    from gateway.encoders import create_encoder
+
+    encoder = create_encoder(fmt)
+    return b"".join([*encoder.push(pcm), *encoder.flush()])
+
+
+def round_trip(pcm: bytes, fmt: AudioFormat) -> Samples:
+    """What a listener's player hears of `pcm` sent in `fmt`: encoded, decoded, at 16 kHz."""
+    return decode(encode(pcm, fmt), fmt.name)
 
 
 class MosJudge:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from gateway.encoders import create_encoder
 from kokoro_contract.formats import FORMATS
 from quality import corpus, judges
 from quality.baseline import Baseline
@@ -54,8 +53,7 @@ def test_each_format_within_015_mos_of_pcm(
     mos: judges.MosJudge, reply_pcm: bytes, name: str
 ) -> None:
     reference = mos.score(judges.decode(reply_pcm, "pcm"))
-    encoder = create_encoder(FORMATS[name])
-    decoded = judges.decode(b"".join([*encoder.push(reply_pcm), *encoder.flush()]), name)
+    decoded = judges.round_trip(reply_pcm, FORMATS[name])
     assert abs(len(decoded) / judges.JUDGE_RATE - len(reply_pcm) / 48_000) < 0.2
     score = mos.score(decoded)
     assert score >= reference - FORMAT_MOS_MARGIN, (name, score, reference)
