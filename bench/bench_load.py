@@ -196,6 +196,8 @@ def stack(model_flags: list[str], gateway_flags: list[str]) -> Iterator[Stack]:
                     model_url,
                     "--log-level",
                     "warning",
+                    "--internal-port",
+                    "0",  # no /metrics listener: it would take 9101 from a `make dev`
                     *gateway_flags,
                 ],
                 env=env,

@@ -1,4 +1,5 @@
-"""The gateway's app factory."""
+"""The gateway's app factories: the public app (browsers, SDKs) and the internal one
+(`/metrics`, detailed readiness), which share one `GatewayService`."""
 
 from __future__ import annotations
 
@@ -10,17 +11,38 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.staticfiles import StaticFiles
 
+from gateway.access import LOCAL_ORIGIN, LOOPBACK_HOSTS, AccessPolicy, is_loopback
+from gateway.access_middleware import AccessMiddleware
 from gateway.config import Settings
-from gateway.routes import health, openai_speech, pages, speak_sse, speak_ws
-from gateway.routes.common import LOCAL_ORIGIN
+from gateway.routes import health, openai_speech, pages, speak_sse, speak_ws, tokens
 from gateway.service import GatewayService
 from kokoro_contract.http_errors import install_error_handlers
 
 
+def access_policy(settings: Settings, service: GatewayService) -> AccessPolicy:
+    """Refuses (ValueError) to serve anonymously beyond loopback unless told to."""
+    loopback = is_loopback(settings.host)
+    if service.keys is None and not loopback and not settings.allow_anonymous:
+        raise ValueError(
+            f"listening on {settings.host} (beyond loopback) without API keys: give "
+            "--api-keys-file or GATEWAY_API_KEYS, or say --allow-anonymous"
+        )
+    hosts = settings.hosts or (sorted(LOOPBACK_HOSTS) if loopback else [])
+    return AccessPolicy(
+        keys=service.keys,
+        origins=frozenset(settings.origins),
+        local_origins=loopback,
+        hosts=frozenset(hosts),
+        max_body_bytes=settings.max_body_bytes,
+    )
+
+
 def create_app(settings: Settings | None = None, sagemaker_http2_transport: Any = None) -> FastAPI:
-    """`sagemaker_http2_transport` replaces the HTTP/2 SDK's CRT client (tests, emulators)."""
+    """`sagemaker_http2_transport` replaces the HTTP/2 SDK's CRT client (tests, emulators).
+    `app.state.internal` is the internal app; `gateway.cli` serves it on its own port."""
     settings = settings or Settings()
     service = GatewayService(settings, sagemaker_http2_transport)
+    policy = access_policy(settings, service)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -32,17 +54,33 @@ def create_app(settings: Settings | None = None, sagemaker_http2_transport: Any 
 
     app = FastAPI(title="Kokoro voice gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.service = service
+    app.state.internal = create_internal_app(service)
+
+    def denied(code: str) -> None:
+        service.metrics.errors.labels(code).inc()
+
     app.add_middleware(
+        AccessMiddleware, policy=policy, on_denied=denied, clock=lambda: service.wall_clock()
+    )
+    app.add_middleware(  # outermost: answers preflights, and adds CORS headers to refusals
         CORSMiddleware,
         allow_origins=settings.origins,
-        allow_origin_regex=LOCAL_ORIGIN.pattern,
+        allow_origin_regex=LOCAL_ORIGIN.pattern if policy.local_origins else None,
         allow_methods=["GET", "POST"],
-        allow_headers=["*"],
-        expose_headers=["X-Utterance-Id"],
+        allow_headers=["Authorization", "Content-Type"],
+        expose_headers=["X-Utterance-Id", "Retry-After"],
     )
-    for module in (speak_sse, speak_ws, openai_speech, health, pages):
+    for module in (speak_sse, speak_ws, openai_speech, tokens, health, pages):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=pages.STATIC_DIR), name="static")
+    install_error_handlers(app, denied)
+    return app
 
-    install_error_handlers(app, lambda code: service.metrics.errors.labels(code).inc())
+
+def create_internal_app(service: GatewayService) -> FastAPI:
+    """For operators, never browsers: `/metrics`, `/readyz` with details, `/healthz`."""
+    app = FastAPI(title="Kokoro voice gateway (internal)", docs_url=None, redoc_url=None)
+    app.state.service = service
+    app.include_router(health.internal)
+    install_error_handlers(app)
     return app

@@ -147,10 +147,11 @@ class IncrementalSentenceChunker:
 
     def flush(self) -> list[str]:
         rest, self._buf, self._scan = self._buf.strip(), "", 0
-        if not rest:
-            return []
-        self.chunks_emitted += 1
-        return [rest]
+        limit = self.config.max_chars
+        out = [rest[i : i + limit].strip() for i in range(0, len(rest), limit)]
+        out = [chunk for chunk in out if chunk]
+        self.chunks_emitted += len(out)
+        return out
 
     # --- decisions ------------------------------------------------------------------------
 
@@ -169,6 +170,8 @@ class IncrementalSentenceChunker:
 
     def _decide(self, i: int) -> int:
         buf, cfg, c = self._buf, self.config, self._buf[i]
+        if i >= cfg.max_chars and len(buf[:i].strip()) >= cfg.max_chars:
+            return i  # no word boundary in max_chars (a URL, a hash, junk): cut anyway
         first = self.chunks_emitted == 0
         if c == "\n":
             return i + 1 if buf[:i].strip() else _NO

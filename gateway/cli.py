@@ -1,14 +1,69 @@
-"""`gateway`: the browser-facing service."""
+"""`gateway`: the browser-facing service, and its internal listener beside it."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-from collections.abc import Sequence
+import sys
+from collections.abc import Generator, Sequence
+from typing import Any
 
 import uvicorn
+from fastapi import FastAPI
 
 from gateway.app import create_app
-from gateway.config import parse_settings
+from gateway.config import Settings, parse_settings
+
+
+def server_options(settings: Settings) -> dict[str, Any]:
+    """uvicorn's options for the public listener (the tests serve with the same ones)."""
+    return {
+        "ws": "websockets-sansio",
+        "ws_max_size": settings.max_message_bytes,  # larger messages: closed with 1009
+        "access_log": False,  # `gateway.access` logs requests without query strings
+        "log_level": settings.log_level,
+    }
+
+
+class InternalServer(uvicorn.Server):
+    """The internal listener: the public server alone takes the process's signals, and this
+    one stops when it does."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None]:
+        yield
+
+
+async def serve(app: FastAPI, settings: Settings) -> None:
+    public = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host=settings.host,
+            port=settings.port,
+            timeout_graceful_shutdown=10,
+            **server_options(settings),
+        )
+    )
+    if not settings.internal_port:
+        await public.serve()
+        return
+    internal = InternalServer(
+        uvicorn.Config(
+            app.state.internal,
+            host=settings.internal_host,
+            port=settings.internal_port,
+            lifespan="off",
+            access_log=False,
+            log_level=settings.log_level,
+        )
+    )
+    serving = asyncio.create_task(internal.serve())
+    try:
+        await public.serve()
+    finally:
+        internal.should_exit = True
+        await serving
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -16,16 +71,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    print(f"gateway: listening on http://{settings.host}:{settings.port}", flush=True)
     try:
-        app = create_app(settings)
-    except ValueError as exc:  # a setting that cannot work: say which, no traceback
-        raise SystemExit(f"gateway: {exc}") from exc
-    uvicorn.run(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level,
-        ws="websockets-sansio",
-        timeout_graceful_shutdown=10,
-    )
+        app = create_app(settings)  # a setting that cannot work: say which, no traceback
+    except ValueError as exc:
+        print(f"gateway: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from exc
+    print(f"gateway: listening on http://{settings.host}:{settings.port}", flush=True)
+    if settings.internal_port:
+        where = f"http://{settings.internal_host}:{settings.internal_port}"
+        print(f"gateway: /metrics and /readyz details on {where}", flush=True)
+    asyncio.run(serve(app, settings))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kokoro_contract import limits
@@ -35,7 +35,24 @@ class Settings:
     )
     default_voice: str = ""  # empty: the model server's default
     max_text_chars: int = limits.MAX_TEXT_CHARS
-    allowed_origins: str = ""  # comma-separated; localhost and same-origin always allowed
+    api_keys_file: str = ""  # one key per line, `name:key` or a bare key
+    api_keys: str = ""  # the same, comma-separated (GATEWAY_API_KEYS)
+    allow_anonymous: bool = False  # serve without keys beyond loopback
+    token_ttl_s: int = 900
+    allowed_origins: str = ""  # comma-separated; same-origin always allowed
+    allowed_hosts: str = ""  # comma-separated Host names; empty: loopback names on loopback
+    max_body_bytes: int = 65_536
+    max_message_bytes: int = 65_536
+    max_sessions: int = 256
+    max_sessions_per_client: int = 8
+    replies_per_minute: int = 60  # per client; 0: no limit
+    llm_tokens_per_minute: int = 20_000  # per client; 0: no limit
+    idle_timeout_s: float = 60.0
+    max_reply_s: float = 300.0
+    send_timeout_s: float = 10.0
+    max_history_chars: int = 8_000
+    internal_host: str = "127.0.0.1"
+    internal_port: int = 9101  # /metrics and detailed readiness; 0: none
     chunk_plan: str = "playback"  # playback: chunks sized to the listener's buffer; sentences
     first_min_words: int = 4
     first_max_words: int = 8
@@ -47,7 +64,15 @@ class Settings:
 
     @property
     def origins(self) -> list[str]:
-        return [o.strip().rstrip("/") for o in self.allowed_origins.split(",") if o.strip()]
+        return _items(self.allowed_origins, lambda o: o.rstrip("/"))
+
+    @property
+    def hosts(self) -> list[str]:
+        return _items(self.allowed_hosts, str.lower)
+
+
+def _items(value: str, clean: Callable[[str], str]) -> list[str]:
+    return [clean(item.strip()) for item in value.split(",") if item.strip()]
 
 
 _HELP = {
@@ -61,15 +86,39 @@ _HELP = {
     "openai_api_key": "API key for --llm openai (if the server needs one)",
     "bedrock_model_id": "Bedrock model for --llm bedrock (ConverseStream)",
     "aws_region": "AWS region (empty: the SDK's default chain)",
-    "max_tokens": "LLM answer length limit (Bedrock inferenceConfig.maxTokens)",
-    "temperature": "LLM sampling temperature (Bedrock)",
+    "max_tokens": "LLM answer length limit, sent to every LLM (max_tokens, Bedrock maxTokens)",
+    "temperature": "LLM sampling temperature",
     "system_prompt": "system prompt for the LLM",
     "tts_transport": "model-server (WebSocket + POST) or sagemaker (bidi + response stream)",
     "sagemaker_endpoint": "SageMaker endpoint running the model server (--tts-transport sagemaker)",
     "sagemaker_http2_endpoint_uri": "override for the HTTP/2 bidi client (default: region's :8443)",
     "default_voice": "voice when a request names none (empty: the model server's default)",
     "max_text_chars": "longest text or prompt accepted",
-    "allowed_origins": "extra browser origins allowed (CORS and WebSocket Origin)",
+    "api_keys_file": "file of API keys, one per line: name:key, or a bare key; with keys, "
+    "every /v1 route needs 'Authorization: Bearer <key>' or a token from POST /v1/tokens",
+    "api_keys": "API keys, comma-separated name:key or bare keys (use the environment: flags "
+    "show in ps)",
+    "allow_anonymous": "serve without API keys while listening beyond loopback (without keys "
+    "and this, a gateway that listens beyond loopback refuses to start)",
+    "token_ttl_s": "lifetime of tokens minted by POST /v1/tokens",
+    "allowed_origins": "browser origins allowed besides the gateway's own page (CORS, Origin "
+    "of every /v1 route and the WebSocket); localhost origins too while listening on loopback",
+    "allowed_hosts": "Host header names served (empty: any; on loopback: loopback names)",
+    "max_body_bytes": "largest request body (413 body_too_large)",
+    "max_message_bytes": "largest WebSocket message (larger: closed with 1009)",
+    "max_sessions": "sessions open at once (WebSockets and HTTP replies; 503 overloaded)",
+    "max_sessions_per_client": "sessions open at once per API key, or per address when "
+    "anonymous (429 too_many_sessions)",
+    "replies_per_minute": "replies per minute per client (429 rate_limited; 0: no limit)",
+    "llm_tokens_per_minute": "LLM answer tokens per minute per client (429 rate_limited; "
+    "0: no limit)",
+    "idle_timeout_s": "a WebSocket with no reply playing and no message for this long is closed",
+    "max_reply_s": "longest reply; a longer one ends with error reply_too_long",
+    "send_timeout_s": "a client that takes longer than this to take one message is dropped",
+    "max_history_chars": "conversation history kept per WebSocket for LLM prompts (oldest "
+    "turns dropped first)",
+    "internal_host": "interface of the internal listener (/metrics, detailed /readyz)",
+    "internal_port": "port of the internal listener (0: none)",
     "chunk_plan": "playback: the first chunk early, later chunks as large as the listener's "
     "buffer allows, each with a deadline; sentences: every sentence as it is final (the plan "
     "before deadlines)",

@@ -34,6 +34,11 @@ class GatewayMetrics:
             ["code"],
             registry=self.registry,
         )
+        self.sessions = Gauge(
+            "gateway_open_sessions",
+            "Sessions counted against --max-sessions: WebSockets and HTTP replies",
+            registry=self.registry,
+        )
         self.replies = Counter(
             "gateway_replies_total", "Replies started", ["mode", "format"], registry=self.registry
         )

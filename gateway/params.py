@@ -32,8 +32,8 @@ class SpeakParams(BaseModel):
     format: str = "mp3"
     voice: str | None = None
     speed: float = _speed()
-    echo_tps: float = Field(0.0, ge=0.0, le=1000.0)
-    echo_first_ms: float = Field(0.0, ge=0.0, le=60_000.0)
+    echo_tps: float = Field(0.0, ge=0.0, le=1000.0)  # 0: unpaced; else at least 1 token/s
+    echo_first_ms: float = Field(0.0, ge=0.0, le=10_000.0)
     utterance_id: str | None = Field(
         None,
         min_length=1,
@@ -45,6 +45,13 @@ class SpeakParams(BaseModel):
     @classmethod
     def _browser_format(cls, value: str) -> str:
         return formats.lookup(value, formats.BROWSER_FORMATS).name
+
+    @field_validator("echo_tps")
+    @classmethod
+    def _pace(cls, value: float) -> float:
+        if 0 < value < 1:  # a reply that would hold its session for hours
+            raise ValueError("echo_tps is 0 (unpaced) or 1-1000 tokens per second")
+        return value
 
     @model_validator(mode="after")
     def _one_input(self) -> SpeakParams:

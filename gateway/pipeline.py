@@ -98,8 +98,10 @@ class Reply:
         out: asyncio.Queue[Event | None],
         chunker: ChunkerConfig | None = None,
         plan: Callable[[], ChunkPlan] | None = None,
+        max_s: float | None = None,
     ) -> None:
-        """`plan` makes the reply's playback plan; without one, `chunker` cuts sentences."""
+        """`plan` makes the reply's playback plan; without one, `chunker` cuts sentences.
+        A reply still running after `max_s` seconds ends with `reply_too_long`."""
         self.spec = spec
         self.source = source
         self.encoder = encoder
@@ -112,6 +114,7 @@ class Reply:
         self._text_seq = 0
         self._audio_seq = 0
         self.error: ErrorEvent | None = None
+        self.max_s = max_s
 
     async def run(self) -> None:
         """Emit the whole reply, ending with `agent_end` and None; errors become an `error`
@@ -123,12 +126,22 @@ class Reply:
                 spec.format.name, spec.format.mime, spec.voice or "default", SAMPLE_RATE
             )
         )
+        limit = asyncio.timeout(self.max_s)
         try:
-            if spec.mode is Mode.BIDI:
-                await self._bidi()
-            else:
-                await self._batch()
+            async with limit:
+                if spec.mode is Mode.BIDI:
+                    await self._bidi()
+                else:
+                    await self._batch()
             await self._emit_audio(self.encoder.flush())
+        except* TimeoutError as group:
+            if limit.expired():
+                self.error = ErrorEvent(
+                    "reply_too_long", f"the reply ran past its limit of {self.max_s:.0f} s"
+                )
+            else:  # not the reply's own limit: the edges raise their own errors, so a bug
+                log.error("reply %s failed", spec.utterance_id, exc_info=group)
+                self.error = ErrorEvent("internal_error", "the reply failed on the server")
         except* GatewayError as group:
             exc = first_leaf(group)
             assert isinstance(exc, GatewayError)

@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
+import time
 import weakref
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
 from gateway.admission import Refusal
 from gateway.aio import cancel_and_wait
+from gateway.auth import Client, KeyRing
 from gateway.chunk_plan import ChunkPlan, PlanConfig, SpeechRate
 from gateway.chunker import ChunkerConfig
 from gateway.config import Settings
@@ -23,6 +27,7 @@ from gateway.events import Event
 from gateway.metrics import GatewayMetrics
 from gateway.params import SpeakParams
 from gateway.pipeline import Reply, ReplySpec
+from gateway.quotas import Lease, PerMinute, Sessions
 from gateway.sources.base import TextSource
 from gateway.sources.bedrock import BedrockOptions, BedrockSource
 from gateway.sources.echo import EchoSource
@@ -35,6 +40,28 @@ from gateway.transports.sagemaker_stream import SageMakerStreamTransport
 from kokoro_contract import limits
 from kokoro_contract.formats import AudioFormat
 from kokoro_contract.speed import SpeedModel
+
+
+def load_keys(settings: Settings) -> KeyRing | None:
+    """The API keys from `--api-keys-file` and `--api-keys` together; None when neither."""
+    lines = [k for k in settings.api_keys.split(",") if k.strip()]
+    if settings.api_keys_file:
+        try:
+            with open(settings.api_keys_file, encoding="utf-8") as f:
+                lines += f.read().splitlines()
+        except OSError as exc:
+            raise ValueError(f"cannot read --api-keys-file: {exc.strerror}") from exc
+        if not any(line.strip() and not line.lstrip().startswith("#") for line in lines):
+            raise ValueError(f"--api-keys-file {settings.api_keys_file} holds no key")
+    return KeyRing.parse(lines) if lines else None
+
+
+@dataclass
+class _Held:
+    """What a reply holds until it ends (never the reply itself: it is a weak key)."""
+
+    llm_client: str | None  # charged for the answer's tokens
+    releases: list[Callable[[], None]] = field(default_factory=list)
 
 
 class GatewayService:
@@ -61,6 +88,15 @@ class GatewayService:
             urls = [u.strip() for u in settings.model_server_url.split(",") if u.strip()]
             self.pool = ModelServerPool(urls, self.client)
         self.metrics = GatewayMetrics()
+        self.keys = load_keys(settings)
+        self.wall_clock: Callable[[], float] = time.time  # token expiry
+        self.sessions = Sessions(settings.max_sessions, settings.max_sessions_per_client)
+        self.metrics.sessions.set_function(lambda: self.sessions.total)
+        self.reply_rate = PerMinute(settings.replies_per_minute, "replies")
+        self.token_rate = PerMinute(settings.llm_tokens_per_minute, "LLM tokens")
+        self.clock: Callable[[], float] = time.monotonic
+        # what a reply holds until it ends: its session, its place on a model server
+        self._held: weakref.WeakKeyDictionary[Reply, _Held] = weakref.WeakKeyDictionary()
         self._exits = contextlib.AsyncExitStack()
         self._bedrock: Any = None  # an aioboto3 bedrock-runtime client, for --llm bedrock
         self.chunker = ChunkerConfig(
@@ -125,9 +161,25 @@ class GatewayService:
             return await chosen.transport.voices()
         return {"default": self.settings.default_voice, "voices": []}
 
-    async def admit(self) -> tuple[BidiTransport, BatchTransport]:
+    def open_session(self, client: Client) -> Lease:
+        """A session (a WebSocket, or one HTTP reply) for `client`; raises `Overloaded` (the
+        gateway is full) or `TooManySessions` (this client has its share)."""
+        return self.sessions.open(client.name)
+
+    def check_rates(self, client: Client, prompt: bool) -> None:
+        """Raises `RateLimited` when `client` has used its replies (or, for a prompt, its LLM
+        tokens) of the last minute; counts the reply otherwise."""
+        now = self.clock()
+        self.reply_rate.check(client.name, now)
+        if prompt:
+            self.token_rate.check(client.name, now)
+        self.reply_rate.charge(client.name, 1, now)
+
+    async def admit(self, client: Client, prompt: bool) -> tuple[BidiTransport, BatchTransport]:
         """The transports for a new reply, on the model server that should take it; raises
-        `Overloaded` when none can serve it in time (before anything is streamed)."""
+        `RateLimited` when the client has had its share, `Overloaded` when no model server can
+        serve it in time (before anything is streamed)."""
+        self.check_rates(client, prompt)
         if self.pool is None:
             return self.bidi, self.batch  # SageMaker routes and scales by itself
         budget = self.settings.first_audio_budget_s if self.settings.admission else None
@@ -175,6 +227,8 @@ class GatewayService:
                 self.settings.openai_model,
                 messages,
                 self.settings.openai_api_key,
+                max_tokens=self.settings.max_tokens,
+                temperature=self.settings.temperature,
             )
         return None
 
@@ -185,11 +239,14 @@ class GatewayService:
         out: asyncio.Queue[Event | None],
         *,
         transports: tuple[BidiTransport, BatchTransport],
+        client: Client,
+        lease: Lease | None = None,
         utterance_id: str | None = None,
         audio_format: AudioFormat | None = None,
     ) -> Reply:
-        """A reply to `params` over the `transports` that `admit()` gave; `audio_format`
-        overrides the browser format they name (the OpenAI route's formats)."""
+        """A reply to `params` over the `transports` that `admit()` gave, for `client`, holding
+        `lease` (its HTTP session) until it ends; `audio_format` overrides the browser format
+        they name (the OpenAI route's formats)."""
         spec = ReplySpec(
             utterance_id=utterance_id or params.utterance_id or new_utterance_id(),
             mode=params.mode,
@@ -206,11 +263,29 @@ class GatewayService:
 
         encoder = create_encoder(spec.format)
         bidi, batch = transports
-        reply = Reply(spec, source, encoder, bidi, batch, out, self.chunker, plan)
+        reply = Reply(
+            spec, source, encoder, bidi, batch, out, self.chunker, plan, self.settings.max_reply_s
+        )
+        held = _Held(client.name if params.prompt is not None else None)
+        if lease is not None:
+            held.releases.append(lease.release)
         if isinstance(bidi, PooledTransport):
-            # released when the reply ends (running), or if it never runs (its client left first)
-            weakref.finalize(reply, bidi.release)
+            held.releases.append(bidi.release)
+        self._held[reply] = held
+        for release in held.releases:  # released when the reply ends (running), or if it
+            weakref.finalize(reply, release)  # never runs (its client left first)
         return reply
+
+    def _release(self, reply: Reply) -> None:
+        held = self._held.pop(reply, None)
+        if held is None:
+            return
+        for release in held.releases:
+            release()
+        if held.llm_client is not None:
+            # an LLM answer's tokens, estimated as 4 characters each (no usage reaches here)
+            tokens = math.ceil(reply.metrics.text_chars / 4)
+            self.token_rate.charge(held.llm_client, tokens, self.clock())
 
     def record(self, reply: Reply) -> None:
         if reply.metrics.ttfa_ms is not None:
@@ -231,7 +306,6 @@ class GatewayService:
             try:
                 await cancel_and_wait(task)
             finally:
-                if isinstance(reply.bidi, PooledTransport):
-                    reply.bidi.release()
+                self._release(reply)
                 self.metrics.active.labels(transport).dec()
                 self.record(reply)

@@ -6,7 +6,9 @@ One utterance at a time per connection: `speak` while one is still playing is re
 (`text` deltas, then `flush`); text with no such utterance open is refused
 (`no_open_utterance`). `cancel` stops the running utterance and is answered with `cancelled`
 once it has stopped. Conversation history (for LLM prompts) keeps each prompt with the text of
-its reply once the reply has ended; a cancelled reply is not kept.
+its reply once the reply has ended; a cancelled, failed or empty reply is not kept, and the
+oldest turns go once the history passes `max_history_chars`. Client text past `max_text_chars`
+per utterance is refused (`text_too_long`); the utterance keeps what came before.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from gateway.speak_protocol import (
     cancelled_frame,
     error_frame,
 )
+from kokoro_contract import limits
 from kokoro_contract.errors import ServiceError
 
 Turn = dict[str, str]  # {"role", "content"}, as LLM chat APIs take them
@@ -90,11 +93,19 @@ class _Utterance:
     utterance_id: str
     prompt: str | None
     text_open: bool
+    text_chars: int = 0
 
 
 class SpeakSession:
-    def __init__(self, new_id: Callable[[], str] = new_utterance_id) -> None:
+    def __init__(
+        self,
+        new_id: Callable[[], str] = new_utterance_id,
+        max_text_chars: int = limits.MAX_TEXT_CHARS,
+        max_history_chars: int = 8_000,
+    ) -> None:
         self._new_id = new_id
+        self.max_text_chars = max_text_chars
+        self.max_history_chars = max_history_chars
         self._current: _Utterance | None = None
         self.history: list[Turn] = []
         self.closed = False
@@ -115,7 +126,7 @@ class SpeakSession:
             case Speak(params=params):
                 return self._speak(params)
             case Text(delta=delta):
-                return self._open_text(lambda: [FeedText(delta)])
+                return self._open_text(lambda: self._feed(delta))
             case Flush():
                 return self._open_text(self._flush)
             case Cancel():
@@ -147,6 +158,19 @@ class SpeakSession:
             return [SendError(error)]
         return then()
 
+    def _feed(self, delta: str) -> list[Action]:
+        current = self._current
+        assert current is not None
+        if current.text_chars + len(delta) > self.max_text_chars:
+            error = BadRequest(
+                f"an utterance's text is limited to {self.max_text_chars} characters; this "
+                f"delta was dropped (flush or cancel)",
+                code="text_too_long",
+            )
+            return [SendError(error, current.utterance_id)]
+        current.text_chars += len(delta)
+        return [FeedText(delta)]
+
     def _flush(self) -> list[Action]:
         assert self._current is not None
         self._current.text_open = False
@@ -168,7 +192,15 @@ class SpeakSession:
                 {"role": "user", "content": current.prompt},
                 {"role": "assistant", "content": spoken},
             ]
+            self._trim_history()
         return []
+
+    def _trim_history(self) -> None:
+        """Drop the oldest exchanges (prompt and answer together) past the size limit."""
+        while self.history and sum(len(t["content"]) for t in self.history) > (
+            self.max_history_chars
+        ):
+            del self.history[:2]
 
     def utterance_cancelled(self, utterance_id: str) -> list[Action]:
         self._end(utterance_id)

@@ -1,5 +1,6 @@
 """Sending on a server-side WebSocket from several tasks: one frame at a time, and a client
-that has gone away becomes one exception, `ClientGone`."""
+that has gone away, or takes longer than `timeout_s` to take one frame (it stopped reading: its
+socket buffers are full), becomes one exception, `ClientGone`."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ class ClientGone(Exception):
 
 
 class WebSocketSender:
-    def __init__(self, ws: WebSocket) -> None:
+    def __init__(self, ws: WebSocket, timeout_s: float | None = None) -> None:
         self.ws = ws
+        self.timeout_s = timeout_s
         self._lock = asyncio.Lock()
 
     async def send(self, data: str | bytes) -> None:
@@ -22,9 +24,12 @@ class WebSocketSender:
             if self.ws.application_state is not WebSocketState.CONNECTED:
                 raise ClientGone()
             try:
-                if isinstance(data, bytes):
-                    await self.ws.send_bytes(data)
-                else:
-                    await self.ws.send_text(data)
+                async with asyncio.timeout(self.timeout_s):
+                    if isinstance(data, bytes):
+                        await self.ws.send_bytes(data)
+                    else:
+                        await self.ws.send_text(data)
+            except TimeoutError as exc:
+                raise ClientGone(f"the client took no frame for {self.timeout_s} s") from exc
             except (WebSocketDisconnect, RuntimeError, OSError) as exc:
                 raise ClientGone() from exc

@@ -11,6 +11,7 @@ import shutil
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
 import pytest
 import pytest_asyncio
 from playwright.async_api import Browser, ConsoleMessage, Page, async_playwright
@@ -184,6 +185,34 @@ async def test_finished_eventsource_reply_is_not_replayed(
     assert len(requests) == 1
     assert console.errors == []
     await page.close()
+
+
+async def test_a_page_speaks_through_a_keyed_gateway_with_a_token(
+    browser: Browser, fake_server: RunningServer
+) -> None:
+    """The page's backend minted the token (here: the test, with the key); speak.js carries it
+    on each transport: ?token= for EventSource and WebSocket, a Bearer header for fetch."""
+    key = "page-backend-key-0123456789"
+    settings = GatewaySettings(model_server_url=fake_server.http_url, api_keys=f"web:{key}")
+    with serve(create_gateway(settings)) as keyed:
+        async with httpx.AsyncClient(base_url=keyed.http_url) as http:
+            minted = await http.post(
+                "/v1/tokens", json={}, headers={"Authorization": f"Bearer {key}"}
+            )
+        token = minted.json()["token"]
+        for transport in ("sse", "sse-fetch", "ws"):
+            page, console = await open_demo(browser, keyed.http_url, f"?token={token}")
+            await speak(page, transport=transport, fmt="pcm", text="Hello there.")
+            await page.wait_for_function(
+                "['done', 'error'].includes(document.querySelector('#metrics').dataset.state)",
+                timeout=60_000,
+            )
+            proof = await played_proof(page)
+            assert (proof["state"], proof["error"]) == ("done", None), transport
+            assert proof["bytes"] > 0
+            assert console.errors == []
+            await page.close()
+        assert await metric(keyed, "gateway_errors_total", code="unauthorized") == 0
 
 
 @pytest.mark.parametrize("transport", ["sse-fetch", "ws"])

@@ -113,6 +113,8 @@ async def test_a_listener_leaving_an_sse_reply_closes_its_model_server_session(
         ({"text": "Hi.", "prompt": "Hi?"}, "invalid_field"),
         ({"text": "Hi.", "colour": "blue"}, "invalid_field"),
         ({"text": "Hi.", "utterance_id": "é"}, "invalid_field"),  # goes into a header
+        ({"text": "Hi.", "echo_tps": "1e-9"}, "invalid_field"),  # hours for one reply
+        ({"text": "Hi.", "echo_first_ms": "60000"}, "invalid_field"),
         ({"text": "x" * 5001}, "text_too_long"),
     ],
 )
@@ -129,7 +131,8 @@ async def test_sse_bad_input(
 
 
 async def test_post_body_must_be_a_json_object(gateway_on_fake: RunningServer) -> None:
-    async with httpx.AsyncClient(base_url=gateway_on_fake.http_url) as http:
+    json = {"Content-Type": "application/json"}
+    async with httpx.AsyncClient(base_url=gateway_on_fake.http_url, headers=json) as http:
         bad = await http.post("/v1/speak", content=b"{nope")
         arr = await http.post("/v1/speak", content=b"[1]")
     assert (bad.status_code, bad.json()["error"]["code"]) == (400, "invalid_json")
@@ -266,6 +269,8 @@ async def test_prompt_streams_from_an_openai_compatible_llm(
     assert request["model"] == "stub-model"
     assert request["messages"][-1] == {"role": "user", "content": "Tell me."}
     assert request["messages"][0]["role"] == "system"
+    settings = gateway_with_llm.app.state.service.settings
+    assert (request["max_tokens"], request["temperature"]) == (512, settings.temperature)
 
 
 async def test_websocket_keeps_conversation_history(

@@ -157,7 +157,7 @@ sys.meta_path.insert(0, Block())
 from fastapi.testclient import TestClient
 from gateway.app import create_app
 from gateway.config import Settings
-with TestClient(create_app(Settings())) as client:
+with TestClient(create_app(Settings()), base_url="http://localhost") as client:
     assert client.get("/healthz").json() == {{"status": "ok"}}
     assert "speak" in client.get("/static/speak.js").text
 print("ok")

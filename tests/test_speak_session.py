@@ -198,6 +198,32 @@ def test_a_failed_or_empty_reply_is_not_a_turn() -> None:
     )
 
 
+def test_history_keeps_the_newest_exchanges_within_its_size() -> None:
+    ids = itertools.count(1)
+    s = SpeakSession(new_id=lambda: f"u{next(ids)}", max_history_chars=30)
+    for n in range(1, 4):
+        s.receive(msg(f'{{"type": "speak", "prompt": "Question {n}?"}}'))  # 12 characters
+        s.utterance_ended(f"u{n}", f"Answer {n}.")  # 9
+    (start,) = s.receive(msg('{"type": "speak", "prompt": "Last?"}'))
+    assert isinstance(start, StartUtterance)
+    assert start.history == (  # 42 characters would pass 30: the oldest exchange went
+        {"role": "user", "content": "Question 3?"},
+        {"role": "assistant", "content": "Answer 3."},
+    )
+
+
+def test_client_text_past_its_limit_is_refused_and_the_rest_kept() -> None:
+    ids = itertools.count(1)
+    s = SpeakSession(new_id=lambda: f"u{next(ids)}", max_text_chars=10)
+    s.receive(msg('{"type": "speak"}'))
+    assert s.receive(msg('{"type": "text", "delta": "123456"}')) == [FeedText("123456")]
+    (refused,) = s.receive(msg('{"type": "text", "delta": "78901"}'))
+    assert isinstance(refused, SendError)
+    assert (refused.error.code, refused.utterance_id) == ("text_too_long", "u1")
+    assert s.receive(msg('{"type": "text", "delta": "7890"}')) == [FeedText("7890")]
+    assert s.receive(msg('{"type": "flush"}')) == [EndText()]
+
+
 def test_a_refused_start_frees_the_session() -> None:
     s = session()
     s.receive(msg('{"type": "speak", "text": "Hi."}'))

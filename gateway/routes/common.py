@@ -1,12 +1,12 @@
 from __future__ import annotations
 
-import re
+from typing import Any
 
-from starlette.requests import HTTPConnection
+import orjson
+from starlette.requests import HTTPConnection, Request
 
+from gateway.errors import BadRequest
 from gateway.service import GatewayService
-
-LOCAL_ORIGIN = re.compile(r"^https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?$")
 
 
 def service_of(conn: HTTPConnection) -> GatewayService:
@@ -14,13 +14,12 @@ def service_of(conn: HTTPConnection) -> GatewayService:
     return service
 
 
-def origin_allowed(conn: HTTPConnection, allowed: list[str]) -> bool:
-    """Browsers always send Origin on WebSockets; tools usually send none."""
-    origin = conn.headers.get("origin")
-    if origin is None:
-        return True
-    origin = origin.rstrip("/")
-    if origin in allowed or LOCAL_ORIGIN.match(origin):
-        return True
-    host = conn.headers.get("host", "")
-    return origin.split("://", 1)[-1] == host  # same origin
+async def json_body(request: Request) -> dict[str, Any]:
+    """The body as a JSON object (its type and size were checked by `access`)."""
+    try:
+        body = orjson.loads(await request.body())
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(f"body is not JSON: {exc}", code="invalid_json") from exc
+    if not isinstance(body, dict):
+        raise BadRequest("body must be a JSON object", code="not_an_object")
+    return body

@@ -10,13 +10,13 @@ from typing import Any
 
 import orjson
 from fastapi import APIRouter, Request, Response
-from fastapi.responses import StreamingResponse
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette import ServerSentEvent
 
-from gateway.errors import GatewayError
+from gateway.access_middleware import client_of
 from gateway.events import AgentEnd, AudioChunk, ErrorEvent, Event
 from gateway.params import Mode, OpenAISpeechParams, SpeakParams, parse
-from gateway.routes.common import service_of
+from gateway.routes.common import json_body, service_of
+from gateway.routes.responses import ReplyEventSource, TimedStreamingResponse
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -33,20 +33,25 @@ def _sse(body: dict[str, Any]) -> ServerSentEvent:
 @router.post("/v1/audio/speech")
 async def speech(request: Request) -> Response:
     service = service_of(request)
-    try:
-        body = orjson.loads(await request.body())
-    except orjson.JSONDecodeError as exc:
-        raise GatewayError(f"body is not JSON: {exc}", code="invalid_json", status=400) from exc
-    params = parse(OpenAISpeechParams, body)
+    params = parse(OpenAISpeechParams, await json_body(request))
     # OpenAI's voice names speak with the default voice; any model-server voice by its name
     voice = None if params.voice in OPENAI_VOICES else params.voice
     speak = SpeakParams(text=params.input, mode=Mode.BIDI, voice=voice, speed=params.speed)
     source = service.source_for(speak)
     assert source is not None
-    transports = await service.admit()  # 503 overloaded before anything is streamed
+    client = client_of(request.scope)
+    lease = service.open_session(client)  # 503 overloaded / 429 before anything is streamed
+    try:
+        transports = await service.admit(client, prompt=False)
+    except BaseException:
+        lease.release()
+        raise
     queue: asyncio.Queue[Event | None] = asyncio.Queue(service.settings.queue_size)
     fmt = params.audio_format
-    reply = service.reply(speak, source, queue, audio_format=fmt, transports=transports)
+    reply = service.reply(
+        speak, source, queue, audio_format=fmt, transports=transports, client=client, lease=lease
+    )
+    timeout = service.settings.send_timeout_s
 
     if params.stream_format == "sse":
         words = len(params.input.split())
@@ -64,7 +69,7 @@ async def speech(request: Request) -> Response:
                         usage = {"input_tokens": words, "output_tokens": 0, "total_tokens": words}
                         yield _sse({"type": "speech.audio.done", "usage": usage})
 
-        return EventSourceResponse(sse(), ping=0)
+        return ReplyEventSource(sse(), ping=0, send_timeout=timeout)
 
     async def audio() -> AsyncIterator[bytes]:
         async with service.running(reply, "openai"):
@@ -74,4 +79,4 @@ async def speech(request: Request) -> Response:
                 elif isinstance(event, ErrorEvent):  # headers are sent: end the stream short
                     log.warning("speech %s ended early: %s", reply.spec.utterance_id, event)
 
-    return StreamingResponse(audio(), media_type=fmt.mime)
+    return TimedStreamingResponse(audio(), media_type=fmt.mime, send_timeout=timeout)

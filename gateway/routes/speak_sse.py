@@ -9,12 +9,14 @@ from typing import Any
 
 import orjson
 from fastapi import APIRouter, Request, Response
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette import ServerSentEvent
 
-from gateway.errors import BadRequest, GatewayError
+from gateway.access_middleware import client_of
+from gateway.errors import BadRequest
 from gateway.events import AudioChunk, Event, payload
 from gateway.params import SpeakParams, parse
-from gateway.routes.common import service_of
+from gateway.routes.common import json_body, service_of
+from gateway.routes.responses import ReplyEventSource
 
 router = APIRouter()
 
@@ -34,9 +36,15 @@ async def _speak(request: Request, params: SpeakParams) -> Response:
     source = service.source_for(params)
     if source is None:
         raise BadRequest("give 'text' or 'prompt'", code="missing_text")
-    transports = await service.admit()  # 503 overloaded before anything is streamed
+    client = client_of(request.scope)
+    lease = service.open_session(client)  # 503 overloaded / 429 before anything is streamed
+    try:
+        transports = await service.admit(client, params.prompt is not None)
+    except BaseException:
+        lease.release()
+        raise
     queue: asyncio.Queue[Event | None] = asyncio.Queue(service.settings.queue_size)
-    reply = service.reply(params, source, queue, transports=transports)
+    reply = service.reply(params, source, queue, transports=transports, client=client, lease=lease)
     uid = reply.spec.utterance_id
 
     async def events() -> AsyncIterator[ServerSentEvent]:
@@ -47,21 +55,17 @@ async def _speak(request: Request, params: SpeakParams) -> Response:
                 n += 1
 
     headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no", "X-Utterance-Id": uid}
-    return EventSourceResponse(events(), headers=headers, ping=0)
+    timeout = service.settings.send_timeout_s
+    return ReplyEventSource(events(), headers=headers, ping=0, send_timeout=timeout)
 
 
 @router.get("/v1/speak/sse")
 async def speak_sse(request: Request) -> Response:
     query: dict[str, Any] = dict(request.query_params)
+    query.pop("token", None)  # credentials, checked by `access`
     return await _speak(request, parse(SpeakParams, query))
 
 
 @router.post("/v1/speak")
 async def speak_post(request: Request) -> Response:
-    try:
-        body = orjson.loads(await request.body())
-    except orjson.JSONDecodeError as exc:
-        raise GatewayError(f"body is not JSON: {exc}", code="invalid_json", status=400) from exc
-    if not isinstance(body, dict):
-        raise BadRequest("body must be a JSON object", code="not_an_object")
-    return await _speak(request, parse(SpeakParams, body))
+    return await _speak(request, parse(SpeakParams, await json_body(request)))

@@ -1,7 +1,9 @@
 """`WS /v1/speak/ws`: the I/O around `SpeakSession` (rules) and `speak_protocol` (wire format).
 
 Messages are read while an utterance plays, so a `cancel` (barge-in) takes effect at once: the
-source stops, queued chunks are dropped and the model server cancels its synthesis.
+source stops, queued chunks are dropped and the model server cancels its synthesis. A
+connection with no reply playing and no message for `--idle-timeout-s` gets `idle_timeout` and
+is closed; a client that takes longer than `--send-timeout-s` to take a frame is dropped.
 """
 
 from __future__ import annotations
@@ -9,13 +11,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from typing import Any
 
 from fastapi import APIRouter, WebSocket
+from fastapi.responses import JSONResponse
 
+from gateway.access_middleware import client_of
 from gateway.aio import cancel_and_wait
+from gateway.auth import Client
+from gateway.errors import GatewayError
 from gateway.events import AgentEnd, AudioChunk, ErrorEvent, Event, TextDelta
 from gateway.pipeline import Reply
-from gateway.routes.common import origin_allowed, service_of
+from gateway.routes.common import service_of
 from gateway.service import GatewayService
 from gateway.sources.client import ClientTextSource
 from gateway.speak_protocol import audio_frame, event_frame, parse_client_message
@@ -30,7 +37,7 @@ from gateway.speak_session import (
     SpeakSession,
     StartUtterance,
 )
-from kokoro_contract.errors import ServiceError
+from kokoro_contract.errors import ServiceError, error_body
 from kokoro_contract.ws_sender import ClientGone, WebSocketSender
 
 log = logging.getLogger(__name__)
@@ -38,28 +45,73 @@ router = APIRouter()
 
 
 class SpeakConnection:
-    def __init__(self, ws: WebSocket, service: GatewayService) -> None:
+    def __init__(self, ws: WebSocket, service: GatewayService, client: Client) -> None:
         self.ws = ws
         self.service = service
-        self.session = SpeakSession()
-        self._sender = WebSocketSender(ws)
+        self.client = client
+        settings = service.settings
+        self.session = SpeakSession(
+            max_text_chars=settings.max_text_chars, max_history_chars=settings.max_history_chars
+        )
+        self._sender = WebSocketSender(ws, settings.send_timeout_s)
         self._task: asyncio.Task[None] | None = None  # the utterance playing now
         self._client_text: ClientTextSource | None = None
 
     async def run(self) -> None:
         self.service.metrics.active.labels("ws").inc()
+        receiving: asyncio.Task[Any] | None = None
         try:
             while not self.session.closed:
-                message = await self.ws.receive()
+                receiving = receiving or asyncio.create_task(self.ws.receive())
+                message = await self._next(receiving)
+                if message is None:
+                    await self._idle_timeout()
+                    return
+                receiving = None
                 if message["type"] == "websocket.disconnect":
                     return
                 await self._apply(self.session.receive(parse_client_message(message.get("text"))))
         except ClientGone:
             return
         finally:
+            if receiving is not None:
+                await cancel_and_wait(receiving)
             if self._task is not None:
                 await cancel_and_wait(self._task)
             self.service.metrics.active.labels("ws").dec()
+
+    def _playing(self) -> bool:
+        """A reply is producing audio (not one waiting for the client's own text)."""
+        waiting_for_text = self._client_text is not None and not self._client_text.ended
+        return self._task is not None and not self._task.done() and not waiting_for_text
+
+    async def _next(self, receiving: asyncio.Task[Any]) -> Any | None:
+        """The next client message, or None once the connection has been idle too long: no
+        message and no reply playing for `idle_timeout_s` (a reply that ends restarts it)."""
+        loop = asyncio.get_running_loop()
+        idle_since = loop.time()
+        while True:
+            waits: set[asyncio.Future[Any]] = {receiving}
+            timeout = None
+            if self._playing():
+                assert self._task is not None
+                waits.add(self._task)
+            else:
+                timeout = max(0.0, idle_since + self.service.settings.idle_timeout_s - loop.time())
+            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            if receiving.done():
+                return receiving.result()
+            if timeout is not None:
+                return None
+            idle_since = loop.time()  # the reply ended: idle from now
+
+    async def _idle_timeout(self) -> None:
+        limit = self.service.settings.idle_timeout_s
+        error = GatewayError(
+            f"no message and no reply for {limit:.0f} s: closing", code="idle_timeout"
+        )
+        await self._apply([SendError(error, self.session.utterance_id)])
+        await self.ws.close(1000, "idle timeout")
 
     async def _apply(self, actions: list[Action]) -> None:
         for action in actions:
@@ -91,7 +143,9 @@ class SpeakConnection:
             await asyncio.wait([self._task])
         try:
             source = self.service.source_for(start.params, start.history)
-            transports = await self.service.admit()  # an `overloaded` frame; the session stays
+            prompt = start.params.prompt is not None
+            # `overloaded` or `rate_limited` frames; the session stays
+            transports = await self.service.admit(self.client, prompt)
         except ServiceError as exc:
             await self._apply(self.session.start_failed(uid, exc))
             return
@@ -100,7 +154,7 @@ class SpeakConnection:
             self._client_text = source = ClientTextSource()
         queue: asyncio.Queue[Event | None] = asyncio.Queue(self.service.settings.queue_size)
         reply = self.service.reply(
-            start.params, source, queue, utterance_id=uid, transports=transports
+            start.params, source, queue, utterance_id=uid, transports=transports, client=self.client
         )
         self._task = asyncio.create_task(self._forward(reply, queue))
 
@@ -128,10 +182,21 @@ class SpeakConnection:
 
 @router.websocket("/v1/speak/ws")
 async def speak_ws(ws: WebSocket) -> None:
+    """Origin and credentials were checked before this runs (`access`); the session caps are
+    checked here, still before the upgrade is accepted."""
     service = service_of(ws)
-    if not origin_allowed(ws, service.settings.origins):
-        await ws.close(1008, "origin not allowed")
+    client = client_of(ws.scope)
+    try:
+        lease = service.open_session(client)
+    except ServiceError as exc:
+        service.metrics.errors.labels(exc.code).inc()
+        headers = {"Retry-After": str(exc.retry_after_s)} if exc.retry_after_s else None
+        body = error_body(exc.code, exc.message, exc.retryable)
+        await ws.send_denial_response(JSONResponse(body, exc.status, headers=headers))
         return
-    await ws.accept()
-    with contextlib.suppress(ClientGone):
-        await SpeakConnection(ws, service).run()
+    try:
+        await ws.accept()
+        with contextlib.suppress(ClientGone):
+            await SpeakConnection(ws, service, client).run()
+    finally:
+        lease.release()

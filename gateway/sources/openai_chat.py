@@ -20,15 +20,20 @@ class OpenAIChatSource:
         model: str,
         messages: Sequence[dict[str, str]],
         api_key: str = "",
+        max_tokens: int = 512,
+        temperature: float | None = None,
     ) -> None:
         self._client = client
         self._url = base_url.rstrip("/") + "/chat/completions"
         self._model = model
         self._messages = list(messages)
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._limits: dict[str, Any] = {"max_tokens": max_tokens}
+        if temperature is not None:
+            self._limits["temperature"] = temperature
 
     async def stream(self) -> AsyncGenerator[str]:
-        body = {"model": self._model, "messages": self._messages, "stream": True}
+        body = {"model": self._model, "messages": self._messages, "stream": True, **self._limits}
         try:
             async with self._client.stream(
                 "POST", self._url, json=body, headers=self._headers

@@ -4,10 +4,12 @@ const $ = (id) => document.getElementById(id);
 const metrics = $("metrics");
 const demo = { speaker: null, stats: null, timeline: { text: [], audio: [], heard: null } };
 window.demo = demo; // for automation
+// a gateway with API keys: open the page as /?token=... (a token from POST /v1/tokens)
+const pageToken = new URLSearchParams(location.search).get("token");
 
 async function loadVoices() {
   try {
-    const r = await fetch("/v1/voices");
+    const r = await fetch("/v1/voices", pageToken ? { headers: { Authorization: `Bearer ${pageToken}` } } : {});
     if (!r.ok) return;
     const body = await r.json();
     for (const v of body.voices) {
@@ -62,7 +64,7 @@ function newSpeaker(transport) {
   if (demo.speaker && demo.speaker.transport === transport) return demo.speaker;
   if (demo.speaker) demo.speaker.close();
   const decoder = new URLSearchParams(location.search).get("decoder") || "auto";
-  const speaker = new Speaker({ transport, decoder });
+  const speaker = new Speaker({ transport, decoder, token: pageToken });
   speaker.addEventListener("state", (e) => setState(e.detail.state));
   speaker.addEventListener("text", (e) => {
     demo.timeline.text.push(e.detail.t);

@@ -7,6 +7,11 @@
 //   const stats = await speaker.speak({ text: "Hello there.", format: "mp3", mode: "bidi" });
 //   speaker.stop();                                           // barge-in
 //
+// A gateway with API keys wants a token: `new Speaker({ token })`, where `token` is a string or
+// an async function that asks the page's own backend for a fresh one (POST /v1/tokens there,
+// with the key; tokens live 15 minutes). It goes in `?token=` for EventSource and WebSocket,
+// which cannot set headers, and in `Authorization: Bearer` for fetch.
+//
 // pcm plays through one AudioWorklet ring buffer; mp3/aac/opus through Media Source
 // Extensions, or, where MSE lacks the type (Firefox has no MP3 in MSE), WebCodecs'
 // AudioDecoder feeding the same worklet. `stats.ttfaMs` is the time to the first sample the
@@ -265,14 +270,19 @@ async function* sseEvents(body, signal) {
 // --- the speaker -----------------------------------------------------------------------------
 
 export class Speaker extends EventTarget {
-  constructor({ baseUrl = "", transport = "sse", decoder = "auto", workletUrl } = {}) {
+  constructor({ baseUrl = "", transport = "sse", decoder = "auto", workletUrl, token = null } = {}) {
     super();
     this.baseUrl = baseUrl || location.origin;
+    this.token = token; // a string, or an async function returning one
     this.transport = transport;
     this.decoder = decoder; // "auto" | "webcodecs" (force the MSE fallback path)
     this.workletUrl = workletUrl || new URL("./pcm-worklet.js", import.meta.url);
     this.ws = null;
     this.current = null;
+  }
+
+  async credential() {
+    return typeof this.token === "function" ? await this.token() : this.token;
   }
 
   emit(type, detail) {
@@ -313,8 +323,8 @@ export class Speaker extends EventTarget {
     const query = { mode: "bidi", ...params, format };
     try {
       if (this.transport === "ws") await this.startWs(reply, query, handle);
-      else if (this.transport === "sse-fetch") this.startFetch(reply, query, handle);
-      else this.startEventSource(reply, query, handle);
+      else if (this.transport === "sse-fetch") this.startFetch(reply, query, handle, await this.credential());
+      else this.startEventSource(reply, { ...query, token: await this.credential() }, handle);
     } catch (err) {
       this.fail(reply, err.message || String(err));
     }
@@ -415,13 +425,15 @@ export class Speaker extends EventTarget {
     };
   }
 
-  startFetch(reply, query, handle) {
+  startFetch(reply, query, handle, token) {
     const controller = new AbortController();
     reply.abort = () => controller.abort();
+    const headers = { "Content-Type": "application/json", Accept: "text/event-stream" };
+    if (token) headers.Authorization = `Bearer ${token}`;
     (async () => {
       const response = await fetch(new URL("/v1/speak", this.baseUrl), {
         method: "POST",
-        headers: { "Content-Type": "application/json", Accept: "text/event-stream" },
+        headers,
         body: JSON.stringify(query),
         signal: controller.signal,
       });
@@ -447,6 +459,8 @@ export class Speaker extends EventTarget {
     if (this.ws && this.ws.readyState === WebSocket.OPEN) return this.ws;
     const url = new URL("/v1/speak/ws", this.baseUrl);
     url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
+    const token = await this.credential();
+    if (token) url.searchParams.set("token", token);
     const ws = new WebSocket(url);
     ws.binaryType = "arraybuffer";
     await new Promise((resolve, reject) => {

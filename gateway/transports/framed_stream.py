@@ -17,6 +17,8 @@ from kokoro_contract.protocol import CancelledMsg, CompleteMsg, ErrorMsg
 
 _INPUT_DONE = object()
 RETRYABLE_CODES = frozenset({"not_ready", "overloaded"})
+INBOX_FRAMES = 32  # frames read ahead of the reply: past this the reader waits, so a client
+# that stops reading stops the model server's stream too (TCP backpressure), not gateway memory
 
 
 class FramedTTSStream:
@@ -34,7 +36,7 @@ class FramedTTSStream:
         self._prefix = uuid.uuid4().hex[:12]
         self._counter = itertools.count()
         self._pending: dict[str, tuple[int, int]] = {}  # request id -> (index, characters)
-        self._inbox: asyncio.Queue[bytes | str | TTSError | object] = asyncio.Queue()
+        self._inbox: asyncio.Queue[bytes | str | TTSError | object] = asyncio.Queue(INBOX_FRAMES)
 
     # --- for the reply ----------------------------------------------------------------------
 

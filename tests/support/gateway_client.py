@@ -82,7 +82,7 @@ def split_audio_frame(frame: bytes) -> tuple[str, bytes]:
 
 async def metric(server: RunningServer, name: str, **labels: str) -> float:
     """One sample of the gateway's Prometheus metrics (0 when it has not been observed)."""
-    async with httpx.AsyncClient(base_url=server.http_url) as http:
+    async with httpx.AsyncClient(base_url=server.internal_url) as http:
         text = (await http.get("/metrics")).text
     for family in text_string_to_metric_families(text):
         for sample in family.samples:

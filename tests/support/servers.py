@@ -8,6 +8,7 @@ import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
@@ -18,6 +19,12 @@ class RunningServer:
     app: FastAPI
     port: int
     server: uvicorn.Server
+    internal_port: int | None = None  # a gateway's internal listener (/metrics)
+
+    @property
+    def internal_url(self) -> str:
+        assert self.internal_port is not None, "not a gateway"
+        return f"http://127.0.0.1:{self.internal_port}"
 
     @property
     def http_url(self) -> str:
@@ -36,26 +43,56 @@ def free_port() -> int:
         return port
 
 
-@contextlib.contextmanager
-def serve(app: FastAPI) -> Iterator[RunningServer]:
-    """Bind first, then serve: connections made before uvicorn is up wait in the backlog, so
-    nobody needs to poll for the port."""
+def _listening() -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     sock.listen(128)
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(
-        app, log_level="warning", ws="websockets-sansio", lifespan="on", timeout_graceful_shutdown=2
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(
-        target=lambda: asyncio.run(server.serve(sockets=[sock])), name=f"uvicorn-{port}"
-    )
+    return sock
+
+
+@contextlib.contextmanager
+def _serving(*apps: tuple[FastAPI, dict[str, Any]]) -> Iterator[list[tuple[uvicorn.Server, int]]]:
+    """Bind first, then serve: connections made before uvicorn is up wait in the backlog, so
+    nobody needs to poll for the port. Several apps share one thread and event loop (as the
+    gateway's two listeners do in `gateway.cli`)."""
+    defaults = {
+        "log_level": "warning",
+        "ws": "websockets-sansio",
+        "lifespan": "on",
+        "timeout_graceful_shutdown": 2,
+    }
+    socks = [_listening() for _ in apps]
+    servers = [uvicorn.Server(uvicorn.Config(app, **{**defaults, **opts})) for app, opts in apps]
+    ports: list[int] = [sock.getsockname()[1] for sock in socks]
+
+    async def run_all() -> None:
+        await asyncio.gather(*(s.serve(sockets=[k]) for s, k in zip(servers, socks, strict=True)))
+
+    thread = threading.Thread(target=lambda: asyncio.run(run_all()), name=f"uvicorn-{ports[0]}")
     thread.start()
     try:
-        yield RunningServer(app, port, server)
+        yield list(zip(servers, ports, strict=True))
     finally:
-        server.should_exit = True
+        for server in servers:
+            server.should_exit = True
         thread.join(timeout=30)
-        sock.close()
+        for sock in socks:
+            sock.close()
+
+
+@contextlib.contextmanager
+def serve(app: FastAPI) -> Iterator[RunningServer]:
+    """A gateway app is served as `gateway` serves it: the public listener with the same
+    uvicorn options, and the internal one (`/metrics`) on a port of its own."""
+    internal = getattr(app.state, "internal", None)
+    if internal is None:
+        with _serving((app, {})) as [(server, port)]:
+            yield RunningServer(app, port, server)
+        return
+    from gateway.cli import server_options
+
+    options = {**server_options(app.state.service.settings), "log_level": "warning"}
+    with _serving((app, options), (internal, {"lifespan": "off"})) as served:
+        [(server, port), (_, internal_port)] = served
+        yield RunningServer(app, port, server, internal_port)

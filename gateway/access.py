@@ -1,0 +1,134 @@
+"""Who may use the gateway, pure: one request's facts in, the client it is or why it is refused.
+
+Checked for every HTTP request and WebSocket upgrade before any route runs:
+- the Host header against the configured names (on loopback without names: loopback names
+  only, so a DNS-rebinding page cannot reach a local gateway), except on the health probes;
+- the Origin of browser requests against `--allowed-origins` (plus the page's own origin, and
+  `localhost` origins while listening on loopback); a browser request from another site that
+  carries no Origin (an `<img>` pointing at `/v1/speak/sse`) is refused by its Sec-Fetch-Site;
+- on `POST /v1/*`, the body's type (JSON only: a cross-site form or `text/plain` post is
+  refused before it can start a paid reply) and its declared size;
+- credentials on `/v1/*`: `Authorization: Bearer <key or token>`, or `?token=` (EventSource
+  and browser WebSockets cannot set headers; keys never go in URLs).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gateway.auth import AuthError, Client, KeyRing, bearer, looks_like_token
+
+LOCAL_ORIGIN = re.compile(r"^https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?$")
+LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
+PROTECTED_PREFIX = "/v1/"
+PROBES = frozenset({"/healthz", "/readyz"})  # answered whatever the Host: they tell nothing
+JSON_TYPES = frozenset({"application/json"})
+CROSS_SITE = frozenset({"cross-site", "same-site"})  # Sec-Fetch-Site values
+
+
+def is_loopback(host: str) -> bool:
+    """Whether listening on `host` reaches only this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class Denial:
+    status: int
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class RequestFacts:
+    method: str  # "WEBSOCKET" for an upgrade
+    path: str
+    headers: Mapping[str, str]  # lower-case names
+    query_token: str | None
+    address: str | None  # the peer's IP address
+
+
+def host_name(host_header: str) -> str:
+    """`example.com:8000` -> `example.com`; `[::1]:8000` -> `[::1]`."""
+    if host_header.startswith("["):
+        return host_header.split("]", 1)[0] + "]"
+    return host_header.rsplit(":", 1)[0] if host_header.count(":") == 1 else host_header
+
+
+@dataclass(frozen=True)
+class AccessPolicy:
+    keys: KeyRing | None  # None: anonymous (loopback, or --allow-anonymous)
+    origins: frozenset[str] = frozenset()
+    local_origins: bool = True  # localhost origins allowed (listening on loopback)
+    hosts: frozenset[str] = frozenset()  # Host names accepted; empty: any
+    max_body_bytes: int = 65_536
+
+    def check(self, request: RequestFacts, now: float) -> Client | Denial:
+        host = request.headers.get("host", "")
+        probe = request.path in PROBES  # kubelets and load balancers ask by address
+        if self.hosts and not probe and host_name(host).lower() not in self.hosts:
+            return Denial(400, "host_not_allowed", "this Host is not served here")
+        if not request.path.startswith(PROTECTED_PREFIX):
+            return Client("anonymous", via="anonymous")
+        origin = request.headers.get("origin")
+        if origin is not None and not self.origin_allowed(origin, host):
+            return Denial(403, "origin_not_allowed", f"origin {origin!r} is not allowed")
+        if origin is None and request.headers.get("sec-fetch-site") in CROSS_SITE:
+            # an <img>, <script> or link from another site: browsers send no Origin for those
+            return Denial(403, "origin_not_allowed", "cross-site requests need an allowed Origin")
+        if request.method == "POST":
+            denial = self._body(request.headers)
+            if denial is not None:
+                return denial
+        return self.client(request, now)
+
+    def origin_allowed(self, origin: str, host: str) -> bool:
+        origin = origin.rstrip("/")
+        if origin in self.origins or (self.local_origins and LOCAL_ORIGIN.match(origin)):
+            return True
+        return origin.split("://", 1)[-1] == host  # the page this gateway served
+
+    def _body(self, headers: Mapping[str, str]) -> Denial | None:
+        media_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        if media_type not in JSON_TYPES:
+            return Denial(415, "unsupported_media_type", "send the body as application/json")
+        length = headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
+            return Denial(
+                413, "body_too_large", f"bodies are limited to {self.max_body_bytes} bytes"
+            )
+        return None
+
+    def client(self, request: RequestFacts, now: float) -> Client | Denial:
+        if self.keys is None:
+            return Client(f"ip:{request.address or 'unknown'}", via="anonymous")
+        try:
+            credential = bearer(request.headers.get("authorization"))
+            if credential is not None:
+                return self._by_credential(credential, now)
+            if request.query_token:
+                return self.keys.by_token(request.query_token, now)
+        except AuthError as exc:
+            return Denial(401, "unauthorized", f"{exc}")
+        return Denial(
+            401,
+            "unauthorized",
+            "this gateway needs credentials: 'Authorization: Bearer <API key>', or "
+            "'?token=' with a token from POST /v1/tokens",
+        )
+
+    def _by_credential(self, credential: str, now: float) -> Client:
+        assert self.keys is not None
+        try:
+            return self.keys.by_key(credential)
+        except AuthError:
+            if not looks_like_token(credential):
+                raise
+        return self.keys.by_token(credential, now)

@@ -1,0 +1,134 @@
+"""API keys and the short-lived tokens minted from them, pure (the clock is a parameter).
+
+Keys come one per line (a file) or comma-separated (an environment variable), each `name:key`
+or a bare key, which is named `key-` + the start of its SHA-256. A token is
+`<payload>.<signature>`, both base64url without padding: the payload is JSON
+`{"sub": key name, "exp": unix seconds}`, the signature HMAC-SHA256 of the payload under a key
+derived from the named key itself. So a token dies with its key (removing a key from the file
+revokes its tokens) and replicas sharing the key file accept each other's tokens without any
+other secret.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import orjson
+
+MIN_KEY_CHARS = 16
+TOKEN_CONTEXT = b"kokoro-gateway token v1"
+
+
+class AuthError(Exception):
+    """Credentials that do not let the request in; the message says why, without secrets."""
+
+
+@dataclass(frozen=True)
+class Client:
+    """Who a request is: a key's name, or an address when anonymous (quotas count per client)."""
+
+    name: str
+    via: str = "key"  # "key", "token" or "anonymous"
+
+    @property
+    def anonymous(self) -> bool:
+        return self.via == "anonymous"
+
+
+def _digest(key: str) -> bytes:
+    return hashlib.sha256(key.encode()).digest()
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+class KeyRing:
+    def __init__(self, entries: Iterable[tuple[str, str]]) -> None:
+        """`entries`: (name, key) pairs; names and keys must be unique."""
+        self._by_digest: dict[bytes, str] = {}
+        self._signing: dict[str, bytes] = {}
+        for name, key in entries:
+            if len(key) < MIN_KEY_CHARS:
+                raise ValueError(f"API key {name!r} is shorter than {MIN_KEY_CHARS} characters")
+            if name in self._signing or _digest(key) in self._by_digest:
+                raise ValueError(f"API key {name!r} is given twice")
+            self._by_digest[_digest(key)] = name
+            self._signing[name] = hmac.new(key.encode(), TOKEN_CONTEXT, hashlib.sha256).digest()
+
+    @classmethod
+    def parse(cls, lines: Iterable[str]) -> KeyRing:
+        """`name:key` or bare keys; blank lines and `#` comments are skipped."""
+        entries = []
+        for raw in lines:
+            line = raw.strip()
+            if not line or line.startswith("#"):
+                continue
+            name, sep, key = line.partition(":")
+            if not sep:
+                name, key = "key-" + _digest(line).hex()[:8], line
+            name, key = name.strip(), key.strip()
+            if not name or not name.isascii() or not name.isprintable() or " " in name:
+                raise ValueError("an API key's name must be printable ASCII without spaces")
+            entries.append((name, key))
+        return cls(entries)
+
+    def __len__(self) -> int:
+        return len(self._signing)
+
+    def names(self) -> list[str]:
+        return sorted(self._signing)
+
+    def by_key(self, key: str) -> Client:
+        name = self._by_digest.get(_digest(key))
+        if name is None:
+            raise AuthError("unknown API key")
+        return Client(name)
+
+    def mint(self, client: Client, now: float, ttl_s: int) -> str:
+        payload = _b64(orjson.dumps({"sub": client.name, "exp": int(now) + ttl_s}))
+        return payload + "." + _b64(self._sign(client.name, payload))
+
+    def by_token(self, token: str, now: float) -> Client:
+        payload, sep, signature = token.partition(".")
+        try:
+            claims = orjson.loads(_unb64(payload)) if sep else None
+            given = _unb64(signature)
+        except (binascii.Error, ValueError):  # orjson.JSONDecodeError is a ValueError
+            claims = None
+        if not isinstance(claims, dict):
+            raise AuthError("malformed token")
+        name, expires = claims.get("sub"), claims.get("exp")
+        if not isinstance(name, str) or not isinstance(expires, int) or name not in self._signing:
+            raise AuthError("invalid token")
+        if not hmac.compare_digest(given, self._sign(name, payload)):
+            raise AuthError("invalid token")
+        if expires <= now:
+            raise AuthError("token expired")
+        return Client(name, via="token")
+
+    def _sign(self, name: str, payload: str) -> bytes:
+        return hmac.new(self._signing[name], payload.encode("ascii"), hashlib.sha256).digest()
+
+
+def looks_like_token(credential: str) -> bool:
+    return "." in credential and " " not in credential
+
+
+def bearer(authorization: str | None) -> str | None:
+    """The credential of an `Authorization: Bearer ...` header, if that is what it is."""
+    if authorization is None:
+        return None
+    scheme, _, credential = authorization.strip().partition(" ")
+    if scheme.lower() != "bearer" or not credential.strip():
+        raise AuthError("use 'Authorization: Bearer <key or token>'")
+    return credential.strip()

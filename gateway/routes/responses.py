@@ -1,0 +1,54 @@
+"""Streamed responses that drop a client which stops reading: each send must be taken within
+`--send-timeout-s`, or the response ends (its generator closes, which cancels the reply and
+its upstreams), so a stalled client costs a bounded buffer, never a whole reply in memory."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from sse_starlette import EventSourceResponse
+from sse_starlette.sse import SendTimeoutError
+from starlette.responses import StreamingResponse
+from starlette.types import Message, Receive, Scope, Send
+
+log = logging.getLogger(__name__)
+
+
+def _stalled(exc: BaseException) -> bool:
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_stalled(e) for e in exc.exceptions)
+    return isinstance(exc, SendTimeoutError)
+
+
+class ReplyEventSource(EventSourceResponse):
+    """`EventSourceResponse` that ends quietly (one log line) when its send times out."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        except BaseException as exc:
+            if not _stalled(exc):
+                raise
+            log.info("dropped an SSE client that took nothing for %s s", self.send_timeout)
+
+
+class TimedStreamingResponse(StreamingResponse):
+    def __init__(self, *args: object, send_timeout: float, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.send_timeout = send_timeout
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def timed(message: Message) -> None:
+            try:
+                async with asyncio.timeout(self.send_timeout):
+                    await send(message)
+            except TimeoutError as exc:
+                raise SendTimeoutError() from exc
+
+        try:
+            await super().__call__(scope, receive, timed)
+        except BaseException as exc:
+            if not _stalled(exc):
+                raise
+            log.info("dropped a client that took no audio for %s s", self.send_timeout)
