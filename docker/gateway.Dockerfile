@@ -2,7 +2,10 @@
 # The browser-facing gateway: SSE, WebSocket and OpenAI-style speech in front of the model server.
 #
 #   docker build -f docker/gateway.Dockerfile -t kokoro-gateway:0.1.0 .
-#   docker run -p 8000:8000 -e GATEWAY_MODEL_SERVER_URL=http://model-server:8080 kokoro-gateway:0.1.0
+#   docker run -p 127.0.0.1:8000:8000 -e GATEWAY_ALLOW_ANONYMOUS=true \
+#     -e GATEWAY_MODEL_SERVER_URL=http://model-server:8080 kokoro-gateway:0.1.0
+# It listens on 0.0.0.0 here and refuses to start there without API keys (GATEWAY_API_KEYS or
+# GATEWAY_API_KEYS_FILE) unless told GATEWAY_ALLOW_ANONYMOUS=true: only when published on loopback.
 #
 # The gateway never loads the model: its image holds gateway/ and kokoro_contract/ only, and the
 # engine's packages are left out of its environment.

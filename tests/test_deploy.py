@@ -1,15 +1,23 @@
-"""kokoro-deploy against moto's server (real boto3 clients over loopback HTTP)."""
+"""kokoro-deploy against moto's server (real boto3 clients over loopback HTTP), and the hardening
+of docker/compose*.yaml and k8s/ (GitHub issue #11 item 6), checked statically on the parsed files
+and kustomize's renders: no Docker engine, no cluster, no network."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
+import re
+import subprocess
+import sys
 import tarfile
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import boto3
 import pytest
+import yaml
+from dockerfile_parse import DockerfileParser
 from moto.core.responses import ActionResult
 from moto.sagemaker.models import FakeEndpoint, FakeEndpointConfig, SageMakerModelBackend
 from moto.sagemaker.responses import SageMakerResponse
@@ -18,6 +26,8 @@ from moto.server import ThreadedMotoServer
 from deploy.cli import main
 from deploy.model_data import upload
 from deploy.sagemaker import GPU_AMI_VERSION, EndpointSpec, default_ami_version, deploy, teardown
+from gateway.config import Settings as GatewaySettings
+from model_server.config import Settings as ModelServerSettings
 from model_server.engines.checkpoint import locate
 
 ROLE = "arn:aws:iam::123456789012:role/SageMakerExecution"
@@ -263,3 +273,433 @@ def test_model_data_refuses_what_the_server_would_refuse(
     assert not (tmp_path / "m.tar.gz").exists()
     with pytest.raises(ValueError, match="s3://bucket/key"):
         upload(tmp_path / "m.tar.gz", "s3://bucket-only", None)
+
+
+# --- hardening: Kubernetes -----------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCKER = ROOT / "docker"
+KUBECTL = Path(sys.executable).parent / "kubectl"
+GATEWAY_PORT, INTERNAL_PORT, MODEL_PORT = 8000, 9101, 8080
+KEYS_DIR, KEYS_SECRET, KEYS_ITEM = "/etc/gateway", "gateway-api-keys", "api-keys"
+# variables naming a directory a library writes at run time; the root filesystems are read-only
+CACHE_VARIABLES = {"XDG_CACHE_HOME", "HF_HOME", "CUDA_CACHE_PATH", "TORCH_HOME"}
+IMAGES = {"gateway": "gateway.Dockerfile", "model-server": "model-server-{overlay}.Dockerfile"}
+UNITS = {"m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
+
+
+def _quantity(value: str | int | float) -> float:
+    """A Kubernetes quantity: `500m` is 0.5, `1Gi` 2**30."""
+    found = re.fullmatch(r"([0-9.]+)(m|k|M|G|Ki|Mi|Gi)?", str(value))
+    assert found, value
+    return float(found[1]) * UNITS.get(found[2] or "", 1.0)
+
+
+def _size(value: str) -> int:
+    """An nginx or compose size: `64k` is 65536, `3g` 3 * 2**30."""
+    found = re.fullmatch(r"([0-9]+)([kmg]?)b?", value.lower())
+    assert found, value
+    return int(found[1]) << 10 * " kmg".index(found[2] or " ")
+
+
+def _rendered(overlay: str) -> list[dict[str, Any]]:
+    result = subprocess.run(
+        [str(KUBECTL), "kustomize", str(ROOT / "k8s" / "overlays" / overlay)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+@pytest.fixture(scope="module", params=["cpu", "gpu"])
+def k8s(request: pytest.FixtureRequest) -> tuple[str, list[dict[str, Any]]]:
+    return request.param, _rendered(request.param)
+
+
+def _kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def _named(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    (doc,) = [d for d in _kind(docs, kind) if d["metadata"]["name"] == name]
+    return doc
+
+
+def _pod(deployment: dict[str, Any]) -> dict[str, Any]:
+    pod: dict[str, Any] = deployment["spec"]["template"]["spec"]
+    return pod
+
+
+def _labels(deployment: dict[str, Any]) -> dict[str, str]:
+    labels: dict[str, str] = deployment["spec"]["template"]["metadata"]["labels"]
+    return labels
+
+
+def _containers(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    return [*pod.get("initContainers", []), *pod["containers"]]
+
+
+def _env(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
+
+
+def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    assert "matchExpressions" not in selector  # not used here: keep the check simple
+    return bool(selector.get("matchLabels", {}).items() <= labels.items())
+
+
+def _under(path: str, directories: set[str]) -> bool:
+    return any(PurePosixPath(path).is_relative_to(d) for d in directories)
+
+
+def _writable_mounts(pod: dict[str, Any], container: dict[str, Any]) -> set[str]:
+    empty_dirs = {v["name"] for v in pod.get("volumes", []) if "emptyDir" in v}
+    return {
+        m["mountPath"]
+        for m in container.get("volumeMounts", [])
+        if m["name"] in empty_dirs and not m.get("readOnly", False)
+    }
+
+
+def test_only_the_gateway_reaches_the_model_server(k8s: tuple[str, list[dict[str, Any]]]) -> None:
+    _, docs = k8s
+    model = _labels(_named(docs, "Deployment", "model-server"))
+    gateway = _labels(_named(docs, "Deployment", "gateway"))
+    policies = _kind(docs, "NetworkPolicy")
+    # policies add up: every one that selects the model server's pods may only let the gateway in
+    guarding = [p for p in policies if _selects(p["spec"]["podSelector"], model)]
+    assert guarding, "no NetworkPolicy selects the model server's pods"
+    for policy in guarding:
+        assert "Ingress" in policy["spec"]["policyTypes"]
+        for rule in policy["spec"].get("ingress", []):
+            assert rule.get("from"), f"{policy['metadata']['name']}: a rule open to any source"
+            for peer in rule["from"]:
+                assert set(peer) == {"podSelector"}, peer  # no namespaceSelector, no ipBlock
+                assert _selects(peer["podSelector"], gateway)
+                assert not _selects(peer["podSelector"], model)
+            assert rule["ports"] == [{"protocol": "TCP", "port": MODEL_PORT}]
+    (ports,) = [c["ports"] for c in _pod(_named(docs, "Deployment", "model-server"))["containers"]]
+    assert [p["containerPort"] for p in ports] == [MODEL_PORT]
+
+
+def test_the_gateway_policy_opens_the_public_port_and_keeps_metrics_in_the_cluster(
+    k8s: tuple[str, list[dict[str, Any]]],
+) -> None:
+    _, docs = k8s
+    gateway = _labels(_named(docs, "Deployment", "gateway"))
+    (policy,) = [
+        p for p in _kind(docs, "NetworkPolicy") if _selects(p["spec"]["podSelector"], gateway)
+    ]
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    sources = {
+        port["port"]: rule.get("from")
+        for rule in policy["spec"]["ingress"]
+        for port in rule["ports"]
+    }
+    assert set(sources) == {GATEWAY_PORT, INTERNAL_PORT}
+    assert (
+        sources[GATEWAY_PORT] is None
+    )  # from anywhere: the Ingress controller, in-cluster clients
+    assert sources[INTERNAL_PORT] == [{"namespaceSelector": {}}]  # pods of the cluster, no ipBlock
+
+
+def test_pods_mount_no_service_account_token(k8s: tuple[str, list[dict[str, Any]]]) -> None:
+    _, docs = k8s
+    deployments = _kind(docs, "Deployment")
+    assert {d["metadata"]["name"] for d in deployments} == {"gateway", "model-server"}
+    for deployment in deployments:
+        assert _pod(deployment)["automountServiceAccountToken"] is False
+
+
+def test_every_container_has_cpu_and_memory_requests_and_limits(
+    k8s: tuple[str, list[dict[str, Any]]],
+) -> None:
+    overlay, docs = k8s
+    for deployment in _kind(docs, "Deployment"):
+        for container in _containers(_pod(deployment)):
+            requests, limits = container["resources"]["requests"], container["resources"]["limits"]
+            for resource in ("cpu", "memory"):
+                assert 0 < _quantity(requests[resource]) <= _quantity(limits[resource]), (
+                    f"{container['name']}: {resource}"
+                )
+    model = _pod(_named(docs, "Deployment", "model-server"))["containers"][0]
+    resources = model["resources"]
+    if overlay == "cpu":  # onnxruntime on cores: all it asks for, no more
+        assert _quantity(resources["requests"]["cpu"]) == _quantity(resources["limits"]["cpu"]) >= 4
+        assert "nvidia.com/gpu" not in resources["limits"]
+    else:
+        assert resources["limits"]["nvidia.com/gpu"] == 1
+    # onnxruntime's threads follow the CPU limit, not the node's cores (which it would throttle)
+    assert _env(model)["MODEL_SERVER_THREADS"] == {
+        "resourceFieldRef": {"containerName": model["name"], "resource": "limits.cpu"}
+    }
+
+
+def test_every_empty_dir_has_a_size_limit(k8s: tuple[str, list[dict[str, Any]]]) -> None:
+    _, docs = k8s
+    empty_dirs = [
+        (d["metadata"]["name"], v)
+        for d in _kind(docs, "Deployment")
+        for v in _pod(d).get("volumes", [])
+        if "emptyDir" in v
+    ]
+    assert len(empty_dirs) >= 2
+    for name, volume in empty_dirs:
+        assert _quantity(volume["emptyDir"]["sizeLimit"]) > 0, f"{name}: {volume['name']}"
+
+
+def test_containers_run_locked_down(k8s: tuple[str, list[dict[str, Any]]]) -> None:
+    _, docs = k8s
+    for deployment in _kind(docs, "Deployment"):
+        pod = _pod(deployment)
+        for container in _containers(pod):
+            context = {**pod.get("securityContext", {}), **container.get("securityContext", {})}
+            where = f"{deployment['metadata']['name']}/{container['name']}"
+            assert context["runAsNonRoot"] is True, where
+            assert context.get("runAsUser", 10001) != 0, where
+            assert context["allowPrivilegeEscalation"] is False, where
+            assert context["readOnlyRootFilesystem"] is True, where
+            assert context["capabilities"] == {"drop": ["ALL"]}, where
+            assert context["seccompProfile"] == {"type": "RuntimeDefault"}, where
+            assert "privileged" not in context, where
+
+
+def test_what_the_images_write_at_run_time_lands_on_a_writable_volume(
+    k8s: tuple[str, list[dict[str, Any]]],
+) -> None:
+    """A read-only root filesystem: every cache directory the image or the manifest names is
+    under an emptyDir mount (the GPU image's HF_HOME in the home directory is overridden)."""
+    overlay, docs = k8s
+    for name, dockerfile in IMAGES.items():
+        pod = _pod(_named(docs, "Deployment", name))
+        (container,) = pod["containers"]
+        image_env = DockerfileParser(str(DOCKER / dockerfile.format(overlay=overlay))).envs
+        env = {**image_env, **_env(container)}
+        writable = _writable_mounts(pod, container)
+        assert "/tmp" in writable, name  # tempfile's default directory
+        for variable in CACHE_VARIABLES & env.keys():
+            assert _under(env[variable], writable), f"{name}: {variable}={env[variable]}"
+
+
+def test_the_ingress_limits_rates_connections_and_bodies(
+    k8s: tuple[str, list[dict[str, Any]]],
+) -> None:
+    _, docs = k8s
+    (ingress,) = _kind(docs, "Ingress")
+    annotations = ingress["metadata"]["annotations"]
+    prefix = "nginx.ingress.kubernetes.io/"
+    assert int(annotations[prefix + "limit-rps"]) > 0
+    assert int(annotations[prefix + "limit-connections"]) > 0
+    body = _size(annotations[prefix + "proxy-body-size"])
+    # no smaller than the gateway's own limit (its 413 is JSON), and not much larger
+    assert GatewaySettings().max_body_bytes <= body <= 128 * 1024
+    # still a streaming proxy: SSE unbuffered, WebSockets open for an hour
+    assert annotations[prefix + "proxy-buffering"] == "off"
+    assert int(annotations[prefix + "proxy-read-timeout"]) >= 3600
+    assert int(annotations[prefix + "proxy-send-timeout"]) >= 3600
+
+
+def test_the_gateway_reads_its_api_keys_from_the_operators_secret(
+    k8s: tuple[str, list[dict[str, Any]]],
+) -> None:
+    _, docs = k8s
+    pod = _pod(_named(docs, "Deployment", "gateway"))
+    (container,) = pod["containers"]
+    env = _env(container)
+    assert env["GATEWAY_API_KEYS_FILE"] == f"{KEYS_DIR}/{KEYS_ITEM}"
+    assert "GATEWAY_API_KEYS" not in env  # keys never in a manifest
+    assert env.get("GATEWAY_ALLOW_ANONYMOUS", "false") == "false"
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == KEYS_DIR]
+    assert mount["readOnly"] is True
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    secret = volume["secret"]
+    assert secret["secretName"] == KEYS_SECRET
+    assert secret["optional"] is False  # no Secret, no pod: never a gateway without keys
+    assert secret.get("items", [{"key": KEYS_ITEM, "path": KEYS_ITEM}]) == [
+        {"key": KEYS_ITEM, "path": KEYS_ITEM}
+    ]
+    # readable by the gateway's user (uid 10001) through its group, by nobody else
+    assert secret["defaultMode"] & 0o007 == 0
+    assert secret["defaultMode"] & 0o040
+    assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsGroup"]
+    # the operator creates the Secret: none is committed
+    assert not [s for s in _kind(docs, "Secret") if s["metadata"]["name"] == KEYS_SECRET]
+    assert not list((ROOT / "k8s").rglob("api-keys*"))
+
+
+def test_the_gateway_serves_metrics_on_an_internal_port_that_no_service_routes(
+    k8s: tuple[str, list[dict[str, Any]]],
+) -> None:
+    _, docs = k8s
+    deployment = _named(docs, "Deployment", "gateway")
+    (container,) = _pod(deployment)["containers"]
+    env = _env(container)
+    assert env["GATEWAY_INTERNAL_HOST"] == "0.0.0.0"
+    assert env["GATEWAY_INTERNAL_PORT"] == str(INTERNAL_PORT)
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"http": GATEWAY_PORT, "metrics": INTERNAL_PORT}
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/port"] == str(INTERNAL_PORT)
+    assert annotations["prometheus.io/path"] == "/metrics"
+    # probes stay on the public port, where /healthz and a detail-free /readyz still answer
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    # no Service in front of the gateway's pods carries the internal port
+    for service in _kind(docs, "Service"):
+        if _selects({"matchLabels": service["spec"]["selector"]}, _labels(deployment)):
+            for port in service["spec"]["ports"]:
+                assert port["targetPort"] in {"http", GATEWAY_PORT}, service["metadata"]["name"]
+
+
+def test_the_gateway_accepts_the_ingress_host_and_its_probes(
+    k8s: tuple[str, list[dict[str, Any]]],
+) -> None:
+    _, docs = k8s
+    (container,) = _pod(_named(docs, "Deployment", "gateway"))["containers"]
+    env = _env(container)
+    allowed = set(env["GATEWAY_ALLOWED_HOSTS"].split(","))
+    (ingress,) = _kind(docs, "Ingress")
+    hosts = {rule["host"] for rule in ingress["spec"]["rules"]}
+    assert hosts <= allowed
+    # the kubelet's probes and Prometheus send the pod's address as the Host
+    assert "$(POD_IP)" in allowed
+    assert env["POD_IP"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    names = [e["name"] for e in container["env"]]
+    assert names.index("POD_IP") < names.index("GATEWAY_ALLOWED_HOSTS")  # $(VAR) looks back
+
+
+def test_the_manifests_set_only_settings_the_services_have(
+    k8s: tuple[str, list[dict[str, Any]]],
+) -> None:
+    _, docs = k8s
+    known = {
+        "gateway": ("GATEWAY_", GatewaySettings),
+        "model-server": ("MODEL_SERVER_", ModelServerSettings),
+    }
+    for name, (prefix, settings) in known.items():
+        fields = {f.name for f in dataclasses.fields(settings)}
+        (container,) = _pod(_named(docs, "Deployment", name))["containers"]
+        for variable in _env(container):
+            if variable.startswith(prefix):
+                assert variable.removeprefix(prefix).lower() in fields, f"{name}: {variable}"
+
+
+# --- hardening: compose --------------------------------------------------------------------
+
+COMPOSE = {"cpu": ["compose.yaml"], "gpu": ["compose.yaml", "compose.gpu.yaml"]}
+INTERPOLATION = re.compile(r"\$\{(\w+)(?::?-([^}]*))?\}")
+
+
+def _compose_merge(base: Any, override: Any) -> Any:
+    """Compose's merge of mappings; sequences of the override replace (compose concatenates a few,
+    such as ports: test_compose_publishes_only_the_gateway_on_loopback reads each file too)."""
+    if isinstance(base, dict) and isinstance(override, dict):
+        return {k: _compose_merge(base[k], v) if k in base else v for k, v in override.items()} | {
+            k: v for k, v in base.items() if k not in override
+        }
+    return override
+
+
+@pytest.fixture(params=sorted(COMPOSE))
+def compose(request: pytest.FixtureRequest) -> dict[str, dict[str, Any]]:
+    merged: dict[str, Any] = {}
+    for name in COMPOSE[request.param]:
+        merged = _compose_merge(merged, yaml.safe_load((DOCKER / name).read_text()))
+    services: dict[str, dict[str, Any]] = merged["services"]
+    return services
+
+
+def _defaulted(value: Any) -> str:
+    """`${VAR:-default}` as compose runs it with VAR unset."""
+    return INTERPOLATION.sub(lambda m: m.group(2) or "", str(value))
+
+
+def _compose_env(service: dict[str, Any]) -> dict[str, str | None]:
+    """A service's environment, list or mapping form; None: passed through from the shell."""
+    environment = service.get("environment", {})
+    if isinstance(environment, dict):
+        return {k: None if v is None else str(v) for k, v in environment.items()}
+    pairs = [item.split("=", 1) for item in environment]
+    return {pair[0]: pair[1] if len(pair) == 2 else None for pair in pairs}
+
+
+def test_compose_publishes_only_the_gateway_on_loopback(
+    compose: dict[str, dict[str, Any]],
+) -> None:
+    for name in COMPOSE["gpu"]:
+        model = yaml.safe_load((DOCKER / name).read_text())["services"]["model-server"]
+        assert "ports" not in model, name  # reached on the compose network only
+    assert compose["model-server"].get("expose", [str(MODEL_PORT)]) == [str(MODEL_PORT)]
+    (port,) = compose["gateway"]["ports"]
+    assert port == "127.0.0.1:${PORT:-8000}:8000"
+    assert _defaulted(port).split(":") == ["127.0.0.1", "8000", "8000"]
+    assert _compose_env(compose["gateway"])["GATEWAY_MODEL_SERVER_URL"] == (
+        f"http://model-server:{MODEL_PORT}"
+    )
+
+
+def test_compose_serves_anonymously_only_because_it_publishes_on_loopback(
+    compose: dict[str, dict[str, Any]],
+) -> None:
+    env = _compose_env(compose["gateway"])
+    assert _defaulted(env["GATEWAY_ALLOW_ANONYMOUS"]) == "true"
+    # keys pass through from the shell, for a gateway published anywhere else
+    assert env["GATEWAY_API_KEYS"] is None
+    assert env["GATEWAY_API_KEYS_FILE"] is None
+    # it listens on 0.0.0.0 in the container: loopback Host names guard against DNS rebinding
+    assert set(_defaulted(env["GATEWAY_ALLOWED_HOSTS"]).split(",")) == {"localhost", "127.0.0.1"}
+    text = (DOCKER / "compose.yaml").read_text()
+    comment = text[: text.index("GATEWAY_ALLOW_ANONYMOUS=")].rsplit("GATEWAY_MODEL_SERVER_URL", 1)
+    assert "loopback" in comment[1]
+    assert "GATEWAY_API_KEYS" in comment[1]
+    fields = {f.name for f in dataclasses.fields(GatewaySettings)}
+    for variable in env:
+        if variable.startswith("GATEWAY_"):
+            assert variable.removeprefix("GATEWAY_").lower() in fields, variable
+
+
+def test_compose_services_run_locked_down(compose: dict[str, dict[str, Any]]) -> None:
+    for name, service in compose.items():
+        assert service["read_only"] is True, name
+        assert service["cap_drop"] == ["ALL"], name
+        assert "no-new-privileges:true" in service["security_opt"], name
+        assert not service.get("privileged", False), name
+        limits = service["deploy"]["resources"]["limits"]
+        assert float(_defaulted(limits["cpus"])) > 0, name
+        assert _size(_defaulted(limits["memory"])) >= 2**30, name
+
+
+def test_compose_gives_what_is_written_at_run_time_a_tmpfs(
+    compose: dict[str, dict[str, Any]],
+) -> None:
+    images = {"gateway": "gateway.Dockerfile"} | {
+        "model-server": str(compose["model-server"]["build"]["dockerfile"]).removeprefix("docker/")
+    }
+    for name, service in compose.items():
+        tmpfs = {entry.split(":", 1)[0]: entry for entry in service["tmpfs"]}
+        assert "/tmp" in tmpfs, name
+        for entry in tmpfs.values():
+            assert "size=" in entry, f"{name}: {entry}: unbounded"  # it counts as memory
+        image_env = DockerfileParser(str(DOCKER / images[name])).envs
+        env = {**image_env, **{k: v for k, v in _compose_env(service).items() if v is not None}}
+        for variable in CACHE_VARIABLES & env.keys():
+            assert _under(env[variable], set(tmpfs)), f"{name}: {variable}={env[variable]}"
+
+
+def test_compose_health_checks_use_the_public_ports(compose: dict[str, dict[str, Any]]) -> None:
+    gateway = " ".join(compose["gateway"]["healthcheck"]["test"])
+    assert f"http://127.0.0.1:{GATEWAY_PORT}/readyz" in gateway  # answers there without details
+    model = " ".join(compose["model-server"]["healthcheck"]["test"])
+    assert f"http://127.0.0.1:{MODEL_PORT}/ping" in model
+
+
+def test_the_deployment_guide_says_how_to_create_the_keys_secret() -> None:
+    guide = (ROOT / "docs" / "deployment.md").read_text()
+    assert f"kubectl create secret generic {KEYS_SECRET} --from-file={KEYS_ITEM}=" in guide
+    assert str(INTERNAL_PORT) in guide
+    assert "127.0.0.1:" in guide
+    links = re.findall(r"\]\(([^)]+)\)", guide)
+    assert links
+    assert not [link for link in links if re.match(r"[a-z]+:", link)]  # no links outside
