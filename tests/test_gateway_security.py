@@ -477,6 +477,78 @@ def read_to_end(sock: socket.socket) -> bytes:
     return b"".join(chunks)
 
 
+# --- abandoned replies --------------------------------------------------------------------------
+
+SLOW = {"text": "First words here. " + "Then more text, slowly. " * 30, "echo_tps": "4"}
+
+
+async def leave_sse(base: str, method: str, params: dict[str, Any], after: str) -> None:
+    """Open a reply and go away once an event named `after` has come."""
+    async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+        if method == "GET":
+            request = http.build_request("GET", "/v1/speak/sse", params=params)
+        else:
+            request = http.build_request("POST", "/v1/speak", json=params)
+        response = await http.send(request, stream=True)
+        assert response.status_code == 200
+        async for raw in response.aiter_raw():
+            if after.encode() in raw:
+                break
+        await response.aclose()
+
+
+@pytest.mark.parametrize(
+    ("route", "mode"),
+    [
+        ("GET", "bidi"),
+        ("GET", "batch"),
+        ("POST", "bidi"),
+        ("POST", "batch"),
+        ("WS", "bidi"),
+        ("WS", "batch"),
+        ("openai-sse", "bidi"),
+        ("openai-audio", "bidi"),
+    ],
+)
+async def test_an_abandoned_reply_leaves_nothing_behind(
+    own_fake_server: RunningServer, fake_engine: FakeEngine, route: str, mode: str
+) -> None:
+    """The listener goes away mid-reply, on every route and mode: the model-server session
+    closes, and the gateway's session gauges and in-flight counts go back to 0."""
+    # batch: the text is still arriving (nothing synthesized yet); bidi: audio is playing
+    after = "text_delta" if mode == "batch" else "audio_chunk"
+    params = {**SLOW, "format": "pcm", "mode": mode}
+    with gateway(own_fake_server) as gw:
+        if route in ("GET", "POST"):
+            await leave_sse(gw.http_url, route, params, after)
+        elif route == "WS":
+            async with connect(gw.ws_url + "/v1/speak/ws") as ws:
+                await ws.send(orjson.dumps({"type": "speak", **params}).decode())
+                while True:
+                    frame = await ws.recv()
+                    kind = (
+                        "audio_chunk" if isinstance(frame, bytes) else orjson.loads(frame)["type"]
+                    )
+                    if kind == after:
+                        break
+        else:  # no pacing here: the engine holds the first chunk until the reply is cancelled
+            fake_engine.hold = True
+            body = {"input": SLOW["text"], "response_format": "pcm"}
+            if route == "openai-sse":
+                body["stream_format"] = "sse"
+            async with (
+                httpx.AsyncClient(base_url=gw.http_url, timeout=30) as http,
+                http.stream("POST", "/v1/audio/speech", json=body) as r,
+            ):
+                assert r.status_code == 200
+                assert await asyncio.to_thread(fake_engine.entered.wait, 10)
+            assert await asyncio.to_thread(fake_engine.cancel_seen.wait, 10)
+        assert await asyncio.to_thread(wait_drained, own_fake_server.http_url, 20, 0.02) == 0
+        assert await wait_for_metric(gw, "gateway_open_sessions", 0) == 0
+        for transport in ("sse", "ws", "ws_reply", "openai"):
+            assert await metric(gw, "gateway_active_sessions", transport=transport) == 0
+
+
 # --- logs, internal listener --------------------------------------------------------------------
 
 
