@@ -51,6 +51,9 @@ class Settings:
     max_reply_s: float = 300.0
     send_timeout_s: float = 10.0
     max_history_chars: int = 8_000
+    tts_timeout_s: float = 15.0  # silence past a chunk's due time: tts_timeout
+    llm_timeout_s: float = 30.0  # an LLM silent this long mid-answer: llm_timeout
+    retry_attempts: int = 4  # tries per hop before first audio, the first included
     internal_host: str = "127.0.0.1"
     internal_port: int = 9101  # /metrics and detailed readiness; 0: none
     chunk_plan: str = "playback"  # playback: chunks sized to the listener's buffer; sentences
@@ -117,6 +120,13 @@ _HELP = {
     "send_timeout_s": "a client that takes longer than this to take one message is dropped",
     "max_history_chars": "conversation history kept per WebSocket for LLM prompts (oldest "
     "turns dropped first)",
+    "tts_timeout_s": "a reply's TTS stream silent this long past a chunk's due time (its "
+    "deadline, or when it was sent) fails with tts_timeout, and its model server gets no new "
+    "replies for a while",
+    "llm_timeout_s": "an LLM that sends nothing for this long, before or during its answer, "
+    "fails the reply with llm_timeout",
+    "retry_attempts": "tries per hop (model server, SageMaker, Bedrock, OpenAI-compatible) for "
+    "a retryable failure before the reply's first audio, within --first-audio-budget-s; 1: none",
     "internal_host": "interface of the internal listener (/metrics, detailed /readyz)",
     "internal_port": "port of the internal listener (0: none)",
     "chunk_plan": "playback: the first chunk early, later chunks as large as the listener's "

@@ -34,6 +34,12 @@ class GatewayMetrics:
             ["code"],
             registry=self.registry,
         )
+        self.retries = Counter(
+            "gateway_retries_total",
+            "Retries before a reply's first audio, by hop (tts, llm)",
+            ["hop"],
+            registry=self.registry,
+        )
         self.sessions = Gauge(
             "gateway_open_sessions",
             "Sessions counted against --max-sessions: WebSockets and HTTP replies",

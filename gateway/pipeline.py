@@ -27,7 +27,7 @@ from gateway.aio import first_leaf
 from gateway.chunk_plan import ChunkPlan
 from gateway.chunker import ChunkerConfig, IncrementalSentenceChunker
 from gateway.encoders import Encoder, EncoderError
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, LLMError
 from gateway.events import (
     AgentEnd,
     AgentStart,
@@ -99,9 +99,11 @@ class Reply:
         chunker: ChunkerConfig | None = None,
         plan: Callable[[], ChunkPlan] | None = None,
         max_s: float | None = None,
+        text_stall_s: float | None = None,
     ) -> None:
         """`plan` makes the reply's playback plan; without one, `chunker` cuts sentences.
-        A reply still running after `max_s` seconds ends with `reply_too_long`."""
+        A reply still running after `max_s` seconds ends with `reply_too_long`; a source that
+        sends nothing for `text_stall_s` (an LLM stalled mid-answer) with `llm_timeout`."""
         self.spec = spec
         self.source = source
         self.encoder = encoder
@@ -115,6 +117,7 @@ class Reply:
         self._audio_seq = 0
         self.error: ErrorEvent | None = None
         self.max_s = max_s
+        self.text_stall_s = text_stall_s
 
     async def run(self) -> None:
         """Emit the whole reply, ending with `agent_end` and None; errors become an `error`
@@ -161,8 +164,25 @@ class Reply:
 
     # --- text -------------------------------------------------------------------------------
 
-    async def _text(self) -> AsyncGenerator[str]:
+    async def _deltas(self) -> AsyncGenerator[str]:
+        """The source's text, failing with `llm_timeout` when it stalls."""
         async with aclosing(self.source.stream()) as stream:
+            while True:
+                try:
+                    async with asyncio.timeout(self.text_stall_s):
+                        delta = await anext(stream)
+                except StopAsyncIteration:
+                    return
+                except TimeoutError:
+                    raise LLMError(
+                        f"the LLM sent nothing for {self.text_stall_s:.0f} s",
+                        code="llm_timeout",
+                        retryable=True,
+                    ) from None
+                yield delta
+
+    async def _text(self) -> AsyncGenerator[str]:
+        async with aclosing(self._deltas()) as stream:
             async for delta in stream:
                 if not delta:
                     continue

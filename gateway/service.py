@@ -28,13 +28,16 @@ from gateway.metrics import GatewayMetrics
 from gateway.params import SpeakParams
 from gateway.pipeline import Reply, ReplySpec
 from gateway.quotas import Lease, PerMinute, Sessions
+from gateway.retry import RetryPolicy
 from gateway.sources.base import TextSource
 from gateway.sources.bedrock import BedrockOptions, BedrockSource
+from gateway.sources.client import ClientTextSource
 from gateway.sources.echo import EchoSource
 from gateway.sources.openai_chat import OpenAIChatSource
 from gateway.speak_session import new_utterance_id
 from gateway.transports.base import BatchTransport, BidiTransport
 from gateway.transports.pool import ModelServerPool, PooledTransport
+from gateway.transports.resuming import ResumingTransport
 from gateway.transports.sagemaker_bidi import SageMakerBidiTransport
 from gateway.transports.sagemaker_stream import SageMakerStreamTransport
 from kokoro_contract import limits
@@ -68,7 +71,15 @@ class GatewayService:
     def __init__(self, settings: Settings, sagemaker_http2_transport: Any = None) -> None:
         """`sagemaker_http2_transport` replaces the HTTP/2 SDK's CRT client (tests)."""
         self.settings = settings
-        self.client = httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=5.0))
+        # one connection per session at most, waited for at most 5 s (then a clean error)
+        self.client = httpx.AsyncClient(
+            timeout=httpx.Timeout(30.0, connect=5.0, pool=5.0),
+            limits=httpx.Limits(
+                max_connections=settings.max_sessions + 16,
+                max_keepalive_connections=min(64, settings.max_sessions),
+            ),
+        )
+        self.retry = RetryPolicy(attempts=max(1, settings.retry_attempts))
         self.pool: ModelServerPool | None = None
         self.bidi: BidiTransport
         self.batch: BatchTransport
@@ -83,10 +94,11 @@ class GatewayService:
                 self.aws_region(),
                 settings.sagemaker_http2_endpoint_uri or None,
                 sagemaker_http2_transport,
+                settings.tts_timeout_s,
             )
         else:
             urls = [u.strip() for u in settings.model_server_url.split(",") if u.strip()]
-            self.pool = ModelServerPool(urls, self.client)
+            self.pool = ModelServerPool(urls, self.client, tts_timeout_s=settings.tts_timeout_s)
         self.metrics = GatewayMetrics()
         self.keys = load_keys(settings)
         self.wall_clock: Callable[[], float] = time.time  # token expiry
@@ -129,8 +141,14 @@ class GatewayService:
         import aioboto3
         from botocore.config import Config
 
-        # Retries happen above the SDK, only where nothing was said yet
-        config = Config(retries={"total_max_attempts": 1}, connect_timeout=5, read_timeout=60)
+        # Retries happen above the SDK, only where nothing was said yet (gateway.retry); a
+        # connection per session, waited for at most 5 s
+        config = Config(
+            retries={"total_max_attempts": 1},
+            connect_timeout=5,
+            read_timeout=60,
+            max_pool_connections=self.settings.max_sessions,
+        )
         region = self.settings.aws_region or None
         if self.settings.llm == "bedrock":
             self._bedrock = await self._exits.enter_async_context(
@@ -180,6 +198,14 @@ class GatewayService:
         `RateLimited` when the client has had its share, `Overloaded` when no model server can
         serve it in time (before anything is streamed)."""
         self.check_rates(client, prompt)
+        bidi, batch = await self._route()
+        deadline = asyncio.get_running_loop().time() + self.settings.first_audio_budget_s
+        resuming = ResumingTransport(
+            bidi, batch, self.retry, deadline, lambda *_: self.metrics.retries.labels("tts").inc()
+        )
+        return resuming, resuming
+
+    async def _route(self) -> tuple[BidiTransport, BatchTransport]:
         if self.pool is None:
             return self.bidi, self.batch  # SageMaker routes and scales by itself
         budget = self.settings.first_audio_budget_s if self.settings.admission else None
@@ -218,6 +244,9 @@ class GatewayService:
                     self.settings.bedrock_model_id,
                     max_tokens=self.settings.max_tokens,
                     temperature=self.settings.temperature,
+                    retry=self.retry,
+                    first_token_budget_s=self.settings.first_audio_budget_s,
+                    on_retry=self._llm_retried,
                 )
                 return BedrockSource(self._bedrock, options, self.settings.system_prompt, turns)
             messages = [{"role": "system", "content": self.settings.system_prompt}, *turns]
@@ -229,8 +258,14 @@ class GatewayService:
                 self.settings.openai_api_key,
                 max_tokens=self.settings.max_tokens,
                 temperature=self.settings.temperature,
+                retry=self.retry,
+                first_token_budget_s=self.settings.first_audio_budget_s,
+                on_retry=self._llm_retried,
             )
         return None
+
+    def _llm_retried(self, _error: BaseException, _wait: float) -> None:
+        self.metrics.retries.labels("llm").inc()
 
     def reply(
         self,
@@ -263,14 +298,25 @@ class GatewayService:
 
         encoder = create_encoder(spec.format)
         bidi, batch = transports
+        stall = None if isinstance(source, ClientTextSource) else self.settings.llm_timeout_s
         reply = Reply(
-            spec, source, encoder, bidi, batch, out, self.chunker, plan, self.settings.max_reply_s
+            spec,
+            source,
+            encoder,
+            bidi,
+            batch,
+            out,
+            self.chunker,
+            plan,
+            max_s=self.settings.max_reply_s,
+            text_stall_s=stall,
         )
         held = _Held(client.name if params.prompt is not None else None)
         if lease is not None:
             held.releases.append(lease.release)
-        if isinstance(bidi, PooledTransport):
-            held.releases.append(bidi.release)
+        routed = bidi.bidi if isinstance(bidi, ResumingTransport) else bidi
+        if isinstance(routed, PooledTransport):
+            held.releases.append(routed.release)
         self._held[reply] = held
         for release in held.releases:  # released when the reply ends (running), or if it
             weakref.finalize(reply, release)  # never runs (its client left first)

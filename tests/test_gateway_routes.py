@@ -289,6 +289,41 @@ async def test_websocket_keeps_conversation_history(
     assert len(first["messages"]) == 2
 
 
+async def test_an_overloaded_llm_is_retried_before_its_first_token(
+    fake_server: RunningServer,
+) -> None:
+    with serve(create_stub(ANSWER, fail_first=2)) as llm:
+        settings = GatewaySettings(
+            model_server_url=fake_server.http_url,
+            llm="openai",
+            openai_base_url=llm.http_url + "/v1",
+            openai_model="stub-model",
+        )
+        with serve(create_gateway(settings)) as gw:
+            reply = await sse_get(gw.http_url, {"prompt": "Tell me.", "format": "pcm"})
+            assert "error" not in reply.names
+            assert [d["text"] for d in reply.data("text_delta")] == ANSWER
+            assert len(llm.app.state.requests) == 3
+            assert await metric(gw, "gateway_retries_total", hop="llm") == 2
+
+
+async def test_an_llm_that_stalls_mid_answer_ends_the_reply(fake_server: RunningServer) -> None:
+    with serve(create_stub(ANSWER, stall_after=3)) as llm:
+        settings = GatewaySettings(
+            model_server_url=fake_server.http_url,
+            llm="openai",
+            openai_base_url=llm.http_url + "/v1",
+            openai_model="stub-model",
+            llm_timeout_s=0.5,
+        )
+        with serve(create_gateway(settings)) as gw:
+            reply = await sse_get(gw.http_url, {"prompt": "Tell me.", "format": "pcm"})
+    assert [d["text"] for d in reply.data("text_delta")] == ANSWER[:3]
+    assert reply.names[-2:] == ["error", "agent_end"]
+    assert (reply.one("error")["code"], reply.one("error")["retryable"]) == ("llm_timeout", True)
+    assert llm.app.state.stalled.is_set()
+
+
 async def test_llm_failure_is_an_error_event(
     fake_server: RunningServer, openai_stub: RunningServer
 ) -> None:

@@ -9,15 +9,15 @@ with a retryable error. Validation and access errors name the setting to fix.
 from __future__ import annotations
 
 import asyncio
-import random
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from gateway.aws_errors import bedrock_error, describe, retryable
+from gateway.aws_errors import bedrock_error
 from gateway.errors import LLMError
+from gateway.retry import DEFAULT_RETRY, OnRetry, RetryPolicy, retrying
 
 
 @dataclass(frozen=True)
@@ -25,8 +25,9 @@ class BedrockOptions:
     model_id: str
     max_tokens: int = 512
     temperature: float = 0.5
-    max_attempts: int = 4
-    backoff_s: float = 0.2
+    retry: RetryPolicy = DEFAULT_RETRY
+    first_token_budget_s: float | None = None  # retries stop when the next could not start
+    on_retry: OnRetry | None = None
 
 
 class BedrockSource:
@@ -44,41 +45,65 @@ class BedrockSource:
             {"role": m["role"], "content": [{"text": m["content"]}]} for m in messages
         ]
 
-    async def _open(self) -> Any:
+    async def _attempt(self) -> Any:
         opts = self._options
-        for attempt in range(1, opts.max_attempts + 1):
-            try:
-                return await self._client.converse_stream(
-                    modelId=opts.model_id,
-                    messages=self._messages,
-                    system=[{"text": self._system}],
-                    inferenceConfig={"maxTokens": opts.max_tokens, "temperature": opts.temperature},
-                )
-            except ClientError as exc:
-                if retryable(describe(exc)[0]) and attempt < opts.max_attempts:
-                    # nothing was said yet: retry with jittered exponential backoff
-                    await asyncio.sleep(
-                        opts.backoff_s * 2 ** (attempt - 1) * random.uniform(0.5, 1.5)
-                    )
-                    continue
-                raise bedrock_error(exc, opts.model_id) from exc
-            except BotoCoreError as exc:
-                raise LLMError(f"Bedrock unreachable: {exc}") from exc
-        raise AssertionError("unreachable")
+        try:
+            return await self._client.converse_stream(
+                modelId=opts.model_id,
+                messages=self._messages,
+                system=[{"text": self._system}],
+                inferenceConfig={"maxTokens": opts.max_tokens, "temperature": opts.temperature},
+            )
+        except ClientError as exc:
+            raise bedrock_error(exc, opts.model_id) from exc
+        except BotoCoreError as exc:  # connection refused, endpoint not resolving, timeouts
+            raise LLMError(f"Bedrock unreachable: {exc}", retryable=True) from exc
+
+    async def _until_first_text(self) -> tuple[Any, AsyncIterator[Any], str | None]:
+        """Open the stream and read it up to its first text: an error event before that (a
+        `ModelStreamErrorException`, throttling) is as safe to retry as a refused call."""
+        events = (await self._attempt())["stream"]
+        items = aiter(events)
+        try:
+            async for item in items:
+                if text := _text(item):
+                    return events, items, text
+            return events, items, None
+        except (ClientError, BotoCoreError) as exc:
+            events.close()
+            raise self._error(exc) from exc
+        except BaseException:
+            events.close()
+            raise
+
+    def _error(self, exc: ClientError | BotoCoreError) -> LLMError:
+        if isinstance(exc, ClientError):  # an exception event in the stream
+            return bedrock_error(exc, self._options.model_id)
+        return LLMError(f"Bedrock stream failed: {exc}", retryable=True)
 
     async def stream(self) -> AsyncGenerator[str]:
-        response = await self._open()
-        events = response["stream"]
+        opts = self._options
+        budget = opts.first_token_budget_s
+        deadline = None if budget is None else asyncio.get_running_loop().time() + budget
+        # nothing was said yet: throttling and unavailability are retried (gateway.retry)
+        events, items, first = await retrying(
+            self._until_first_text, opts.retry, deadline=deadline, on_retry=opts.on_retry
+        )
         try:
-            async for item in events:
-                delta = item.get("contentBlockDelta")
-                if delta is not None:
-                    text = delta.get("delta", {}).get("text")
-                    if text:
-                        yield text
-        except ClientError as exc:  # an exception event mid-stream (EventStreamError)
-            raise bedrock_error(exc, self._options.model_id) from exc
-        except BotoCoreError as exc:
-            raise LLMError(f"Bedrock stream failed: {exc}", retryable=True) from exc
+            if first is not None:
+                yield first
+            async for item in items:
+                if text := _text(item):
+                    yield text
+        except (ClientError, BotoCoreError) as exc:  # after text: never retried silently
+            raise self._error(exc) from exc
         finally:
             events.close()  # releases the HTTP connection, also when the client went away
+
+
+def _text(item: dict[str, Any]) -> str | None:
+    delta = item.get("contentBlockDelta")
+    if delta is None:
+        return None
+    text = delta.get("delta", {}).get("text")
+    return text if isinstance(text, str) and text else None

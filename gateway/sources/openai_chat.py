@@ -1,7 +1,11 @@
-"""`openai`: any OpenAI-compatible `/chat/completions` stream (vLLM, Ollama, llama.cpp)."""
+"""`openai`: any OpenAI-compatible `/chat/completions` stream (vLLM, Ollama, llama.cpp).
+
+Refused connections, 408, 429 and 5xx before the first token are retried by the shared policy
+(`gateway.retry`); once text has flowed, a failure ends the reply with a retryable error."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
@@ -9,6 +13,7 @@ import httpx
 import orjson
 
 from gateway.errors import LLMError
+from gateway.retry import NO_RETRY, OnRetry, RetryPolicy, retrying
 from gateway.sse import SSEDecoder
 
 
@@ -22,7 +27,11 @@ class OpenAIChatSource:
         api_key: str = "",
         max_tokens: int = 512,
         temperature: float | None = None,
+        retry: RetryPolicy = NO_RETRY,
+        first_token_budget_s: float | None = None,
+        on_retry: OnRetry | None = None,
     ) -> None:
+        """`retry` applies until `first_token_budget_s` from the start of the stream."""
         self._client = client
         self._url = base_url.rstrip("/") + "/chat/completions"
         self._model = model
@@ -31,29 +40,51 @@ class OpenAIChatSource:
         self._limits: dict[str, Any] = {"max_tokens": max_tokens}
         if temperature is not None:
             self._limits["temperature"] = temperature
+        self._retry = retry
+        self._budget_s = first_token_budget_s
+        self._on_retry = on_retry
+
+    async def _open(self) -> httpx.Response:
+        """The streamed response, once the server has said 200."""
+        body = {"model": self._model, "messages": self._messages, "stream": True, **self._limits}
+        request = self._client.build_request("POST", self._url, json=body, headers=self._headers)
+        try:
+            response = await self._client.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            raise LLMError(f"LLM at {self._url} unreachable: {exc}", retryable=True) from exc
+        if response.status_code == 200:
+            return response
+        try:
+            detail = (await response.aread())[:300].decode(errors="replace")
+        except httpx.HTTPError:
+            detail = ""
+        finally:
+            await response.aclose()
+        status = response.status_code
+        raise LLMError(
+            f"LLM at {self._url} answered {status}: {detail}",
+            retryable=status in (408, 429) or status >= 500,
+        )
 
     async def stream(self) -> AsyncGenerator[str]:
-        body = {"model": self._model, "messages": self._messages, "stream": True, **self._limits}
+        loop = asyncio.get_running_loop()
+        deadline = None if self._budget_s is None else loop.time() + self._budget_s
+        response = await retrying(
+            self._open, self._retry, deadline=deadline, on_retry=self._on_retry
+        )
         try:
-            async with self._client.stream(
-                "POST", self._url, json=body, headers=self._headers
-            ) as response:
-                if response.status_code != 200:
-                    detail = (await response.aread())[:300].decode(errors="replace")
-                    raise LLMError(
-                        f"LLM at {self._url} answered {response.status_code}: {detail}",
-                        retryable=response.status_code in (408, 429) or response.status_code >= 500,
-                    )
-                decoder = SSEDecoder()
-                async for chunk in response.aiter_bytes():
-                    for event in decoder.push(chunk):
-                        if event.data.strip() == "[DONE]":
-                            return
-                        text = _delta_text(event.data)
-                        if text:
-                            yield text
+            decoder = SSEDecoder()
+            async for chunk in response.aiter_bytes():
+                for event in decoder.push(chunk):
+                    if event.data.strip() == "[DONE]":
+                        return
+                    text = _delta_text(event.data)
+                    if text:
+                        yield text
         except httpx.HTTPError as exc:
-            raise LLMError(f"LLM at {self._url} unreachable: {exc}") from exc
+            raise LLMError(f"LLM stream from {self._url} failed: {exc}", retryable=True) from exc
+        finally:
+            await response.aclose()
 
 
 def _delta_text(data: str) -> str:

@@ -28,8 +28,13 @@ class FramedTTSStream:
         voice: str | None,
         speed: float,
         on_complete: OnComplete | None = None,
+        tts_timeout_s: float | None = None,
     ) -> None:
+        """`tts_timeout_s`: how long past a pending chunk's due time (its deadline, or when it
+        was sent) the stream waits for its next frame before failing with `tts_timeout`."""
         self._send_frame = send_frame
+        self._tts_timeout_s = tts_timeout_s
+        self._due: dict[str, float] = {}  # request id -> loop time its first audio is due
         self._voice = voice
         self._speed = speed
         self._on_complete = on_complete
@@ -44,6 +49,7 @@ class FramedTTSStream:
         index = next(self._counter)
         rid = f"{self._prefix}-{index}"
         self._pending[rid] = (index, len(text))
+        self._due[rid] = asyncio.get_running_loop().time() + (deadline_ms or 0.0) / 1000
         await self._send_frame(
             protocol.synthesize_message(text, rid, self._voice, self._speed, deadline_ms)
         )
@@ -54,7 +60,7 @@ class FramedTTSStream:
     async def audio(self) -> AsyncIterator[bytes]:
         input_done = False
         while not (input_done and not self._pending):
-            item = await self._inbox.get()
+            item = await self._next()
             if item is _INPUT_DONE:
                 input_done = True
                 continue
@@ -66,10 +72,12 @@ class FramedTTSStream:
                     yield pcm
                 case CompleteMsg(request_id=rid, audio_bytes=audio, elapsed_s=elapsed):
                     sent = self._pending.pop(rid, None)
+                    self._due.pop(rid, None)
                     if sent is not None and self._on_complete is not None:
                         self._on_complete(*sent, audio, elapsed)
                 case CancelledMsg(request_id=rid):
                     self._pending.pop(rid, None)
+                    self._due.pop(rid, None)
                 case ErrorMsg(code=code, message=message):
                     raise TTSError(
                         f"model server: {message}",
@@ -78,6 +86,23 @@ class FramedTTSStream:
                     )
                 case _:
                     pass  # synthesis_start, and control types this side does not know
+
+    async def _next(self) -> bytes | str | TTSError | object:
+        """The next frame; while chunks are pending, no longer than `tts_timeout_s` past the
+        earliest one's due time (every frame that comes restarts the wait)."""
+        loop = asyncio.get_running_loop()
+        if self._tts_timeout_s is None or not self._due:
+            return await self._inbox.get()
+        patience = max(0.0, min(self._due.values()) - loop.time()) + self._tts_timeout_s
+        try:
+            async with asyncio.timeout(patience):
+                return await self._inbox.get()
+        except TimeoutError:
+            raise TTSError(
+                f"no audio from the model server for {self._tts_timeout_s:.1f} s past its due time",
+                code="tts_timeout",
+                retryable=True,
+            ) from None
 
     async def cancel(self) -> None:
         await self._send_frame(protocol.cancel_message())

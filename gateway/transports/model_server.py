@@ -45,9 +45,18 @@ class _WebSocketReader:
 
 
 class ModelServerTransport:
-    def __init__(self, base_url: str, client: httpx.AsyncClient) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        client: httpx.AsyncClient,
+        probe: httpx.AsyncClient | None = None,
+        tts_timeout_s: float | None = None,
+    ) -> None:
+        """`client` carries synthesis; `probe`, with short timeouts, readiness."""
         self.base_url = base_url.rstrip("/")
         self._client = client
+        self._probe = probe or client
+        self.tts_timeout_s = tts_timeout_s
 
     @contextlib.asynccontextmanager
     async def open(
@@ -64,7 +73,7 @@ class ModelServerTransport:
             except WebSocketException as exc:
                 raise TTSError(f"model server session lost: {exc}") from exc
 
-        tts = FramedTTSStream(send_frame, voice, speed, on_complete)
+        tts = FramedTTSStream(send_frame, voice, speed, on_complete, self.tts_timeout_s)
         reader = asyncio.create_task(_WebSocketReader(ws, tts).run())
         completed = False
         try:
@@ -92,7 +101,7 @@ class ModelServerTransport:
 
     async def ready(self) -> bool:
         try:
-            r = await self._client.get(self.base_url + "/ping", timeout=2.0)
+            r = await self._probe.get(self.base_url + "/ping", timeout=2.0)
         except httpx.HTTPError:
             return False
         return r.status_code == 200

@@ -51,11 +51,14 @@ class ModelServerPool:
     load_ttl_s: float = 0.25
     down_for_s: float = 2.0
     resolve_every_s: float = 10.0
+    tts_timeout_s: float | None = None  # a stream silent this long past due: tts_timeout
+    ready_ttl_s: float = 1.0  # readiness answers are reused this long
 
     def __post_init__(self) -> None:
         self._upstreams: dict[str, Upstream] = {}
         self._resolved_at = -1e9
         self._lock = asyncio.Lock()
+        self._ready: tuple[float, bool] = (-1e9, False)  # (when, answer)
 
     @property
     def upstreams(self) -> list[Upstream]:
@@ -76,9 +79,11 @@ class ModelServerPool:
             urls += await expand(url)
         kept = {u: self._upstreams.get(u) for u in urls}
         self._upstreams = {
-            u: up if up is not None else Upstream(u, ModelServerTransport(u, self.client))
-            for u, up in kept.items()
+            u: up if up is not None else Upstream(u, self._transport(u)) for u, up in kept.items()
         }
+
+    def _transport(self, url: str) -> ModelServerTransport:
+        return ModelServerTransport(url, self.client, self.probe, self.tts_timeout_s)
 
     async def _fetch(self, upstream: Upstream) -> None:
         now = time.monotonic()
@@ -101,6 +106,9 @@ class ModelServerPool:
         async with self._lock:
             await self._resolve()
         upstreams = self.upstreams
+        if not any(u.up for u in upstreams):  # all marked down: ask again, not refuse blind
+            for upstream in upstreams:  # (one that is back takes replies at once)
+                upstream.down_until = -1e9
         await asyncio.gather(*(self._fetch(u) for u in upstreams))
         candidates = [Candidate(u.url, u.load if u.up else None, u.replies) for u in upstreams]
         chosen = choose(candidates, budget_s)
@@ -110,9 +118,15 @@ class ModelServerPool:
         return PooledTransport(self, first)
 
     async def ready(self) -> bool:
+        """Whether any model server answers `/ping`, on the probe client (never queued behind
+        synthesis), asked at most every `ready_ttl_s` however often readiness is probed."""
+        when, answer = self._ready
+        if time.monotonic() - when < self.ready_ttl_s:
+            return answer
         async with self._lock:
             await self._resolve()
         answers = await asyncio.gather(*(u.transport.ready() for u in self.upstreams))
+        self._ready = (time.monotonic(), any(answers))
         return any(answers)
 
 
@@ -151,6 +165,8 @@ class PooledTransport:
             try:
                 yield stream
             except BaseException as exc:
+                if _timed_out(exc):  # wedged: route new replies elsewhere for a while
+                    self.pool.mark_down(upstream)
                 if not await opened.__aexit__(type(exc), exc, exc.__traceback__):
                     raise
             else:
@@ -176,6 +192,12 @@ class PooledTransport:
                 self.pool.mark_down(upstream)
                 error = exc
         raise error or TTSError("no model server is reachable", retryable=True)
+
+
+def _timed_out(exc: BaseException) -> bool:
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_timed_out(e) for e in exc.exceptions)
+    return isinstance(exc, TTSError) and exc.code == "tts_timeout"
 
 
 async def expand(url: str) -> list[str]:

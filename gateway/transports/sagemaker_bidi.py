@@ -33,8 +33,10 @@ class SageMakerBidiTransport:
         region: str,
         endpoint_uri: str | None = None,
         http_transport: Any = None,  # default: the SDK's CRT client; tests pass a seam
+        tts_timeout_s: float | None = None,
     ) -> None:
         self.endpoint_name = endpoint_name
+        self.tts_timeout_s = tts_timeout_s
         self.region = region
         self.endpoint_uri = (
             endpoint_uri
@@ -99,7 +101,7 @@ class SageMakerBidiTransport:
             except Exception as exc:
                 raise sagemaker_error(exc, self.endpoint_name) from exc
 
-        tts = FramedTTSStream(send_frame, voice, speed, on_complete)
+        tts = FramedTTSStream(send_frame, voice, speed, on_complete, self.tts_timeout_s)
         reader = asyncio.create_task(self._read(stream, tts))
         completed = False
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -11,9 +12,15 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 
-def create_stub(answer_tokens: list[str]) -> FastAPI:
+def create_stub(
+    answer_tokens: list[str], fail_first: int = 0, stall_after: int | None = None
+) -> FastAPI:
+    """`fail_first` requests are answered 503 first; with `stall_after`, the answer stops after
+    that many tokens and the stream stays open, silent (an LLM that hangs mid-answer)."""
     app = FastAPI()
     app.state.requests = []
+    app.state.fail_first = fail_first
+    app.state.stalled = asyncio.Event()
 
     @app.post("/v1/chat/completions")
     async def completions(request: Request) -> Response:
@@ -21,6 +28,9 @@ def create_stub(answer_tokens: list[str]) -> FastAPI:
         app.state.requests.append(body)
         if body.get("model") == "missing-model":
             return JSONResponse({"error": {"message": "model not found"}}, status_code=404)
+        if app.state.fail_first > 0:
+            app.state.fail_first -= 1
+            return JSONResponse({"error": {"message": "overloaded"}}, status_code=503)
         assert body["stream"] is True
 
         async def chunks() -> AsyncIterator[bytes]:
@@ -36,7 +46,10 @@ def create_stub(answer_tokens: list[str]) -> FastAPI:
                 "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}],
             }
             yield b"data: " + orjson.dumps(first) + b"\n\n"
-            for token in answer_tokens:
+            for i, token in enumerate(answer_tokens):
+                if i == stall_after:
+                    app.state.stalled.set()
+                    await asyncio.Event().wait()  # until the client goes away
                 chunk = {
                     **base,
                     "choices": [{"index": 0, "delta": {"content": token}, "finish_reason": None}],

@@ -1,0 +1,222 @@
+"""The one retry policy, and the TTS stream that resumes before first audio, over scripted
+transports (the real edges are covered in tests/test_faults*.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass, field
+
+import pytest
+
+from gateway.errors import TTSError
+from gateway.retry import RetryPolicy, retrying
+from gateway.transports.base import OnComplete
+from gateway.transports.resuming import ResumingTransport
+
+FAST = RetryPolicy(attempts=4, base_s=0.0, max_s=0.0)  # no waiting in unit tests
+
+
+def test_delays_grow_with_full_jitter_under_the_cap() -> None:
+    policy = RetryPolicy(attempts=6, base_s=0.1, max_s=0.5)
+    rng = random.Random(7)
+    for retry, cap in [(1, 0.1), (2, 0.2), (3, 0.4), (4, 0.5), (5, 0.5)]:
+        delays = [policy.delay(retry, rng) for _ in range(200)]
+        assert 0.0 <= min(delays) <= max(delays) <= cap
+        assert max(delays) > cap * 0.8  # spread over the whole range: replies do not align
+
+
+async def test_retrying_until_success_or_a_final_error() -> None:
+    calls: list[int] = []
+
+    async def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise TTSError("restarting", retryable=True)
+        return "ok"
+
+    retried: list[float] = []
+    result = await retrying(flaky, FAST, on_retry=lambda _e, wait: retried.append(wait))
+    assert (result, len(calls), len(retried)) == ("ok", 3, 2)
+
+    async def final() -> str:
+        calls.append(1)
+        raise TTSError("bad voice", code="tts_unknown_voice", retryable=False)
+
+    calls.clear()
+    with pytest.raises(TTSError, match="bad voice"):
+        await retrying(final, FAST)
+    assert len(calls) == 1
+
+    async def always() -> str:
+        calls.append(1)
+        raise TTSError("down", retryable=True)
+
+    calls.clear()
+    with pytest.raises(TTSError, match="down"):
+        await retrying(always, FAST)
+    assert len(calls) == 4  # attempts in all
+
+    calls.clear()
+    past = asyncio.get_running_loop().time()  # no time left for another try
+    with pytest.raises(TTSError, match="down"):
+        await retrying(always, FAST, deadline=past)
+    assert len(calls) == 1
+
+
+# --- the resuming stream ------------------------------------------------------------------------
+
+
+@dataclass
+class Attempt:
+    """What one opened stream does: fail before audio, after `audio_frames` frames, or never."""
+
+    fail: TTSError | None = None
+    audio_frames: int = 0  # frames sent back before failing (when `fail`)
+    fail_on_send: bool = False
+    sent: list[tuple[str, float | None]] = field(default_factory=list)
+    ended: bool = False
+    exited_with: type[BaseException] | None = None
+
+
+class ScriptedStream:
+    def __init__(self, attempt: Attempt) -> None:
+        self.attempt = attempt
+        self.chunks: asyncio.Queue[str | None] = asyncio.Queue()
+
+    async def send(self, text: str, deadline_ms: float | None = None) -> None:
+        if self.attempt.fail_on_send:
+            raise TTSError("session lost", retryable=True)
+        self.attempt.sent.append((text, deadline_ms))
+        await self.chunks.put(text)
+
+    async def end_input(self) -> None:
+        self.attempt.ended = True
+        await self.chunks.put(None)
+
+    async def audio(self) -> AsyncIterator[bytes]:
+        frames = 0
+        while (text := await self.chunks.get()) is not None:
+            if self.attempt.fail is not None and frames >= self.attempt.audio_frames:
+                raise self.attempt.fail
+            frames += 1
+            yield text.encode()
+        if self.attempt.fail is not None:
+            raise self.attempt.fail
+
+
+class ScriptedTransport:
+    def __init__(self, *attempts: Attempt, refuse_opens: int = 0) -> None:
+        self.attempts = list(attempts)
+        self.opened: list[Attempt] = []
+        self.refuse_opens = refuse_opens
+
+    @contextlib.asynccontextmanager
+    async def open(
+        self, voice: str | None, speed: float, on_complete: OnComplete | None = None
+    ) -> AsyncIterator[ScriptedStream]:
+        if self.refuse_opens:
+            self.refuse_opens -= 1
+            raise TTSError("unreachable", retryable=True)
+        attempt = self.attempts[len(self.opened)]
+        self.opened.append(attempt)
+        try:
+            yield ScriptedStream(attempt)
+        except BaseException as exc:
+            attempt.exited_with = type(exc)
+            raise
+
+    async def synthesize(self, text: str, voice: str | None, speed: float) -> AsyncGenerator[bytes]:
+        attempt = self.attempts[len(self.opened)]
+        self.opened.append(attempt)
+        if attempt.fail is not None and attempt.audio_frames == 0:
+            raise attempt.fail
+        yield text.encode()
+        if attempt.fail is not None:
+            raise attempt.fail
+
+
+async def speak(transport: ScriptedTransport, chunks: list[str], deadline_s: float = 60) -> bytes:
+    """What a reply does with its TTS: send every chunk, then read all the audio."""
+    retries: list[BaseException] = []
+    deadline = asyncio.get_running_loop().time() + deadline_s
+    resuming = ResumingTransport(
+        transport, transport, FAST, deadline, lambda exc, _: retries.append(exc)
+    )
+    async with resuming.open(None, 1.0) as tts:
+
+        async def send_all() -> None:
+            for chunk in chunks:
+                await tts.send(chunk, 1000.0)
+            await tts.end_input()
+
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(send_all())
+            audio = tg.create_task(collect(tts.audio()))
+    return audio.result()
+
+
+async def collect(frames: AsyncIterator[bytes]) -> bytes:
+    return b"".join([frame async for frame in frames])
+
+
+async def test_a_stream_lost_before_audio_is_opened_again_with_every_chunk() -> None:
+    lost = Attempt(fail=TTSError("session lost", retryable=True))
+    fine = Attempt()
+    transport = ScriptedTransport(lost, fine, refuse_opens=1)  # the server restarting, too
+    assert await speak(transport, ["One. ", "Two. ", "Three."]) == b"One. Two. Three."
+    assert [text for text, _ in fine.sent] == ["One. ", "Two. ", "Three."]
+    assert fine.ended
+    assert lost.exited_with is TTSError  # the failed attempt was left as failed: cancelled
+    assert all(ms is not None and ms <= 1000.0 for _, ms in fine.sent)  # what is left of each
+
+
+async def test_a_send_that_fails_resumes_through_the_audio_side() -> None:
+    broken = Attempt(fail_on_send=True, fail=TTSError("session lost", retryable=True))
+    fine = Attempt()
+    transport = ScriptedTransport(broken, fine)
+    assert await speak(transport, ["Hello. ", "World."]) == b"Hello. World."
+    assert [text for text, _ in fine.sent] == ["Hello. ", "World."]
+
+
+async def test_after_the_first_audio_nothing_is_retried() -> None:
+    late = Attempt(fail=TTSError("stream error", retryable=True), audio_frames=1)
+    transport = ScriptedTransport(late, Attempt())
+    with pytest.raises(ExceptionGroup) as failed:
+        await speak(transport, ["One. ", "Two."])
+    assert failed.group_contains(TTSError, match="stream error")
+    assert len(transport.opened) == 1
+
+
+async def test_final_errors_and_spent_budgets_are_not_retried() -> None:
+    final = Attempt(fail=TTSError("unknown voice", code="tts_unknown_voice", retryable=False))
+    transport = ScriptedTransport(final, Attempt())
+    with pytest.raises(ExceptionGroup) as failed:
+        await speak(transport, ["Hi."])
+    assert failed.group_contains(TTSError, match="unknown voice")
+    assert len(transport.opened) == 1
+    lost = Attempt(fail=TTSError("session lost", retryable=True))
+    transport = ScriptedTransport(lost, Attempt())
+    with pytest.raises(ExceptionGroup):
+        await speak(transport, ["Hi."], deadline_s=0)  # the first audio is already due
+    assert len(transport.opened) == 1
+    always = [Attempt(fail=TTSError("down", retryable=True)) for _ in range(4)]
+    transport = ScriptedTransport(*always)
+    with pytest.raises(ExceptionGroup):
+        await speak(transport, ["Hi."])
+    assert len(transport.opened) == 4  # FAST.attempts
+
+
+async def test_a_batch_call_is_made_again_only_before_its_audio() -> None:
+    transport = ScriptedTransport(Attempt(fail=TTSError("throttled", retryable=True)), Attempt())
+    resuming = ResumingTransport(transport, transport, FAST, None)
+    assert await collect(resuming.synthesize("Hi.", None, 1.0)) == b"Hi."
+    assert len(transport.opened) == 2
+    late = Attempt(fail=TTSError("stream error", retryable=True), audio_frames=1)
+    transport = ScriptedTransport(late, Attempt())
+    resuming = ResumingTransport(transport, transport, FAST, None)
+    with pytest.raises(TTSError, match="stream error"):
+        await collect(resuming.synthesize("Hi.", None, 1.0))
+    assert len(transport.opened) == 1
