@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import sys
 from collections.abc import Generator, Sequence
 from typing import Any
@@ -14,6 +15,9 @@ from fastapi import FastAPI
 
 from gateway.app import create_app
 from gateway.config import Settings, parse_settings
+from gateway.service import GatewayService
+
+log = logging.getLogger(__name__)
 
 
 def server_options(settings: Settings) -> dict[str, Any]:
@@ -26,6 +30,23 @@ def server_options(settings: Settings) -> dict[str, Any]:
     }
 
 
+class PublicServer(uvicorn.Server):
+    """On SIGTERM: stop accepting, let the sessions in progress end (replies finish, WebSockets
+    close with 1012 once idle) for up to `--drain-timeout-s`, then uvicorn's own shutdown."""
+
+    def __init__(self, config: uvicorn.Config, service: GatewayService) -> None:
+        super().__init__(config)
+        self.service = service
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        for server in self.servers:
+            server.close()  # no new connections; the load balancer sends them elsewhere
+        left = await self.service.drain(self.service.settings.drain_timeout_s)
+        if left:
+            log.warning("%d sessions still open after the drain timeout: closing them", left)
+        await super().shutdown(sockets)
+
+
 class InternalServer(uvicorn.Server):
     """The internal listener: the public server alone takes the process's signals, and this
     one stops when it does."""
@@ -36,14 +57,15 @@ class InternalServer(uvicorn.Server):
 
 
 async def serve(app: FastAPI, settings: Settings) -> None:
-    public = uvicorn.Server(
+    public = PublicServer(
         uvicorn.Config(
             app,
             host=settings.host,
             port=settings.port,
-            timeout_graceful_shutdown=10,
+            timeout_graceful_shutdown=5,  # after the drain: what is left is cut
             **server_options(settings),
-        )
+        ),
+        app.state.service,
     )
     if not settings.internal_port:
         await public.serve()

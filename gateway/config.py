@@ -54,6 +54,7 @@ class Settings:
     tts_timeout_s: float = 15.0  # silence past a chunk's due time: tts_timeout
     llm_timeout_s: float = 30.0  # an LLM silent this long mid-answer: llm_timeout
     retry_attempts: int = 4  # tries per hop before first audio, the first included
+    drain_timeout_s: float = 25.0  # on SIGTERM: replies in progress finish within this
     internal_host: str = "127.0.0.1"
     internal_port: int = 9101  # /metrics and detailed readiness; 0: none
     chunk_plan: str = "playback"  # playback: chunks sized to the listener's buffer; sentences
@@ -127,6 +128,8 @@ _HELP = {
     "fails the reply with llm_timeout",
     "retry_attempts": "tries per hop (model server, SageMaker, Bedrock, OpenAI-compatible) for "
     "a retryable failure before the reply's first audio, within --first-audio-budget-s; 1: none",
+    "drain_timeout_s": "on SIGTERM: stop accepting, let replies in progress finish for up to "
+    "this long, then close WebSockets with 1012 (service restart)",
     "internal_host": "interface of the internal listener (/metrics, detailed /readyz)",
     "internal_port": "port of the internal listener (0: none)",
     "chunk_plan": "playback: the first chunk early, later chunks as large as the listener's "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict, deque
+from collections.abc import Callable
 
 from gateway.errors import GatewayError, Overloaded
 
@@ -43,9 +44,13 @@ class Lease:
 
 
 class Sessions:
-    def __init__(self, max_total: int, max_per_client: int) -> None:
+    def __init__(
+        self, max_total: int, max_per_client: int, on_empty: Callable[[], None] | None = None
+    ) -> None:
+        """`on_empty` is told each time the last open session closes."""
         self.max_total = max_total
         self.max_per_client = max_per_client
+        self.on_empty = on_empty
         self.total = 0
         self._by_client: dict[str, int] = {}
 
@@ -75,6 +80,8 @@ class Sessions:
             self._by_client[client] = left
         else:
             del self._by_client[client]  # the table holds only clients with sessions
+        if not self.total and self.on_empty is not None:
+            self.on_empty()
 
 
 class PerMinute:

@@ -102,7 +102,11 @@ class GatewayService:
         self.metrics = GatewayMetrics()
         self.keys = load_keys(settings)
         self.wall_clock: Callable[[], float] = time.time  # token expiry
-        self.sessions = Sessions(settings.max_sessions, settings.max_sessions_per_client)
+        self._no_sessions = asyncio.Event()
+        self.sessions = Sessions(
+            settings.max_sessions, settings.max_sessions_per_client, self._no_sessions.set
+        )
+        self.draining = asyncio.Event()  # set on SIGTERM (gateway.cli)
         self.metrics.sessions.set_function(lambda: self.sessions.total)
         self.reply_rate = PerMinute(settings.replies_per_minute, "replies")
         self.token_rate = PerMinute(settings.llm_tokens_per_minute, "LLM tokens")
@@ -181,8 +185,22 @@ class GatewayService:
 
     def open_session(self, client: Client) -> Lease:
         """A session (a WebSocket, or one HTTP reply) for `client`; raises `Overloaded` (the
-        gateway is full) or `TooManySessions` (this client has its share)."""
+        gateway is full or restarting) or `TooManySessions` (this client has its share)."""
+        if self.draining.is_set():
+            raise Overloaded("the gateway is restarting: retry", code="restarting", retry_after_s=1)
         return self.sessions.open(client.name)
+
+    async def drain(self, timeout_s: float) -> int:
+        """Stop taking new sessions and wait (at most `timeout_s`) for the open ones to end:
+        replies finish, idle WebSockets close with 1012 at once and busy ones after their
+        reply. Returns how many were still open."""
+        self.draining.set()
+        if self.sessions.total:
+            self._no_sessions.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout_s):
+                    await self._no_sessions.wait()
+        return self.sessions.total
 
     def check_rates(self, client: Client, prompt: bool) -> None:
         """Raises `RateLimited` when `client` has used its replies (or, for a prompt, its LLM
@@ -197,6 +215,8 @@ class GatewayService:
         """The transports for a new reply, on the model server that should take it; raises
         `RateLimited` when the client has had its share, `Overloaded` when no model server can
         serve it in time (before anything is streamed)."""
+        if self.draining.is_set():  # a WebSocket's next reply, while restarting
+            raise Overloaded("the gateway is restarting: retry", code="restarting", retry_after_s=1)
         self.check_rates(client, prompt)
         bidi, batch = await self._route()
         deadline = asyncio.get_running_loop().time() + self.settings.first_audio_budget_s

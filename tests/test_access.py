@@ -219,7 +219,8 @@ def test_loopback_addresses() -> None:
 
 
 def test_sessions_in_total_and_per_client() -> None:
-    sessions = Sessions(max_total=3, max_per_client=2)
+    emptied: list[int] = []
+    sessions = Sessions(max_total=3, max_per_client=2, on_empty=lambda: emptied.append(1))
     a1, a2 = sessions.open("a"), sessions.open("a")
     with pytest.raises(TooManySessions) as mine:
         sessions.open("a")
@@ -231,10 +232,13 @@ def test_sessions_in_total_and_per_client() -> None:
     a1.release()
     a1.release()  # twice: counted once
     assert (sessions.total, sessions.of("a")) == (2, 1)
-    sessions.open("c")
+    c1 = sessions.open("c")
     a2.release()
     b1.release()
     assert sessions.of("a") == sessions.of("b") == 0
+    assert emptied == []  # "c" is still open
+    c1.release()
+    assert (sessions.total, emptied) == (0, [1])
 
 
 def test_per_minute_windows() -> None:

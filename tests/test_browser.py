@@ -7,7 +7,9 @@ the other gateway tests.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
+import signal
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -20,7 +22,8 @@ from gateway.app import create_app as create_gateway
 from gateway.config import Settings as GatewaySettings
 from tests.support.fakes import FakeEngine
 from tests.support.gateway_client import metric
-from tests.support.servers import RunningServer, serve
+from tests.support.processes import gateway_process
+from tests.support.servers import RunningServer, free_port, serve
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 LONG = " ".join(["This sentence is here to keep the voice busy for a little while."] * 6)
@@ -213,6 +216,41 @@ async def test_a_page_speaks_through_a_keyed_gateway_with_a_token(
             assert console.errors == []
             await page.close()
         assert await metric(keyed, "gateway_errors_total", code="unauthorized") == 0
+
+
+async def test_the_page_reconnects_by_itself_when_the_gateway_restarts(
+    browser: Browser, fake_server: RunningServer
+) -> None:
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    reconnected = "window.demo.connection.some((e) => e.event === 'reconnected')"
+    with gateway_process(port, fake_server.http_url) as first:
+        page, console = await open_demo(browser, base)
+        await speak(page, transport="ws", fmt="pcm", text="Hello there.")
+        await wait_until_settled(page)
+        first.send_signal(signal.SIGTERM)  # a rolling update: this instance goes away
+        await asyncio.to_thread(first.wait, 30)
+    await page.wait_for_function(
+        "window.demo.connection.some((e) => e.event === 'reconnecting' && e.code === 1012)"
+    )
+    assert not await page.evaluate(reconnected)
+    with gateway_process(port, fake_server.http_url):  # its replacement, same address
+        await page.wait_for_function(reconnected, timeout=60_000)
+        assert await page.text_content("#connection") == "Reconnected."
+        await speak(page, transport="ws", fmt="pcm", text="Hello again.")
+        await wait_until_settled(page)
+        proof = await played_proof(page)
+        assert (proof["state"], proof["error"]) == ("done", None)
+    # only the attempts made while no gateway listened
+    assert not [e for e in console.errors if "WebSocket connection" not in e]
+    await page.close()
+
+
+async def wait_until_settled(page: Page) -> None:
+    await page.wait_for_function(
+        "['done', 'error'].includes(document.querySelector('#metrics').dataset.state)",
+        timeout=60_000,
+    )
 
 
 @pytest.mark.parametrize("transport", ["sse-fetch", "ws"])

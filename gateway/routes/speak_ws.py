@@ -4,6 +4,8 @@ Messages are read while an utterance plays, so a `cancel` (barge-in) takes effec
 source stops, queued chunks are dropped and the model server cancels its synthesis. A
 connection with no reply playing and no message for `--idle-timeout-s` gets `idle_timeout` and
 is closed; a client that takes longer than `--send-timeout-s` to take a frame is dropped.
+While the gateway drains (SIGTERM), a connection closes with 1012 (service restart) as soon as
+no reply is playing, so the browser module reconnects to another instance.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from kokoro_contract.ws_sender import ClientGone, WebSocketSender
 
 log = logging.getLogger(__name__)
 router = APIRouter()
+_DRAINING = object()  # `_next`: the gateway is draining and nothing plays
 
 
 class SpeakConnection:
@@ -64,6 +67,9 @@ class SpeakConnection:
             while not self.session.closed:
                 receiving = receiving or asyncio.create_task(self.ws.receive())
                 message = await self._next(receiving)
+                if message is _DRAINING:
+                    await self.ws.close(1012, "service restart")
+                    return
                 if message is None:
                     await self._idle_timeout()
                     return
@@ -86,24 +92,35 @@ class SpeakConnection:
         return self._task is not None and not self._task.done() and not waiting_for_text
 
     async def _next(self, receiving: asyncio.Task[Any]) -> Any | None:
-        """The next client message, or None once the connection has been idle too long: no
-        message and no reply playing for `idle_timeout_s` (a reply that ends restarts it)."""
+        """The next client message; None once the connection has been idle too long (no
+        message and no reply playing for `idle_timeout_s`; a reply that ends restarts it);
+        `_DRAINING` once the gateway drains and no reply is playing."""
         loop = asyncio.get_running_loop()
         idle_since = loop.time()
-        while True:
-            waits: set[asyncio.Future[Any]] = {receiving}
-            timeout = None
-            if self._playing():
-                assert self._task is not None
-                waits.add(self._task)
-            else:
-                timeout = max(0.0, idle_since + self.service.settings.idle_timeout_s - loop.time())
-            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-            if receiving.done():
-                return receiving.result()
-            if timeout is not None:
-                return None
-            idle_since = loop.time()  # the reply ended: idle from now
+        draining = asyncio.ensure_future(self.service.draining.wait())
+        try:
+            while True:
+                waits: set[asyncio.Future[Any]] = {receiving}
+                timeout = None
+                if self._playing():
+                    assert self._task is not None
+                    waits.add(self._task)
+                else:
+                    if draining.done():
+                        return _DRAINING
+                    waits.add(draining)
+                    limit = self.service.settings.idle_timeout_s
+                    timeout = max(0.0, idle_since + limit - loop.time())
+                await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                if receiving.done():
+                    return receiving.result()
+                if draining.done() and not self._playing():
+                    return _DRAINING
+                if timeout is not None and not draining.done():
+                    return None
+                idle_since = loop.time()  # the reply ended: idle from now
+        finally:
+            draining.cancel()
 
     async def _idle_timeout(self) -> None:
         limit = self.service.settings.idle_timeout_s

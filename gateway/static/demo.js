@@ -2,7 +2,9 @@ import { Speaker } from "/static/speak.js";
 
 const $ = (id) => document.getElementById(id);
 const metrics = $("metrics");
-const demo = { speaker: null, stats: null, timeline: { text: [], audio: [], heard: null } };
+const demo = {
+  speaker: null, stats: null, timeline: { text: [], audio: [], heard: null }, connection: [],
+};
 window.demo = demo; // for automation
 // a gateway with API keys: open the page as /?token=... (a token from POST /v1/tokens)
 const pageToken = new URLSearchParams(location.search).get("token");
@@ -90,6 +92,14 @@ function newSpeaker(transport) {
       li.textContent = `chunk ${i + 1} sent to synthesis at ${ms} ms`;
       return li;
     }));
+  });
+  speaker.addEventListener("reconnecting", (e) => {
+    demo.connection.push({ event: "reconnecting", ...e.detail });
+    $("connection").textContent = `Reconnecting to the voice service (attempt ${e.detail.attempt})…`;
+  });
+  speaker.addEventListener("reconnected", (e) => {
+    demo.connection.push({ event: "reconnected", ...e.detail });
+    $("connection").textContent = "Reconnected.";
   });
   speaker.addEventListener("error", (e) => {
     const { message, code, retryAfterS } = e.detail;

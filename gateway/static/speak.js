@@ -7,6 +7,11 @@
 //   const stats = await speaker.speak({ text: "Hello there.", format: "mp3", mode: "bidi" });
 //   speaker.stop();                                           // barge-in
 //
+// Over "ws" the connection stays open between replies; when the gateway restarts (it closes
+// with 1012 once the reply in progress has finished) or the connection breaks, the speaker
+// connects again by itself with backoff, emitting "reconnecting" {attempt, delayMs, code} and
+// "reconnected" {attempts}.
+//
 // A gateway with API keys wants a token: `new Speaker({ token })`, where `token` is a string or
 // an async function that asks the page's own backend for a fresh one (POST /v1/tokens there,
 // with the key; tokens live 15 minutes). It goes in `?token=` for EventSource and WebSocket,
@@ -279,6 +284,8 @@ export class Speaker extends EventTarget {
     this.workletUrl = workletUrl || new URL("./pcm-worklet.js", import.meta.url);
     this.ws = null;
     this.current = null;
+    this.closed = false;
+    this.reconnecting = false;
   }
 
   async credential() {
@@ -483,13 +490,39 @@ export class Speaker extends EventTarget {
       if (owner !== reply.utteranceId || reply.stopped) return; // stale audio: drop it
       reply.handle("audio_chunk", { bytes: bytes.subarray(1 + n) });
     };
-    ws.onclose = () => {
+    ws.onclose = (e) => {
       const reply = this.wsReply;
-      if (reply && reply.stats.serverMetrics === null && !reply.stopped) this.fail(reply, "WebSocket closed");
+      if (reply && reply.stats.serverMetrics === null && !reply.stopped) {
+        // 1012: the gateway restarts (it lets replies finish first); 1006: the connection broke
+        this.fail(reply, "WebSocket closed", { retryable: e.code !== 1000 && e.code !== 1008 });
+      }
       this.ws = null;
+      if (e.code !== 1000 && !this.closed) this.reconnect(e.code);
     };
     this.ws = ws;
     return ws;
+  }
+
+  // The gateway went away (a restart closes with 1012, a crash with 1006): connect again with
+  // growing, jittered waits, saying so through "reconnecting" and "reconnected" events.
+  async reconnect(code) {
+    if (this.reconnecting) return;
+    this.reconnecting = true;
+    try {
+      for (let attempt = 1; !this.closed; attempt++) {
+        const delayMs = Math.round(Math.random() * Math.min(5000, 250 * 2 ** (attempt - 1)));
+        this.emit("reconnecting", { attempt, delayMs, code });
+        await new Promise((resolve) => setTimeout(resolve, delayMs));
+        if (this.closed || (this.ws && this.ws.readyState === WebSocket.OPEN)) return;
+        try {
+          await this.openWs();
+          this.emit("reconnected", { attempts: attempt });
+          return;
+        } catch { /* not back yet */ }
+      }
+    } finally {
+      this.reconnecting = false;
+    }
   }
 
   async startWs(reply, query, handle) {
@@ -514,6 +547,7 @@ export class Speaker extends EventTarget {
   }
 
   close() {
+    this.closed = true; // no more reconnects
     if (this.current) this.stop();
     if (this.lastPlayer) this.lastPlayer.release();
     if (this.ws) this.ws.close(1000);

@@ -87,7 +87,8 @@ class ModelServerPool:
 
     async def _fetch(self, upstream: Upstream) -> None:
         now = time.monotonic()
-        if not upstream.up or now - upstream.fetched_at < self.load_ttl_s:
+        fresh = upstream.load is not None and now - upstream.fetched_at < self.load_ttl_s
+        if not upstream.up or fresh:
             return
         try:
             response = await self.probe.get(upstream.url + "/load")
