@@ -71,9 +71,11 @@ def check_request_id(rid: object) -> str | None:
         or not rid
         or len(rid) > MAX_REQUEST_ID_CHARS
         or not (rid.isascii() and rid.isprintable())  # it may go into a header
+        or rid != rid.strip()  # which would trim it: the echo would differ
     ):
         raise InvalidRequest(
-            f"request_id must be 1-{MAX_REQUEST_ID_CHARS} printable ASCII characters",
+            f"request_id must be 1-{MAX_REQUEST_ID_CHARS} printable ASCII characters, without "
+            "spaces at either end",
             code="invalid_field",
         )
     return rid

@@ -10,6 +10,13 @@ class SynthesisFailed(ServiceError):
     status = 500
 
 
+class UnreadableText(ServiceError):
+    """Normalisation or G2P failed on this text: the same text would fail again."""
+
+    code = "unreadable_text"
+    status = 422
+
+
 class SynthesisCancelled(Exception):
     """An in-flight synthesis was aborted on purpose (cancel or disconnect)."""
 

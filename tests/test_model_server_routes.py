@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Iterator
 
 import httpx
 import orjson
@@ -12,6 +13,8 @@ from websockets.asyncio.client import connect
 
 from model_server.app import create_app
 from model_server.config import Settings
+from model_server.text.normalize import normalize
+from model_server.text.split import split_phonemes
 from tests.support.fakes import FakeEngine, expected_pcm_bytes, identity_g2p
 from tests.support.model_server_client import read_until_terminal, synth
 from tests.support.servers import RunningServer, serve
@@ -241,3 +244,77 @@ async def test_a_failed_load_reports_why() -> None:
         "detail": "model failed to load: weights missing",
         "inflight": 0,
     }
+
+
+# --- text the model server cannot read, through the real normalisation ------------------------
+
+BREAKS_G2P = "G2P-BUG"  # text with this in it makes ReadingG2P fail, as a bug in G2P would
+
+
+class ReadingG2P:
+    """The real text normalisation in front of the identity G2P: what reaches the fake engine
+    is the text as it would be read (numbers as words)."""
+
+    name = "normalize+identity"
+
+    def __call__(self, text: str) -> str:
+        if BREAKS_G2P in text:
+            raise RuntimeError("g2p bug")
+        return normalize(text)
+
+
+@pytest.fixture(scope="module")
+def reading_server() -> Iterator[RunningServer]:
+    settings = Settings(workers=2, max_text_chars=5_000, warmup=False)
+    app = create_app(settings, engine_factory=lambda _: FakeEngine(), g2p_factory=ReadingG2P)
+    with serve(app) as running:
+        assert app.state.service.settled.wait(timeout=10)
+        yield running
+
+
+async def test_a_400_digit_number_is_read_on_every_path(reading_server: RunningServer) -> None:
+    digits = "1234567890" * 40  # num2words raised OverflowError: a 500, a cut stream, an error
+    spoken = " ".join(
+        ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "zero"] * 40
+    )
+    async with httpx.AsyncClient(base_url=reading_server.http_url, timeout=30) as http:
+        as_words = await http.post("/invocations", json={"text": spoken})
+        whole = await http.post("/invocations", json={"text": digits})
+        async with http.stream("POST", "/invocations", json={"text": digits, "stream": True}) as r:
+            assert r.status_code == 200
+            streamed = b"".join([c async for c in r.aiter_raw()])
+    async with connect(reading_server.ws_url + BIDI) as ws:
+        await ws.send(synth(digits, "digits"))
+        reply = await read_until_terminal(ws, "digits")
+    assert whole.status_code == 200
+    assert reply.types == ["synthesis_start", "synthesis_complete"]
+    # the digits are read one by one, the same audio on all three paths
+    assert whole.content == as_words.content == streamed == reply.pcm
+    segments = split_phonemes(spoken)
+    assert len(segments) == 4
+    assert len(whole.content) == sum(expected_pcm_bytes(s) for s in segments)
+
+
+async def test_text_g2p_fails_on_is_refused_cleanly(reading_server: RunningServer) -> None:
+    text = f"Read {BREAKS_G2P} aloud."
+    async with httpx.AsyncClient(base_url=reading_server.http_url, timeout=30) as http:
+        whole = await http.post("/invocations", json={"text": text})
+        async with http.stream("POST", "/invocations", json={"text": text, "stream": True}) as r:
+            await r.aread()
+            streamed = r
+    for response in (whole, streamed):  # refused before any audio, the stream included
+        assert response.status_code == 422
+        error = response.json()["error"]
+        assert (error["code"], error["retryable"]) == ("unreadable_text", False)
+        assert "g2p bug" not in response.text
+        assert "Traceback" not in response.text
+    async with connect(reading_server.ws_url + BIDI) as ws:
+        await ws.send(synth(text, "bad"))
+        reply = await read_until_terminal(ws, "bad")
+        assert reply.types == ["synthesis_start", "error"]
+        assert (reply.last["code"], reply.last["request_id"]) == ("unreadable_text", "bad")
+        assert reply.pcm == b""
+        await ws.send(synth("Still works.", "after"))  # the session stays usable
+        after = await read_until_terminal(ws, "after")
+    assert after.types == ["synthesis_start", "synthesis_complete"]
+    assert len(after.pcm) == expected_pcm_bytes("Still works.")

@@ -15,6 +15,7 @@ from kokoro_contract import formats
 from kokoro_contract.audio import pcm_duration_s, wav_header
 from kokoro_contract.errors import InvalidRequest, ServiceError
 from kokoro_contract.protocol import ProtocolError, decode_frame, validate_synthesis
+from model_server import openapi
 from model_server.service import ModelService
 
 log = logging.getLogger(__name__)
@@ -26,7 +27,7 @@ def _service(request: Request) -> ModelService:
     return service
 
 
-@router.get("/ping")
+@router.get("/ping", response_class=JSONResponse, responses=openapi.PING)
 async def ping(request: Request) -> JSONResponse:
     service = _service(request)
     inflight = request.app.state.inflight.count  # requests and sessions running: for draining
@@ -40,7 +41,7 @@ async def ping(request: Request) -> JSONResponse:
     return JSONResponse(body, status_code=503)
 
 
-@router.get("/load")
+@router.get("/load", response_class=JSONResponse, responses=openapi.LOAD)
 async def load(request: Request) -> JSONResponse:
     """How far behind the engine is, for the gateway's admission control and routing: a light
     answer, computed from the scheduler's state (`/ping` stays the SageMaker contract)."""
@@ -51,12 +52,12 @@ async def load(request: Request) -> JSONResponse:
     return JSONResponse(body)
 
 
-@router.get("/metrics")
+@router.get("/metrics", response_class=Response, responses=openapi.METRICS)
 async def metrics(request: Request) -> Response:
     return Response(generate_latest(request.app.state.metrics), media_type=CONTENT_TYPE_LATEST)
 
 
-@router.get("/voices")
+@router.get("/voices", response_class=JSONResponse, responses=openapi.VOICES)
 async def voices(request: Request) -> JSONResponse:
     loaded = _service(request).get()
     engine_voices = loaded.synthesizer.engine.voices()
@@ -68,7 +69,12 @@ async def voices(request: Request) -> JSONResponse:
     )
 
 
-@router.post("/invocations")
+@router.post(
+    "/invocations",
+    response_class=Response,
+    responses=openapi.INVOCATIONS,
+    openapi_extra=openapi.INVOCATION_REQUEST,
+)
 async def invocations(request: Request) -> Response:
     loaded = _service(request).get()
     obj = decode_frame(await request.body())
@@ -86,6 +92,7 @@ async def invocations(request: Request) -> Response:
         raise InvalidRequest("field 'stream' must be true or false", code="invalid_field")
     key = object()  # every HTTP request takes its own turns in the scheduler
     received = time.perf_counter()
+    segments = await loaded.synthesizer.plan(synth)  # text it cannot read: 422, not a cut stream
     headers = {"X-Request-Id": synth.request_id}
 
     if stream:
@@ -94,7 +101,7 @@ async def invocations(request: Request) -> Response:
             if fmt.name == "wav":
                 yield wav_header(None)
             try:
-                async for pcm in loaded.synthesizer.stream(synth, key, received):
+                async for pcm in loaded.synthesizer.stream(synth, key, received, segments):
                     yield pcm
             except ServiceError as exc:  # headers are gone: end the stream, log why
                 log.warning("request %s ended early: %s", synth.request_id, exc.message)
@@ -102,7 +109,7 @@ async def invocations(request: Request) -> Response:
         return StreamingResponse(body(), media_type=fmt.mime, headers=headers)
 
     started = time.perf_counter()
-    chunks = [pcm async for pcm in loaded.synthesizer.stream(synth, key, received)]
+    chunks = [pcm async for pcm in loaded.synthesizer.stream(synth, key, received, segments)]
     pcm = b"".join(chunks)
     elapsed = time.perf_counter() - started
     headers["X-Audio-Duration-S"] = f"{pcm_duration_s(len(pcm)):.4f}"

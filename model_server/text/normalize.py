@@ -1,6 +1,8 @@
 """English text normalisation before G2P, pure: currency, times, percentages, ordinals, years,
 decimals and common abbreviations become words, so they read naturally and leave no stray
-periods that would look like sentence ends."""
+periods that would look like sentence ends. Numbers longer than anyone reads as an amount are
+read digit by digit, so any number reads (num2words names nothing from 10**306 on, and `int()`
+refuses more than 4,300 digits)."""
 
 from __future__ import annotations
 
@@ -51,17 +53,26 @@ _CURRENCIES = {
     "£": ("pound", "pounds", "penny", "pence"),
 }
 _SCALES = r"thousand|million|billion|trillion"
+_GROUPED = r"\d{1,3}(?:,\d{3})+"  # "1,234,567"
 _CURRENCY_RE = re.compile(
-    r"([$€£])\s?(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d{1,2}))?(?:\s?(" + _SCALES + r"|[kKmMbB])\b)?"
+    r"([$€£])\s?(" + _GROUPED + r"|\d+)(?:\.(\d{1,2}))?(?:\s?(" + _SCALES + r"|[kKmMbB])\b)?"
 )
 _SCALE_LETTERS = {"k": "thousand", "m": "million", "b": "billion"}
 _TIME_RE = re.compile(r"\b([01]?\d|2[0-3]):([0-5]\d)(?:\s?([AaPp])(\.[Mm]\.|[Mm])(?=\W|$))?")
-_PERCENT_RE = re.compile(r"(\d+(?:\.\d+)?)\s?%")
-_ORDINAL_RE = re.compile(r"\b(\d+)(st|nd|rd|th)\b", re.IGNORECASE)
-_DECIMAL_RE = re.compile(r"(?<![\d.])(\d+)\.(\d+)(?![\d.]*\d\.)")
+# (?<!\d): a match starts where the number does; without it a long digit run costs n**2 steps
+_PERCENT_RE = re.compile(r"(?<!\d)(\d+(?:\.\d+)?)\s?%")
+_ORDINAL_RE = re.compile(r"\b(" + _GROUPED + r"|\d+)(st|nd|rd|th)\b", re.IGNORECASE)
+_DECIMAL_RE = re.compile(r"(?<![\d.])(" + _GROUPED + r"|\d+)\.(\d+)(?![\d.]*\d\.)")
 _VERSION_RE = re.compile(r"\b\d+(?:\.\d+){2,}\b")
-_NUMBER_RE = re.compile(r"(?<![\d.])(\d{1,3}(?:,\d{3})+|\d+)(?![\d])")
+_NUMBER_RE = re.compile(r"(?<![\d.])(" + _GROUPED + r"|\d+)(?![\d])")
 
+
+# Longer numbers are read digit by digit: a plain run of more than 15 digits (past the
+# trillions) is an identifier more often than an amount; one grouped with commas is an amount,
+# named in words up to the decillions.
+MAX_SPOKEN_DIGITS = 15
+MAX_GROUPED_DIGITS = 36
+_DIGIT_NAMES = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 
 _TITLES = frozenset({"Dr.", "Mr.", "Mrs.", "Ms.", "Prof.", "Mt.", "No."})
 
@@ -84,25 +95,55 @@ def _initialism(m: re.Match[str]) -> str:
     return spoken + "." if _ends_sentence(m) else spoken
 
 
-def _words(n: int | float, to: str = "cardinal") -> str:
+def _words(n: int, to: str = "cardinal") -> str:
     return str(num2words(n, to=to, lang="en"))
 
 
-def _int(digits: str) -> int:
-    return int(digits.replace(",", ""))
+def _digits(raw: str) -> str:
+    """The ASCII digits of a number as written: "1,234" -> "1234" (any Unicode digits too)."""
+    return "".join(str(int(c)) for c in raw if c != ",")
+
+
+def _spell(digits: str) -> str:
+    """Digit by digit: "042" -> "zero four two"."""
+    return " ".join(_DIGIT_NAMES[int(d)] for d in digits)
+
+
+def _in_words(raw: str, digits: str) -> bool:
+    """Whether a number as written ("1234", "1,234") is short enough to be read in words."""
+    return len(digits) <= (MAX_GROUPED_DIGITS if "," in raw else MAX_SPOKEN_DIGITS)
+
+
+def _cardinal(raw: str) -> str:
+    digits = _digits(raw)
+    return _words(int(digits)) if _in_words(raw, digits) else _spell(digits)
+
+
+def _ordinal(raw: str) -> str:
+    """An ordinal: "1,000th" -> "one thousandth"; a long one digit by digit, the last as one."""
+    digits = _digits(raw)
+    if _in_words(raw, digits):
+        return _words(int(digits), to="ordinal")
+    return f"{_spell(digits[:-1])} {_words(int(digits[-1]), to='ordinal')}"
+
+
+def _point(whole: str, frac: str) -> str:
+    """A decimal: the whole part as a number, the fraction digit by digit."""
+    return f"{_cardinal(whole)} point {_spell(_digits(frac))}"
 
 
 def _currency(m: re.Match[str]) -> str:
     one, many, sub_one, sub_many = _CURRENCIES[m.group(1)]
-    whole, frac, scale = _int(m.group(2)), m.group(3), m.group(4)
+    whole, frac, scale = m.group(2), m.group(3), m.group(4)
     if scale:
         scale_word = _SCALE_LETTERS.get(scale.lower(), scale.lower())
-        amount = f"{whole}.{frac}" if frac else str(whole)
-        number = _words(float(amount)) if frac else _words(whole)
+        frac = (frac or "").rstrip("0")  # "$2.50 million": two point five
+        number = _point(whole, frac) if frac else _cardinal(whole)
         return f"{number} {scale_word} {many}"
+    units = _digits(whole).lstrip("0")  # "" for none
     parts = []
-    if whole or not frac:
-        parts.append(f"{_words(whole)} {one if whole == 1 else many}")
+    if units or not frac:
+        parts.append(f"{_cardinal(whole)} {one if units == '1' else many}")
     if frac:
         cents = int(frac.ljust(2, "0"))
         if cents:
@@ -127,20 +168,18 @@ def _time(m: re.Match[str]) -> str:
 
 
 def _decimal(m: re.Match[str]) -> str:
-    digits = " ".join(_words(int(d)) for d in m.group(2))
-    return f"{_words(_int(m.group(1)))} point {digits}"
+    return _point(m.group(1), m.group(2))
 
 
 def _version(m: re.Match[str]) -> str:
-    return " point ".join(_words(int(p)) for p in m.group(0).split("."))
+    return " point ".join(_cardinal(p) for p in m.group(0).split("."))
 
 
 def _number(m: re.Match[str]) -> str:
     raw = m.group(1)
-    value = _int(raw)
-    if "," not in raw and len(raw) == 4 and 1100 <= value <= 2099:
-        return _words(value, to="year")
-    return _words(value)
+    if "," not in raw and len(raw) == 4 and 1100 <= int(raw) <= 2099:
+        return _words(int(raw), to="year")
+    return _cardinal(raw)
 
 
 _RULES: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]] = [
@@ -150,7 +189,7 @@ _RULES: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]] = [
     (_INITIALISM_RE, _initialism),
     (_CURRENCY_RE, _currency),
     (_PERCENT_RE, lambda m: f"{m.group(1)} percent"),
-    (_ORDINAL_RE, lambda m: _words(int(m.group(1)), to="ordinal")),
+    (_ORDINAL_RE, lambda m: _ordinal(m.group(1))),
     (_VERSION_RE, _version),
     (_DECIMAL_RE, _decimal),
     (_NUMBER_RE, _number),

@@ -44,7 +44,9 @@ def free_port() -> int:
 
 
 def _listening() -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP named: asyncio then sets TCP_NODELAY on accepted connections, as it does for
+    # the sockets uvicorn makes itself (else each reused connection waits on delayed ACKs)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     sock.listen(128)
