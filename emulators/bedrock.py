@@ -4,8 +4,12 @@
 messageStart, one contentBlockDelta per token, contentBlockStop, messageStop, metadata. The
 answer is scripted (`BedrockScript.answer`) or echoes the last user message; tokens are paced
 like a model. Errors are injected as the service sends them: HTTP errors with `x-amzn-ErrorType`
-before the stream (throttling, validation, access), or an exception message mid-stream
-(`modelStreamErrorException`). SigV4 headers are accepted, not verified.
+and a JSON `{"message"}` body before the stream (`ThrottlingException` 429,
+`ServiceUnavailableException` 503, `InternalServerException` 500, validation, access), or an
+exception message mid-stream after some tokens (0: before the first text), on every stream or
+the first `stream_error_times` ones: `modelStreamErrorException` (with `originalStatusCode` and
+`originalMessage`), `internalServerException`, `throttlingException`,
+`serviceUnavailableException`, `validationException`. SigV4 headers are accepted, not verified.
 """
 
 from __future__ import annotations
@@ -31,7 +35,9 @@ class BedrockScript:
     fail_first: int = 0  # answer this many requests with `fail_status`/`fail_code` first
     fail_status: int = 429
     fail_code: str = "ThrottlingException"
-    stream_error_after: int | None = None  # tokens, then modelStreamErrorException
+    stream_error_after: int | None = None  # tokens, then `stream_error` (0: before any text)
+    stream_error: str = "modelStreamErrorException"  # the exception event's type
+    stream_error_times: int | None = None  # streams it breaks, the first ones (None: all)
     requests: list[dict[str, Any]] = field(default_factory=list)
     model_ids: list[str] = field(default_factory=list)
 
@@ -45,6 +51,18 @@ def _error(status: int, code: str, message: str) -> Response:
             "Content-Type": "application/json",
         },
     )
+
+
+def stream_exception(kind: str) -> bytes:
+    """An exception message in the event stream, with the members the service sends."""
+    if kind == "modelStreamErrorException":
+        return exception(
+            kind,
+            "injected model stream error",
+            originalStatusCode=500,
+            originalMessage="model failed",
+        )
+    return exception(kind, f"injected {kind}")
 
 
 def create_bedrock_emulator(script: BedrockScript | None = None) -> FastAPI:
@@ -69,19 +87,20 @@ def create_bedrock_emulator(script: BedrockScript | None = None) -> FastAPI:
             last = [m for m in body.get("messages", []) if m.get("role") == "user"][-1]
             answer = "".join(part.get("text", "") for part in last["content"])
         words = tokens(answer)
+        error_after, error_kind = s.stream_error_after, s.stream_error
+        if s.stream_error_times is not None:
+            if s.stream_error_times > 0:
+                s.stream_error_times -= 1
+            else:  # the scripted broken streams are over
+                error_after = None
 
         async def stream() -> AsyncIterator[bytes]:
             started = time.perf_counter()
             yield event("messageStart", {"role": "assistant"})
             i = 0
             async for token in paced(words, s.tps, s.first_ms):
-                if s.stream_error_after is not None and i == s.stream_error_after:
-                    yield exception(
-                        "modelStreamErrorException",
-                        "injected model stream error",
-                        originalStatusCode=500,
-                        originalMessage="model failed",
-                    )
+                if error_after is not None and i == error_after:
+                    yield stream_exception(error_kind)
                     return
                 yield event("contentBlockDelta", {"delta": {"text": token}, "contentBlockIndex": 0})
                 i += 1

@@ -43,10 +43,14 @@ def event(event_type: str, payload: dict[str, object]) -> bytes:
     return encode_message(headers, orjson.dumps(payload))
 
 
-def exception(exception_type: str, message: str, **extra: object) -> bytes:
+def exception(
+    exception_type: str, message: str, *, message_key: str = "message", **extra: object
+) -> bytes:
+    """An exception message; its payload's members are named as in the service's model:
+    Bedrock's `message`, SageMaker's `Message` and `ErrorCode` (the SDKs read only those)."""
     headers = {
         ":message-type": "exception",
         ":exception-type": exception_type,
         ":content-type": "application/json",
     }
-    return encode_message(headers, orjson.dumps({"message": message, **extra}))
+    return encode_message(headers, orjson.dumps({message_key: message, **extra}))

@@ -3,9 +3,17 @@
 `POST /endpoints/{name}/invocations-response-stream` forwards the body to the model server's
 `POST /invocations` (as SageMaker forwards to the container) and streams its answer back as an
 AWS event stream of `PayloadPart` events, re-cut at arbitrary boundaries as the real service
-does: a part boundary is not a message, frame or even sample boundary. Error injection:
-`ModelStreamError` after some bytes, or `InternalStreamFailure`. Unknown endpoints get the
-service's `ValidationError`. SigV4 headers are accepted, not verified.
+does: a part boundary is not a message, frame or even sample boundary. Unknown endpoints get
+the service's `ValidationError`. SigV4 headers are accepted, not verified.
+
+Faults, as the service sends them (`StreamScript`):
+
+- before the stream, an HTTP error with `x-amzn-ErrorType` and a JSON `{"Message"}` body for
+  the first `fail_first` requests: `ThrottlingException` (400, the AWS common error),
+  `ModelNotReadyException` (429), `InternalFailure` (500), `ServiceUnavailable` (503);
+- mid-stream, an exception message in the event stream after some bytes of audio (0: before
+  any): `ModelStreamError` (with its `ErrorCode`) or `InternalStreamFailure`, on every stream
+  or on the first `stream_error_times` ones.
 """
 
 from __future__ import annotations
@@ -27,9 +35,15 @@ class StreamScript:
     endpoint: str = "kokoro-tts"
     seed: int = 0
     max_part: int = 3000  # parts are 1..max_part bytes
-    model_error_after: int | None = None  # bytes, then ModelStreamError
+    fail_first: int = 0  # refuse this many requests with `fail_status`/`fail_code` first
+    fail_status: int = 400
+    fail_code: str = "ThrottlingException"
+    model_error_after: int | None = None  # bytes, then ModelStreamError (0: before any audio)
+    model_error_code: str = "StreamBroken"  # its ErrorCode (or ModelInvocationTimeExceeded)
     internal_failure_after: int | None = None  # bytes, then InternalStreamFailure
-    requests: list[bytes] = field(default_factory=list)
+    stream_error_times: int | None = None  # streams the two above break, the first (None: all)
+    requests: list[bytes] = field(default_factory=list)  # every attempt, the refused included
+    refused: int = 0  # requests answered with the injected HTTP error
     parts: list[int] = field(default_factory=list)  # sizes of the parts sent
 
 
@@ -40,6 +54,16 @@ def payload_part(data: bytes) -> bytes:
         ":content-type": "application/octet-stream",
     }
     return encode_message(headers, data)
+
+
+def http_error(status: int, code: str, message: str) -> Response:
+    """An error before the stream, as the service answers it (restJson1)."""
+    return Response(
+        orjson.dumps({"Message": message}),
+        status_code=status,
+        media_type="application/json",
+        headers={"x-amzn-ErrorType": f"{code}:http://internal.amazon.com/coral/"},
+    )
 
 
 def create_sagemaker_stream_emulator(
@@ -53,16 +77,22 @@ def create_sagemaker_stream_emulator(
     async def invoke(name: str, request: Request) -> Response:
         s: StreamScript = app.state.script
         if name != s.endpoint:
-            body = orjson.dumps({"message": f"Endpoint {name} of account 000000000000 not found."})
-            return Response(
-                body,
-                status_code=400,
-                media_type="application/json",
-                headers={"x-amzn-ErrorType": "ValidationError:http://internal.amazon.com/coral/"},
+            return http_error(
+                400, "ValidationError", f"Endpoint {name} of account 000000000000 not found."
             )
         payload = await request.body()
         s.requests.append(payload)
+        if s.fail_first > 0:
+            s.fail_first -= 1
+            s.refused += 1
+            return http_error(s.fail_status, s.fail_code, f"injected {s.fail_code}")
         rng = random.Random(s.seed + len(s.requests))
+        model_error_after, internal_failure_after = s.model_error_after, s.internal_failure_after
+        if s.stream_error_times is not None:
+            if s.stream_error_times > 0:
+                s.stream_error_times -= 1
+            else:  # the scripted broken streams are over
+                model_error_after = internal_failure_after = None
 
         async def stream() -> AsyncIterator[bytes]:
             sent = 0
@@ -83,6 +113,7 @@ def create_sagemaker_stream_emulator(
                     yield exception(
                         "ModelStreamError",
                         f"container answered {r.status_code}: {detail}",
+                        message_key="Message",
                         ErrorCode=str(r.status_code),
                     )
                     return
@@ -91,16 +122,18 @@ def create_sagemaker_stream_emulator(
                     while pending:
                         size = min(len(pending), rng.randint(1, s.max_part))
                         for limit, kind in (
-                            (s.model_error_after, "ModelStreamError"),
-                            (s.internal_failure_after, "InternalStreamFailure"),
+                            (model_error_after, "ModelStreamError"),
+                            (internal_failure_after, "InternalStreamFailure"),
                         ):
                             if limit is not None and sent + size > limit:
                                 extra = (
-                                    {"ErrorCode": "ModelError"}
+                                    {"ErrorCode": s.model_error_code}
                                     if kind == "ModelStreamError"
                                     else {}
                                 )
-                                yield exception(kind, f"injected {kind}", **extra)
+                                yield exception(
+                                    kind, f"injected {kind}", message_key="Message", **extra
+                                )
                                 return
                         part, pending = pending[:size], pending[size:]
                         s.parts.append(len(part))

@@ -4,6 +4,8 @@ worth retrying, and which setting to check."""
 
 from __future__ import annotations
 
+import re
+
 from botocore.exceptions import ClientError
 
 from gateway.errors import LLMError, TTSError
@@ -34,12 +36,19 @@ _BEDROCK_HINTS = {
 }
 
 
+# the HTTP/2 SDK's generic CallError names an error it has no class for only in its message:
+# "... - status: 400 - id: com.amazonaws.sagemakerruntimehttp2#ThrottlingException"
+_SHAPE_ID = re.compile(r"\bid: [\w.]+#(\w+)")
+
+
 def describe(exc: Exception) -> tuple[str, str]:
     """(code, message) of a botocore `ClientError` or an HTTP/2 SDK exception."""
     if isinstance(exc, ClientError):
         error = exc.response.get("Error", {})
         return error.get("Code", "Unknown"), error.get("Message", str(exc))
-    return type(exc).__name__, getattr(exc, "message", None) or str(exc)
+    message = getattr(exc, "message", None) or str(exc)
+    named = _SHAPE_ID.search(message)
+    return (named.group(1) if named else type(exc).__name__), message
 
 
 def retryable(code: str) -> bool:
