@@ -12,24 +12,8 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from kokoro_contract import formats, limits
-
-JSON = "application/json"
-
-ERROR_BODY: dict[str, Any] = {
-    "type": "object",
-    "required": ["error"],
-    "properties": {
-        "error": {
-            "type": "object",
-            "required": ["code", "message", "retryable"],
-            "properties": {
-                "code": {"type": "string"},
-                "message": {"type": "string"},
-                "retryable": {"type": "boolean"},
-            },
-        }
-    },
-}
+from kokoro_contract.openapi import JSON
+from kokoro_contract.openapi import error_response as _error
 
 INVOCATION_BODY: dict[str, Any] = {
     "type": "object",
@@ -51,10 +35,6 @@ INVOCATION_BODY: dict[str, Any] = {
 }
 
 _AUDIO = {"schema": {"type": "string", "format": "binary"}}
-
-
-def _error(description: str) -> dict[str, Any]:
-    return {"description": description, "content": {JSON: {"schema": ERROR_BODY}}}
 
 
 def _json(description: str, required: list[str]) -> dict[str, Any]:

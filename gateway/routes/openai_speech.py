@@ -12,6 +12,7 @@ import orjson
 from fastapi import APIRouter, Request, Response
 from sse_starlette import ServerSentEvent
 
+from gateway import openapi
 from gateway.access_middleware import client_of
 from gateway.events import AgentEnd, AudioChunk, ErrorEvent, Event
 from gateway.params import Mode, OpenAISpeechParams, SpeakParams, parse
@@ -30,7 +31,7 @@ def _sse(body: dict[str, Any]) -> ServerSentEvent:
     return ServerSentEvent(orjson.dumps(body).decode())
 
 
-@router.post("/v1/audio/speech")
+@router.post("/v1/audio/speech", responses=openapi.SPEECH, openapi_extra=openapi.SPEECH_REQUEST)
 async def speech(request: Request) -> Response:
     service = service_of(request)
     params = parse(OpenAISpeechParams, await json_body(request))

@@ -7,6 +7,7 @@ from pathlib import Path
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, JSONResponse
 
+from gateway import openapi
 from gateway.routes.common import service_of
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
@@ -18,7 +19,7 @@ async def index() -> FileResponse:
     return FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})
 
 
-@router.get("/v1/voices")
+@router.get("/v1/voices", responses=openapi.VOICES)
 async def voices(request: Request) -> JSONResponse:
     """The model server's voices, for pickers."""
     return JSONResponse(await service_of(request).voices())

@@ -11,6 +11,7 @@ import orjson
 from fastapi import APIRouter, Request, Response
 from sse_starlette import ServerSentEvent
 
+from gateway import openapi
 from gateway.access_middleware import client_of
 from gateway.errors import BadRequest
 from gateway.events import AudioChunk, Event, payload
@@ -59,13 +60,13 @@ async def _speak(request: Request, params: SpeakParams) -> Response:
     return ReplyEventSource(events(), headers=headers, ping=0, send_timeout=timeout)
 
 
-@router.get("/v1/speak/sse")
+@router.get("/v1/speak/sse", responses=openapi.SPEAK, openapi_extra=openapi.SPEAK_QUERY)
 async def speak_sse(request: Request) -> Response:
     query: dict[str, Any] = dict(request.query_params)
     query.pop("token", None)  # credentials, checked by `access`
     return await _speak(request, parse(SpeakParams, query))
 
 
-@router.post("/v1/speak")
+@router.post("/v1/speak", responses=openapi.SPEAK_POST, openapi_extra=openapi.SPEAK_REQUEST)
 async def speak_post(request: Request) -> Response:
     return await _speak(request, parse(SpeakParams, await json_body(request)))

@@ -10,6 +10,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from gateway import openapi
 from gateway.access_middleware import client_of
 from gateway.errors import GatewayError
 from gateway.routes.common import json_body, service_of
@@ -17,7 +18,7 @@ from gateway.routes.common import json_body, service_of
 router = APIRouter()
 
 
-@router.post("/v1/tokens")
+@router.post("/v1/tokens", responses=openapi.TOKENS, openapi_extra=openapi.TOKENS_REQUEST)
 async def mint_token(request: Request) -> JSONResponse:
     service = service_of(request)
     client = client_of(request.scope)

@@ -1,0 +1,110 @@
+"""What the gateway's public routes take and answer, for its OpenAPI schema (/openapi.json).
+
+The routes read their bodies themselves (JSON only, checked by `access` first), so FastAPI
+cannot infer them: they are described here from the same pydantic models the routes parse
+with, and schemathesis tests the live routes against the result.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from gateway.params import OpenAISpeechParams, SpeakParams
+from kokoro_contract import formats
+from kokoro_contract.openapi import JSON, error_response
+
+Responses = dict[int | str, dict[str, Any]]
+
+
+def inline(schema: dict[str, Any]) -> dict[str, Any]:
+    """A pydantic JSON schema with its `$defs` written in place (OpenAPI resolves `$ref`s
+    against the whole document, where pydantic's `#/$defs/...` do not exist)."""
+    defs = schema.get("$defs", {})
+
+    def resolve(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                return resolve(defs[ref.removeprefix("#/$defs/")])
+            return {k: resolve(v) for k, v in node.items() if k != "$defs"}
+        if isinstance(node, list):
+            return [resolve(v) for v in node]
+        return node
+
+    result: dict[str, Any] = resolve(schema)
+    return result
+
+
+def _body(model: type[BaseModel]) -> dict[str, Any]:
+    schema = inline(model.model_json_schema())
+    return {"requestBody": {"required": True, "content": {JSON: {"schema": schema}}}}
+
+
+_REFUSALS: Responses = {
+    400: error_response("a bad request (its code says which field)"),
+    401: error_response("unauthorized: credentials missing, unknown, forged or expired"),
+    403: error_response("origin_not_allowed"),
+    429: error_response("too_many_sessions or rate_limited (Retry-After)"),
+    503: error_response("overloaded, tts_unavailable or restarting (Retry-After)"),
+}
+_POSTED: Responses = {
+    413: error_response("body_too_large"),
+    415: error_response("unsupported_media_type: JSON only"),
+}
+_EVENTS = {"description": "the reply as Server-Sent Events", "content": {"text/event-stream": {}}}
+
+SPEAK_REQUEST = _body(SpeakParams)
+SPEAK_QUERY = {
+    "parameters": [
+        {"name": name, "in": "query", "required": False, "schema": schema}
+        for name, schema in inline(SpeakParams.model_json_schema())["properties"].items()
+    ]
+    + [{"name": "token", "in": "query", "required": False, "schema": {"type": "string"}}]
+}
+SPEAK: Responses = {200: _EVENTS, 204: {"description": "an EventSource reconnect"}, **_REFUSALS}
+SPEAK_POST: Responses = {200: _EVENTS, **_REFUSALS, **_POSTED}
+SPEECH_REQUEST = _body(OpenAISpeechParams)
+SPEECH: Responses = {
+    200: {
+        "description": "the audio itself, or Server-Sent Events with stream_format sse",
+        "content": {
+            **{f.mime: {} for f in formats.OPENAI_FORMATS.values()},
+            "text/event-stream": {},
+        },
+    },
+    **_REFUSALS,
+    **_POSTED,
+}
+TOKENS_REQUEST = {
+    "requestBody": {
+        "required": False,
+        "content": {JSON: {"schema": {"type": "object", "additionalProperties": False}}},
+    }
+}
+TOKENS: Responses = {
+    200: {
+        "description": "a token for ?token=",
+        "content": {
+            JSON: {
+                "schema": {
+                    "type": "object",
+                    "required": ["token", "expires_in"],
+                    "properties": {
+                        "token": {"type": "string"},
+                        "expires_in": {"type": "integer"},
+                    },
+                }
+            }
+        },
+    },
+    **_REFUSALS,
+    **_POSTED,
+}
+VOICES: Responses = {
+    200: {"description": "the model server's voices", "content": {JSON: {}}},
+    401: _REFUSALS[401],
+    403: _REFUSALS[403],
+    502: error_response("the model server failed"),
+}
