@@ -32,6 +32,7 @@ class Settings:
     threads: int = 0  # onnxruntime intra-op threads per call; 0: all cores
     max_text_chars: int = limits.MAX_TEXT_CHARS
     max_pending: int = 32  # queued + running requests per WebSocket session
+    watchdog_s: float = 60.0  # an engine call running longer: /ping fails (0: no watchdog)
     warmup: bool = True
     log_level: str = "info"
 
@@ -72,6 +73,9 @@ _HELP = {
     "threads": "CPU threads per engine call (0: all cores for onnx, torch's default for torch)",
     "max_text_chars": "longest text accepted in one request",
     "max_pending": "requests queued or running per WebSocket session",
+    "watchdog_s": "an engine call still running after this long means a wedged worker: /ping "
+    "and /load answer 503 stuck, so the platform replaces the container and gateways route "
+    "elsewhere (0: no watchdog)",
     "warmup": "run one synthesis before /ping reports ready",
     "log_level": "logging level",
 }

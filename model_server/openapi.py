@@ -47,11 +47,11 @@ Responses = dict[int | str, dict[str, Any]]
 NOT_READY: Responses = {503: _error("not_ready: the model is not loaded yet")}
 PING: Responses = {
     200: _json("ready", ["status", "inflight", "engine", "voice"]),
-    503: _json("loading or failed", ["status", "detail", "inflight"]),
+    503: _json("loading, failed, or stuck (the watchdog)", ["status", "detail", "inflight"]),
 }
 LOAD: Responses = {
     200: _json("how far behind the engine is", ["workers", "busy", "waiting", "inflight"]),
-    **NOT_READY,
+    503: _error("not_ready (the model is not loaded yet) or stuck (the watchdog)"),
 }
 METRICS: Responses = {
     200: {"description": "Prometheus text", "content": {CONTENT_TYPE_LATEST: {}}},

@@ -210,6 +210,7 @@ class Scheduler:
         self.deadline_misses = 0
         self._seq = itertools.count()
         self._running: dict[int, tuple[float, float]] = {}  # seq -> (started, cost estimate)
+        self.clock: Callable[[], float] = time.perf_counter
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="engine")
 
     async def run(
@@ -228,7 +229,7 @@ class Scheduler:
         await self.slots.acquire(key, deadline, cost)
         loop = asyncio.get_running_loop()
         token = CancelToken()
-        started = time.perf_counter()
+        started = self.clock()
         shared = bool(self._running)
         self._running[seq] = (started, cost)
         try:
@@ -241,7 +242,7 @@ class Scheduler:
                 if not future.cancelled():
                     future.exception()  # the abort asked for: retrieved, not logged as lost
                 raise
-            finished = time.perf_counter()
+            finished = self.clock()
             if phonemes:
                 (self.shared_speed if shared else self.speed).observe(phonemes, finished - started)
             if explicit and deadline is not None and finished > deadline:
@@ -264,8 +265,14 @@ class Scheduler:
         rtf = speed.estimate(60) / (60 * self.audio_per_phoneme)
         return workers / rtf if rtf > 0 else float(workers)
 
+    def longest_call_s(self) -> float:
+        """How long the oldest engine call still running has run (0: none runs): the
+        watchdog's measure of a wedged worker."""
+        now = self.clock()
+        return max((now - started for started, _ in self._running.values()), default=0.0)
+
     def load(self) -> Load:
-        now = time.perf_counter()
+        now = self.clock()
         workers = self.slots.slots
         remaining = [max(0.0, cost - (now - started)) for started, cost in self._running.values()]
         waiters = self.slots.waiters()

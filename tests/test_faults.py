@@ -22,6 +22,8 @@ from websockets.exceptions import ConnectionClosed
 from gateway.app import create_app as create_gateway
 from gateway.config import Settings as GatewaySettings
 from gateway.sse import SSEDecoder, SSEEvent
+from kokoro_contract import protocol
+from tests.support.fakes import FakeEngine
 from tests.support.gateway_client import metric, sse_get
 from tests.support.processes import fake_model_server, gateway_process
 from tests.support.servers import RunningServer, free_port, serve
@@ -137,6 +139,35 @@ async def test_a_name_that_stops_resolving(
         resolvable = True
         reply = await sse_get(gw.http_url, {"text": "Back.", "format": "pcm"})
         assert "error" not in reply.names
+
+
+async def test_a_wedged_engine_call_fails_ping_until_it_ends(
+    own_fake_server: RunningServer, fake_engine: FakeEngine
+) -> None:
+    """The watchdog: an engine call past --watchdog-s makes /ping (what SageMaker and the
+    kubelet probe) and /load (what gateways route by) answer 503 stuck."""
+    fake_engine.hold = True  # the call blocks until released
+    scheduler = own_fake_server.app.state.service.get().synthesizer.scheduler
+    real_clock = scheduler.clock
+    async with (
+        httpx.AsyncClient(base_url=own_fake_server.http_url) as http,
+        connect(own_fake_server.ws_url + protocol.PATH) as ws,
+    ):
+        await ws.send(protocol.synthesize_message("Hello there.", "r1", None, 1.0, None))
+        assert await asyncio.to_thread(fake_engine.entered.wait, 10)
+        assert (await http.get("/ping")).status_code == 200  # running, not yet too long
+        scheduler.clock = lambda: real_clock() + 61  # past the default 60 s
+        try:
+            ping, load = await http.get("/ping"), await http.get("/load")
+            assert (ping.status_code, ping.json()["status"]) == (503, "stuck")
+            assert "watchdog 60 s" in ping.json()["detail"]
+            assert (load.status_code, load.json()["error"]["code"]) == (503, "stuck")
+        finally:
+            scheduler.clock = real_clock
+        fake_engine.gate.set()  # it comes loose
+        while "synthesis_complete" not in str(await ws.recv()):
+            pass
+        assert (await http.get("/ping")).status_code == 200
 
 
 # --- the gateway restarted ----------------------------------------------------------------------

@@ -27,10 +27,26 @@ def _service(request: Request) -> ModelService:
     return service
 
 
+def _stuck(service: ModelService) -> str | None:
+    """Why the watchdog says this server is wedged, or None: an engine call has run longer
+    than `--watchdog-s` (a hung driver, a deadlocked thread), so SageMaker or Kubernetes
+    replaces the container instead of routing to it forever."""
+    limit = service.settings.watchdog_s
+    if not limit or not service.ready:
+        return None
+    running = service.get().synthesizer.scheduler.longest_call_s()
+    if running <= limit:
+        return None
+    return f"an engine call has run for {running:.0f} s (watchdog {limit:.0f} s)"
+
+
 @router.get("/ping", response_class=JSONResponse, responses=openapi.PING)
 async def ping(request: Request) -> JSONResponse:
     service = _service(request)
     inflight = request.app.state.inflight.count  # requests and sessions running: for draining
+    stuck = _stuck(service)
+    if stuck is not None:
+        return JSONResponse({"status": "stuck", "detail": stuck, "inflight": inflight}, 503)
     if service.ready:
         loaded = service.get()
         engine = loaded.synthesizer.engine.description
@@ -45,7 +61,11 @@ async def ping(request: Request) -> JSONResponse:
 async def load(request: Request) -> JSONResponse:
     """How far behind the engine is, for the gateway's admission control and routing: a light
     answer, computed from the scheduler's state (`/ping` stays the SageMaker contract)."""
-    scheduler = _service(request).get().synthesizer.scheduler
+    service = _service(request)
+    stuck = _stuck(service)
+    if stuck is not None:
+        raise ServiceError(stuck, code="stuck", status=503, retryable=True)
+    scheduler = service.get().synthesizer.scheduler
     body = dataclasses.asdict(scheduler.load())
     body["scheduling"] = scheduler.scheduling
     body["inflight"] = request.app.state.inflight.count
