@@ -81,6 +81,15 @@ def check_request_id(rid: object) -> str | None:
     return rid
 
 
+def check_flag(value: object, name: str) -> bool:
+    """An optional boolean field; absent means false."""
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise InvalidRequest(f"field '{name}' must be true or false", code="invalid_field")
+    return value
+
+
 def check_deadline_ms(deadline: object) -> float | None:
     """Milliseconds from a request's arrival by which its first audio is needed; None: as soon
     as possible."""

@@ -6,13 +6,15 @@ client -> server, one JSON object per message, in a text *or binary* frame (Sage
 every client message as a binary frame unless the caller asked for UTF-8):
 
     {"text": "...", "voice"?: "...", "speed"?: 1.0, "request_id"?: "...",
-     "deadline_ms"?: 800}                                                   synthesize
+     "deadline_ms"?: 800, "timestamps"?: true}                              synthesize
     {"type": "cancel", "request_id"?: "..."}                                 drop one (or all)
     {"type": "close"}                                                        end the session
 
 server -> client: JSON control in text frames, audio in binary frames (s16le, 24 kHz, mono):
 
     {"type": "synthesis_start", "request_id"}
+    {"type": "word_timings", "request_id", "words": [{"word", "start_s", "end_s"}]}
+                                    (with "timestamps": before each segment's audio)
     <binary PCM>...
     {"type": "synthesis_complete", "request_id", "total_duration_s", "elapsed_s", "audio_bytes"}
     {"type": "synthesis_cancelled", "request_id"}
@@ -66,6 +68,7 @@ class SynthesisRequest:
     # A request that names one was sized by its sender and is synthesized in as few segments
     # as the model takes.
     deadline_ms: float | None = None
+    timestamps: bool = False  # word timings before each segment's audio
 
 
 @dataclass(frozen=True)
@@ -156,6 +159,7 @@ def validate_synthesis(
             speed=limits.check_speed(obj.get("speed")),
             request_id=request_id,
             deadline_ms=limits.check_deadline_ms(obj.get("deadline_ms")),
+            timestamps=limits.check_flag(obj.get("timestamps"), "timestamps"),
         )
     except InvalidRequest as exc:
         return ProtocolError(exc.code, exc.message, request_id)
@@ -167,9 +171,12 @@ def synthesize_message(
     voice: str | None = None,
     speed: float | None = None,
     deadline_ms: float | None = None,
+    timestamps: bool = False,
 ) -> str:
     """A client's synthesis request; without voice or speed the server's defaults apply."""
     message: dict[str, Any] = {"text": text, "request_id": request_id}
+    if timestamps:
+        message["timestamps"] = True
     if voice:
         message["voice"] = voice
     if speed is not None:
@@ -189,9 +196,14 @@ def close_message() -> str:
     return _dump({"type": "close"})
 
 
-def invocation_body(text: str, voice: str | None, speed: float) -> dict[str, Any]:
-    """A `POST /invocations` body asking for streamed PCM (what both batch transports send)."""
+def invocation_body(
+    text: str, voice: str | None, speed: float, timestamps: bool = False
+) -> dict[str, Any]:
+    """A `POST /invocations` body asking for streamed PCM (what both batch transports send);
+    with `timestamps`, one JSON answer instead: base64 PCM beside its word timings."""
     body: dict[str, Any] = {"text": text, "speed": speed, "format": "pcm", "stream": True}
+    if timestamps:
+        body.update(stream=False, timestamps=True)
     if voice:
         body["voice"] = voice
     return body
@@ -254,6 +266,47 @@ class ErrorMsg:
 
 
 @dataclass(frozen=True)
+class WordTiming:
+    """One word as its text spelled it, and when it is heard: seconds from the first audio
+    sample of its request (model server) or milliseconds from the utterance's (gateway)."""
+
+    word: str
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
+class WordTimingsMsg:
+    request_id: str
+    words: tuple[WordTiming, ...]
+
+    def encode(self) -> str:
+        words = [
+            {"word": w.word, "start_s": round(w.start, 3), "end_s": round(w.end, 3)}
+            for w in self.words
+        ]
+        return _dump({"type": "word_timings", "request_id": self.request_id, "words": words})
+
+
+def parse_words(
+    items: object, start_key: str = "start_s", end_key: str = "end_s"
+) -> tuple[WordTiming, ...]:
+    """Word timings from JSON (`word_timings` frames, JSON answers); malformed entries are
+    dropped, not fatal: timings are an aid, never the audio itself."""
+    if not isinstance(items, list):
+        return ()
+    words = []
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        word, start, end = item.get("word"), item.get(start_key), item.get(end_key)
+        numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (start, end))
+        if isinstance(word, str) and numbers:
+            words.append(WordTiming(word, float(start), float(end)))  # type: ignore[arg-type]
+    return tuple(words)
+
+
+@dataclass(frozen=True)
 class UnknownMsg:
     """A control message of a type this side does not know (newer server): ignored."""
 
@@ -261,7 +314,7 @@ class UnknownMsg:
     body: dict[str, Any]
 
 
-ServerMessage = StartMsg | CompleteMsg | CancelledMsg | ErrorMsg | UnknownMsg
+ServerMessage = StartMsg | CompleteMsg | CancelledMsg | ErrorMsg | WordTimingsMsg | UnknownMsg
 
 
 def parse_control(frame: bytes | str) -> dict[str, Any] | None:
@@ -301,6 +354,8 @@ def read_server_frame(frame: bytes | str) -> ServerMessage | bytes:
         )
     if kind == "synthesis_cancelled":
         return CancelledMsg(rid)
+    if kind == "word_timings":
+        return WordTimingsMsg(rid, parse_words(obj.get("words")))
     if kind == "error":
         return ErrorMsg(_str(obj, "code", "error"), _str(obj, "message", "error"), rid or None)
     return UnknownMsg(kind, obj)

@@ -135,10 +135,16 @@ def test_client_messages_parse_back_on_the_server() -> None:
 
 
 def test_server_frames_read_back_on_the_client() -> None:
+    words = (protocol.WordTiming("Hello", 0.0, 0.325), protocol.WordTiming("$5", 0.325, 1.2))
     sent: list[
-        protocol.StartMsg | protocol.CompleteMsg | protocol.CancelledMsg | protocol.ErrorMsg
+        protocol.StartMsg
+        | protocol.CompleteMsg
+        | protocol.CancelledMsg
+        | protocol.ErrorMsg
+        | protocol.WordTimingsMsg
     ] = [
         protocol.StartMsg("r"),
+        protocol.WordTimingsMsg("r", words),
         protocol.CompleteMsg("r", audio_bytes=4_800, elapsed_s=0.25),
         protocol.CancelledMsg("r"),
         protocol.ErrorMsg("unknown_voice", "no such voice", "r"),
@@ -149,5 +155,39 @@ def test_server_frames_read_back_on_the_client() -> None:
         assert protocol.read_server_frame(message.encode().encode()) == message  # binary too
     pcm = b"{\x00\x10\xff"
     assert protocol.read_server_frame(pcm) == pcm  # audio that starts like JSON
-    newer = protocol.read_server_frame('{"type": "word_timings", "words": []}')
-    assert newer == protocol.UnknownMsg("word_timings", {"type": "word_timings", "words": []})
+    newer = protocol.read_server_frame('{"type": "emotion", "mood": "calm"}')
+    assert newer == protocol.UnknownMsg("emotion", {"type": "emotion", "mood": "calm"})
+
+
+def test_word_timings_read_leniently() -> None:
+    frame = orjson.dumps(
+        {
+            "type": "word_timings",
+            "request_id": "r",
+            "words": [
+                {"word": "Hi", "start_s": 0, "end_s": 0.2},
+                {"word": "bad", "start_s": "0.2"},
+                ["not", "a", "word"],
+                {"word": "there", "start_s": 0.2, "end_s": True},
+                {"word": "friend", "start_s": 0.25, "end_s": 0.6},
+            ],
+        }
+    )
+    assert protocol.read_server_frame(frame) == protocol.WordTimingsMsg(
+        "r", (protocol.WordTiming("Hi", 0.0, 0.2), protocol.WordTiming("friend", 0.25, 0.6))
+    )
+
+
+def test_timestamps_is_a_flag() -> None:
+    rules = protocol.RequestRules(frozenset({"af_heart"}), "af_heart")
+    asked = protocol.validate_synthesis({"text": "Hi.", "timestamps": True}, rules)
+    assert isinstance(asked, protocol.SynthesisRequest)
+    assert asked.timestamps
+    plain = protocol.validate_synthesis({"text": "Hi."}, rules)
+    assert isinstance(plain, protocol.SynthesisRequest)
+    assert not plain.timestamps
+    wrong = protocol.validate_synthesis({"text": "Hi.", "timestamps": "yes"}, rules)
+    assert isinstance(wrong, protocol.ProtocolError)
+    assert wrong.code == "invalid_field"
+    assert '"timestamps":true' in protocol.synthesize_message("Hi.", "r", timestamps=True)
+    assert protocol.invocation_body("Hi.", None, 1.0, timestamps=True)["stream"] is False
