@@ -21,28 +21,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
 import random
 import shlex
 import statistics
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 
 from bench.bench_gateway import ANSWER, FIRST_MS, TPS
-from gateway.sse import SSEDecoder
-from scripts.dev import stop, wait_ready
-from tests.support.servers import free_port
-
-BYTES_PER_SECOND = 48_000  # s16le 24 kHz mono
-GAP_TOLERANCE_S = 0.010
-BIN = Path(sys.executable).parent
+from bench.harness import ReplyResult, one_reply
+from bench.harness import stack as stack  # bench_quality takes it from here
 
 POLICIES: dict[str, tuple[list[str], list[str]]] = {
     # (model server flags, gateway flags)
@@ -52,19 +43,6 @@ POLICIES: dict[str, tuple[list[str], list[str]]] = {
     ),
     "realtime": ([], []),
 }
-
-
-@dataclass
-class ReplyResult:
-    refused: bool = False
-    retry_after_s: float = 0.0
-    error: str | None = None
-    first_audio_s: float | None = None
-    audio_s: float = 0.0
-    gap_s: float = 0.0
-    gaps: int = 0
-    last_audio_s: float = 0.0  # request to the last chunk
-    play_end_s: float = 0.0  # request to the end of playback
 
 
 @dataclass
@@ -81,50 +59,6 @@ class Row:
         if not values:
             return float("nan")
         return values[min(len(values) - 1, round(q * (len(values) - 1)))]
-
-
-async def one_reply(http: httpx.AsyncClient, mode: str) -> ReplyResult:
-    body = {"text": ANSWER, "format": "pcm", "mode": mode, "echo_tps": TPS}
-    body["echo_first_ms"] = FIRST_MS
-    result = ReplyResult()
-    started = time.perf_counter()
-    async with http.stream("POST", "/v1/speak", json=body) as response:
-        if response.status_code == 503:
-            await response.aread()
-            result.refused = True
-            result.retry_after_s = float(response.headers.get("retry-after", "1"))
-            return result
-        if response.status_code != 200:
-            result.error = f"HTTP {response.status_code}: {(await response.aread())[:200]!r}"
-            return result
-        decoder = SSEDecoder()
-        play_end = 0.0
-        async for raw in response.aiter_raw():
-            now = time.perf_counter() - started
-            for event in decoder.push(raw):
-                if event.event == "error":
-                    result.error = event.data
-                if event.event != "audio_chunk":
-                    continue
-                import base64
-
-                import orjson
-
-                seconds = len(base64.b64decode(orjson.loads(event.data)["data"])) / BYTES_PER_SECOND
-                if result.first_audio_s is None:
-                    result.first_audio_s = now
-                    play_end = now
-                elif now > play_end + GAP_TOLERANCE_S:
-                    result.gaps += 1
-                    result.gap_s += now - play_end
-                    play_end = now
-                else:
-                    play_end = max(play_end, now)
-                play_end += seconds
-                result.audio_s += seconds
-                result.last_audio_s = now
-        result.play_end_s = play_end
-    return result
 
 
 async def conversation(
@@ -157,57 +91,6 @@ async def load(base: str, n: int, replies: int, seed: int, mode: str, limit_s: f
         )
     )
     return row
-
-
-@dataclass(frozen=True)
-class Stack:
-    model_server: str
-    gateway: str
-
-
-@contextlib.contextmanager
-def stack(model_flags: list[str], gateway_flags: list[str]) -> Iterator[Stack]:
-    """A model server and a gateway in front of it, each its own process, on free ports."""
-    model_port, gateway_port = free_port(), free_port()
-    model_url = f"http://127.0.0.1:{model_port}"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    procs = [
-        subprocess.Popen(
-            [
-                BIN / "model-server",
-                "--port",
-                str(model_port),
-                "--log-level",
-                "warning",
-                *model_flags,
-            ],
-            env=env,
-        )
-    ]
-    try:
-        wait_ready(model_url + "/ping", procs)
-        procs.append(
-            subprocess.Popen(
-                [
-                    BIN / "gateway",
-                    "--port",
-                    str(gateway_port),
-                    "--model-server-url",
-                    model_url,
-                    "--log-level",
-                    "warning",
-                    "--internal-port",
-                    "0",  # no /metrics listener: it would take 9101 from a `make dev`
-                    *gateway_flags,
-                ],
-                env=env,
-            )
-        )
-        base = f"http://127.0.0.1:{gateway_port}"
-        wait_ready(base + "/readyz", procs)
-        yield Stack(model_url, base)
-    finally:
-        stop(procs)
 
 
 def describe(policy: str, row: Row) -> str:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from kokoro_contract.runtime_metrics import register_runtime
+
 
 class GatewayMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        register_runtime(self.registry)  # memory, descriptors, threads, asyncio tasks
         self.ttfa = Histogram(
             "gateway_time_to_first_audio_seconds",
             "Request to first audio unit sent, per mode and format",

@@ -8,6 +8,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from kokoro_contract.runtime_metrics import register_runtime
 from model_server.service import ModelService
 
 
@@ -41,4 +42,5 @@ class SchedulerCollector(Collector):
 def registry_for(service: ModelService) -> CollectorRegistry:
     registry = CollectorRegistry()
     registry.register(SchedulerCollector(service))
+    register_runtime(registry)  # memory, descriptors, threads, asyncio tasks
     return registry

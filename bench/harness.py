@@ -1,0 +1,211 @@
+"""What the load benchmarks share: the real stack as separate processes on free ports, and one
+simulated reply heard through the gateway's SSE route (`make bench-load`, `make soak`)."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+import httpx
+import orjson
+
+from bench.bench_gateway import ANSWER, FIRST_MS, TPS
+from gateway.sse import SSEDecoder
+from scripts.dev import stop, wait_ready
+from tests.support.servers import free_port
+
+BYTES_PER_SECOND = 48_000  # s16le 24 kHz mono
+GAP_TOLERANCE_S = 0.010
+BIN = Path(sys.executable).parent
+
+
+@dataclass
+class ReplyResult:
+    refused: bool = False
+    retry_after_s: float = 0.0
+    error: str | None = None
+    first_audio_s: float | None = None
+    audio_s: float = 0.0
+    gap_s: float = 0.0
+    gaps: int = 0
+    last_audio_s: float = 0.0  # request to the last chunk
+    play_end_s: float = 0.0  # request to the end of playback
+    status: int = 0  # the HTTP status
+    code: str | None = None  # the error code of a refusal, an error answer or an error event
+    hung_up: bool = False  # the client closed the stream after the first audio
+
+
+@dataclass
+class Listener:
+    """A listener who starts playing at the first audio: when playback ends, and the gaps (any
+    moment the audio received so far has run out before the next arrives)."""
+
+    result: ReplyResult
+    play_end: float = 0.0  # since the request
+
+    def heard(self, now: float, seconds: float) -> None:
+        """`seconds` of audio arrived `now` (since the request)."""
+        result = self.result
+        if result.first_audio_s is None:
+            result.first_audio_s = now
+            self.play_end = now
+        elif now > self.play_end + GAP_TOLERANCE_S:
+            result.gaps += 1
+            result.gap_s += now - self.play_end
+            self.play_end = now
+        else:
+            self.play_end = max(self.play_end, now)
+        self.play_end += seconds
+        result.audio_s += seconds
+        result.last_audio_s = now
+
+
+def error_code(body: bytes | str) -> str | None:
+    """`code` of an `{"error": {"code"}}` answer or of an SSE error event; None otherwise."""
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if isinstance(obj, dict) and isinstance(obj.get("error"), dict):
+        obj = obj["error"]
+    code = obj.get("code") if isinstance(obj, dict) else None
+    return code if isinstance(code, str) else None
+
+
+def paced_answer(mode: str) -> dict[str, object]:
+    """The demo's 5-sentence answer from the echo source, paced like an LLM, as PCM."""
+    return {
+        "text": ANSWER,
+        "format": "pcm",
+        "mode": mode,
+        "echo_tps": TPS,
+        "echo_first_ms": FIRST_MS,
+    }
+
+
+async def one_reply(http: httpx.AsyncClient, mode: str, hang_up: bool = False) -> ReplyResult:
+    """One paced reply over `POST /v1/speak`, timed as a listener hears it; `hang_up`: close
+    the stream (the connection) at the first audio, as a browser tab that goes away."""
+    result = ReplyResult()
+    started = time.perf_counter()
+    async with http.stream("POST", "/v1/speak", json=paced_answer(mode)) as response:
+        result.status = response.status_code
+        if response.status_code == 503:
+            result.code = error_code(await response.aread())
+            result.refused = True
+            result.retry_after_s = float(response.headers.get("retry-after", "1"))
+            return result
+        if response.status_code != 200:
+            body = await response.aread()
+            result.code = error_code(body)
+            result.error = f"HTTP {response.status_code}: {body[:200]!r}"
+            return result
+        decoder = SSEDecoder()
+        listener = Listener(result)
+        async for raw in response.aiter_raw():
+            now = time.perf_counter() - started
+            for event in decoder.push(raw):
+                if event.event == "error":
+                    result.error = event.data
+                    result.code = error_code(event.data)
+                if event.event != "audio_chunk":
+                    continue
+                seconds = len(base64.b64decode(orjson.loads(event.data)["data"])) / BYTES_PER_SECOND
+                listener.heard(now, seconds)
+            if hang_up and result.first_audio_s is not None:
+                result.hung_up = True
+                break  # leaving `stream` closes the connection mid-body
+        result.play_end_s = listener.play_end
+    return result
+
+
+@dataclass(frozen=True)
+class Stack:
+    model_server: str
+    gateway: str
+    gateway_internal: str | None = None  # the gateway's /metrics listener, when asked for
+    logs: dict[str, Path] = field(default_factory=dict)  # service -> its output, when kept
+    procs: tuple[subprocess.Popen[bytes], ...] = ()
+
+
+@contextlib.contextmanager
+def stack(
+    model_flags: list[str],
+    gateway_flags: list[str],
+    *,
+    internal_port: int = 0,
+    log_dir: Path | None = None,
+) -> Iterator[Stack]:
+    """A model server and a gateway in front of it, each its own process, on free ports.
+
+    `internal_port`: the gateway's internal listener (/metrics) there; 0, none (the default
+    port would take 9101 from a `make dev`). `log_dir`: each service's output goes to
+    `<service>.log` there instead of this terminal."""
+    model_port, gateway_port = free_port(), free_port()
+    model_url = f"http://127.0.0.1:{model_port}"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    logs: dict[str, Path] = {}
+    files: list[IO[bytes]] = []
+
+    def output(name: str) -> IO[bytes] | None:
+        if log_dir is None:
+            return None
+        logs[name] = log_dir / f"{name}.log"
+        files.append(logs[name].open("wb"))
+        return files[-1]
+
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        out = output("model-server")
+        procs.append(
+            subprocess.Popen(
+                [
+                    BIN / "model-server",
+                    "--port",
+                    str(model_port),
+                    "--log-level",
+                    "warning",
+                    *model_flags,
+                ],
+                env=env,
+                stdout=out,
+                stderr=out,
+            )
+        )
+        wait_ready(model_url + "/ping", procs)
+        out = output("gateway")
+        procs.append(
+            subprocess.Popen(
+                [
+                    BIN / "gateway",
+                    "--port",
+                    str(gateway_port),
+                    "--model-server-url",
+                    model_url,
+                    "--log-level",
+                    "warning",
+                    "--internal-port",
+                    str(internal_port),
+                    *gateway_flags,
+                ],
+                env=env,
+                stdout=out,
+                stderr=out,
+            )
+        )
+        base = f"http://127.0.0.1:{gateway_port}"
+        wait_ready(base + "/readyz", procs)
+        internal = f"http://127.0.0.1:{internal_port}" if internal_port else None
+        yield Stack(model_url, base, internal, logs, tuple(procs))
+    finally:
+        stop(procs)
+        for f in files:
+            f.close()
