@@ -72,6 +72,10 @@ class Candidate:
 def refusal(load: LoadReport, budget_s: float, replies: int = 0) -> Refusal | None:
     """Why `load` cannot take a new reply now, or None if it can; `replies`: the ones this
     gateway already runs there."""
+    if load.busy == 0 and load.waiting == 0 and load.min_slack_s is None and replies == 0:
+        # idle: nothing is served sooner by refusing, and a served reply corrects a speed
+        # estimate that would otherwise refuse everything forever (one slow call learned)
+        return None
     capacity = max(1, math.floor(load.realtime_streams))
     if replies >= capacity:
         return Refusal(

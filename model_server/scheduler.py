@@ -23,7 +23,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from kokoro_contract.speed import SpeedModel
 from model_server.engines.base import CancelToken
@@ -194,6 +194,11 @@ class Load:
     realtime_streams: float  # replies it can voice at once without falling behind (learned)
 
 
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
 class Scheduler:
     """Runs blocking engine calls on `workers` threads, by deadline (or fairly across keys)."""
 
@@ -234,6 +239,10 @@ class Scheduler:
         self._running[seq] = (started, cost)
         try:
             future = loop.run_in_executor(self._pool, fn, token)
+            # whoever stops waiting for it (a second cancel while aborting), its exception, the
+            # SynthesisCancelled of a barge-in, is retrieved: never "Future exception was never
+            # retrieved" in the log
+            future.add_done_callback(_retrieve)
             try:
                 result = await asyncio.shield(future)
             except asyncio.CancelledError:

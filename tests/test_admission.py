@@ -40,6 +40,16 @@ def test_an_idle_server_takes_the_reply() -> None:
     assert refusal(load(), budget_s=3.0) is None
 
 
+def test_an_idle_server_is_never_refused_whatever_it_has_learned() -> None:
+    """One slow call taught it 2.6 s per call: every first chunk now looks past the budget,
+    and refusing would keep it from ever learning better (nothing else would be served)."""
+    slow = dataclasses.replace(load(), seconds_per_call=2.6)
+    assert slow.first_audio_s > 3.0
+    assert refusal(slow, budget_s=3.0) is None
+    assert refusal(dataclasses.replace(slow, busy=1), budget_s=3.0) is not None
+    assert refusal(slow, budget_s=3.0, replies=1) is not None
+
+
 def test_a_free_worker_means_no_wait_whatever_the_backlog_per_worker() -> None:
     assert load(backlog_s=5.0, busy=1).first_audio_s == pytest.approx(1.0)
     assert load(backlog_s=5.0, busy=2).first_audio_s == pytest.approx(6.0)
