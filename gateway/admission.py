@@ -17,6 +17,7 @@ from typing import Any
 
 FIRST_CHUNK_PHONEMES = 45  # a typical first chunk: one short sentence or clause
 RETRY_WHEN_FULL_S = 5  # a reply in progress needs a few seconds more, typically
+STALE_ESTIMATE_FACTOR = 2.0  # an idle server is given a reply estimated up to this x budget
 
 
 @dataclass(frozen=True)
@@ -72,9 +73,11 @@ class Candidate:
 def refusal(load: LoadReport, budget_s: float, replies: int = 0) -> Refusal | None:
     """Why `load` cannot take a new reply now, or None if it can; `replies`: the ones this
     gateway already runs there."""
-    if load.busy == 0 and load.waiting == 0 and load.min_slack_s is None and replies == 0:
-        # idle: nothing is served sooner by refusing, and a served reply corrects a speed
-        # estimate that would otherwise refuse everything forever (one slow call learned)
+    idle = load.busy == 0 and load.waiting == 0 and load.min_slack_s is None and replies == 0
+    if idle and load.first_audio_s <= STALE_ESTIMATE_FACTOR * budget_s:
+        # idle, and the estimate only a little past the budget: it may be stale (learned while
+        # the machine was busy), and refusing would keep it so forever, since only served
+        # replies correct it; nothing is served sooner by refusing
         return None
     capacity = max(1, math.floor(load.realtime_streams))
     if replies >= capacity:

@@ -102,4 +102,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if settings.internal_port:
         where = f"http://{settings.internal_host}:{settings.internal_port}"
         print(f"gateway: /metrics and /readyz details on {where}", flush=True)
-    asyncio.run(serve(app, settings))
+    try:
+        asyncio.run(serve(app, settings))
+    except KeyboardInterrupt:  # Ctrl-C: uvicorn has shut down already and passes it on
+        raise SystemExit(130) from None

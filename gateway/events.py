@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from kokoro_contract.protocol import WordTiming
+
 
 @dataclass(frozen=True)
 class AgentStart:
@@ -37,6 +39,24 @@ class AudioChunk:
 
 
 @dataclass(frozen=True)
+class Words:
+    """Word timings for audio that follows: milliseconds from the utterance's first sample."""
+
+    words: tuple[WordTiming, ...]
+    name = "words"
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    """The utterance stopped on a barge-in; `heard_text` is what the listener had heard."""
+
+    utterance_id: str
+    played_ms: float | None = None
+    heard_text: str | None = None
+    name = "cancelled"
+
+
+@dataclass(frozen=True)
 class AudioStreamEnd:
     total_chunks: int
     duration_s: float
@@ -58,12 +78,28 @@ class ErrorEvent:
 
 
 Event = (
-    AgentStart | TextDelta | AudioStreamStart | AudioChunk | AudioStreamEnd | AgentEnd | ErrorEvent
+    AgentStart
+    | TextDelta
+    | AudioStreamStart
+    | AudioChunk
+    | Words
+    | AudioStreamEnd
+    | AgentEnd
+    | ErrorEvent
+    | Cancelled
 )
 
 
 def payload(event: Event) -> dict[str, Any]:
     """The JSON body of an event, without audio bytes (SSE adds base64, WS sends binary)."""
+    if isinstance(event, Words):
+        return {"words": [word_ms(w) for w in event.words]}
     body = asdict(event)
     body.pop("data", None)
+    if isinstance(event, Cancelled):  # a plain cancel says nothing of what was heard
+        body = {k: v for k, v in body.items() if v is not None}
     return body
+
+
+def word_ms(word: WordTiming) -> dict[str, Any]:
+    return {"word": word.word, "start_ms": round(word.start), "end_ms": round(word.end)}

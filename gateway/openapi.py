@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from gateway.params import OpenAISpeechParams, SpeakParams
+from gateway.params import CancelParams, OpenAISpeechParams, SpeakParams
 from kokoro_contract import formats
 from kokoro_contract.openapi import JSON, error_response
 
@@ -66,6 +66,24 @@ SPEAK_QUERY = {
 SPEAK: Responses = {200: _EVENTS, 204: {"description": "an EventSource reconnect"}, **_REFUSALS}
 SPEAK_POST: Responses = {200: _EVENTS, **_REFUSALS, **_POSTED}
 SPEECH_REQUEST = _body(OpenAISpeechParams)
+CANCEL_REQUEST = _body(CancelParams)
+CANCEL_REQUEST["requestBody"]["required"] = False
+CANCEL: Responses = {
+    200: {
+        "description": "the reply stopped: what the listener heard of it",
+        "content": {
+            JSON: {
+                "schema": {
+                    "type": "object",
+                    "required": ["utterance_id", "played_ms", "heard_text"],
+                }
+            }
+        },
+    },
+    404: error_response("unknown_utterance: no reply of yours with this id is playing"),
+    **_REFUSALS,
+    **_POSTED,
+}
 SPEECH: Responses = {
     200: {
         "description": "the audio itself, or Server-Sent Events with stream_format sse",

@@ -34,6 +34,7 @@ class SpeakParams(BaseModel):
     speed: float = _speed()
     echo_tps: float = Field(0.0, ge=0.0, le=1000.0)  # 0: unpaced; else at least 1 token/s
     echo_first_ms: float = Field(0.0, ge=0.0, le=10_000.0)
+    timestamps: bool = False  # `words` events: word timings before the audio they describe
     utterance_id: str | None = Field(
         None,
         min_length=1,
@@ -62,6 +63,15 @@ class SpeakParams(BaseModel):
     @property
     def audio_format(self) -> AudioFormat:
         return formats.FORMATS[self.format]
+
+
+class CancelParams(BaseModel):
+    """`POST /v1/speak/{utterance_id}/cancel` (and the WebSocket's cancel): how much of the
+    utterance the listener heard."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    played_ms: float | None = Field(None, ge=0.0, le=limits.MAX_PLAYED_MS)
 
 
 class OpenAISpeechParams(BaseModel):

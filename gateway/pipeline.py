@@ -37,12 +37,15 @@ from gateway.events import (
     ErrorEvent,
     Event,
     TextDelta,
+    Words,
 )
+from gateway.heard import heard_text
 from gateway.params import Mode
 from gateway.sources.base import TextSource
-from gateway.transports.base import BatchTransport, BidiTransport
+from gateway.transports.base import BatchTransport, BidiTransport, Piece, TimedWords
 from kokoro_contract.audio import SAMPLE_RATE, pcm_duration_s
 from kokoro_contract.formats import AudioFormat
+from kokoro_contract.protocol import WordTiming
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +57,8 @@ class ReplySpec:
     format: AudioFormat
     voice: str | None
     speed: float
+    timestamps: bool = False  # word timings from the TTS (for heard_text)
+    words_events: bool = False  # and `words` events before the audio they describe
 
 
 @dataclass
@@ -116,6 +121,8 @@ class Reply:
         self._text_seq = 0
         self._audio_seq = 0
         self.error: ErrorEvent | None = None
+        self.words: list[WordTiming] = []  # every word timed so far, in ms from the start
+        self.spoken: list[str] = []  # the text as it came
         self.max_s = max_s
         self.text_stall_s = text_stall_s
 
@@ -189,6 +196,7 @@ class Reply:
                 if self.metrics.first_text_ms is None:
                     self.metrics.first_text_ms = self.metrics.since_start_ms()
                 self.metrics.text_chars += len(delta)
+                self.spoken.append(delta)
                 await self.out.put(TextDelta(self._text_seq, delta))
                 self._text_seq += 1
                 yield delta
@@ -214,8 +222,14 @@ class Reply:
         await self.out.put(AudioChunk(self._audio_seq, data))
         self._audio_seq += 1
 
-    async def _encode(self, pcm_stream: AsyncIterator[bytes]) -> None:
-        async for pcm in pcm_stream:
+    async def _encode(self, pieces: AsyncIterator[Piece]) -> None:
+        async for pcm in pieces:
+            if isinstance(pcm, TimedWords):  # seconds from the first sample: to milliseconds
+                words = tuple(WordTiming(w.word, w.start * 1000, w.end * 1000) for w in pcm.words)
+                self.words += words
+                if self.spec.words_events:
+                    await self.out.put(Words(words))
+                continue
             if self.plan is not None and not self.metrics.pcm_bytes:
                 self.plan.audio_started(asyncio.get_running_loop().time())
             self.metrics.pcm_bytes += len(pcm)
@@ -226,7 +240,7 @@ class Reply:
     async def _bidi(self) -> None:
         spec = self.spec
         plan = self.plan
-        async with self.bidi.open(spec.voice, spec.speed, self._completed) as tts:
+        async with self.bidi.open(spec.voice, spec.speed, self._completed, spec.timestamps) as tts:
 
             async def sentences() -> None:
                 async with aclosing(self._text()) as text:
@@ -275,6 +289,10 @@ class Reply:
                 tg.create_task(sentences() if plan is None else planned(plan))
                 tg.create_task(self._encode(tts.audio()))
 
+    def heard(self, played_ms: float) -> str:
+        """What the listener heard of this reply, having played `played_ms` of it."""
+        return heard_text(self.words, "".join(self.spoken), played_ms)
+
     def _completed(self, index: int, chars: int, audio_bytes: int, elapsed_s: float) -> None:
         """The model server finished chunk `index`: the plan learns how long it plays."""
         self.metrics.chunk_audio_s.append(round(pcm_duration_s(audio_bytes), 3))
@@ -289,6 +307,8 @@ class Reply:
         if not text.strip():
             return
         self._chunk_released()
-        async with aclosing(self.batch.synthesize(text, self.spec.voice, self.spec.speed)) as pcm:
+        spec = self.spec
+        pieces = self.batch.synthesize(text, spec.voice, spec.speed, spec.timestamps)
+        async with aclosing(pieces) as pcm:
             await self._encode(pcm)
         self.metrics.chunk_audio_s.append(round(pcm_duration_s(self.metrics.pcm_bytes), 3))

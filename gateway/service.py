@@ -60,6 +60,16 @@ def load_keys(settings: Settings) -> KeyRing | None:
 
 
 @dataclass
+class LiveReply:
+    """An SSE reply that `POST /v1/speak/{id}/cancel` can stop: the cancel hands over
+    `played_ms`; the stream answers with what was heard."""
+
+    reply: Reply
+    cancel: asyncio.Future[float | None] = field(default_factory=asyncio.Future)
+    heard: asyncio.Future[str | None] = field(default_factory=asyncio.Future)
+
+
+@dataclass
 class _Held:
     """What a reply holds until it ends (never the reply itself: it is a weak key)."""
 
@@ -107,6 +117,7 @@ class GatewayService:
             settings.max_sessions, settings.max_sessions_per_client, self._no_sessions.set
         )
         self.draining = asyncio.Event()  # set on SIGTERM (gateway.cli)
+        self.live: dict[tuple[str, str], LiveReply] = {}  # (client, utterance id) -> SSE reply
         self.metrics.sessions.set_function(lambda: self.sessions.total)
         self.reply_rate = PerMinute(settings.replies_per_minute, "replies")
         self.token_rate = PerMinute(settings.llm_tokens_per_minute, "LLM tokens")
@@ -308,6 +319,10 @@ class GatewayService:
             format=audio_format or params.audio_format,
             voice=params.voice or self.settings.default_voice or None,
             speed=params.speed,
+            # timings from the TTS when asked for, and for LLM answers: what a listener who
+            # interrupts has heard is what the conversation keeps
+            timestamps=params.timestamps or params.prompt is not None,
+            words_events=params.timestamps,
         )
         self.metrics.replies.labels(spec.mode, spec.format.name).inc()
         plan = None

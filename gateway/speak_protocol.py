@@ -6,7 +6,7 @@ client -> server (text frames, JSON):
         without text or prompt, the client streams its own text:
     {"type": "text", "delta": "..."}    more text for the current utterance
     {"type": "flush"}                   no more text for it
-    {"type": "cancel"}                  barge-in
+    {"type": "cancel", "played_ms"?}    barge-in; played_ms: how much the listener heard
     {"type": "close"}
 
 server -> client: the reply's events as JSON text frames (with "type" and "utterance_id"),
@@ -22,9 +22,10 @@ from typing import Any
 import orjson
 
 from gateway.errors import BadRequest
-from gateway.events import Event, payload
+from gateway.events import Cancelled, Event, payload
 from gateway.params import SpeakParams, parse
 from kokoro_contract.errors import ServiceError
+from kokoro_contract.limits import MAX_PLAYED_MS
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ class Flush:
 
 @dataclass(frozen=True)
 class Cancel:
-    pass
+    played_ms: float | None = None  # how much of the utterance the listener heard
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ def parse_client_message(text: str | None) -> ClientMessage:
             case "flush":
                 return Flush()
             case "cancel":
-                return Cancel()
+                return Cancel(_played_ms(msg.get("played_ms")))
             case "close":
                 return Close()
     except ServiceError as exc:
@@ -96,6 +97,18 @@ def parse_client_message(text: str | None) -> ClientMessage:
             code="unknown_type",
         )
     )
+
+
+def _played_ms(value: object) -> float | None:
+    if value is None:
+        return None
+    valid = isinstance(value, int | float) and not isinstance(value, bool)
+    if not valid or not 0 <= value <= MAX_PLAYED_MS:  # type: ignore[operator]
+        raise BadRequest(
+            f"'played_ms' must be a number of milliseconds in [0, {MAX_PLAYED_MS}]",
+            code="invalid_field",
+        )
+    return float(value)  # type: ignore[arg-type]
 
 
 # --- server -> client ---------------------------------------------------------------------------
@@ -125,5 +138,7 @@ def error_frame(error: ServiceError, utterance_id: str | None = None) -> str:
     return _dump(body)
 
 
-def cancelled_frame(utterance_id: str) -> str:
-    return _dump({"type": "cancelled", "utterance_id": utterance_id})
+def cancelled_frame(
+    utterance_id: str, played_ms: float | None = None, heard_text: str | None = None
+) -> str:
+    return event_frame(Cancelled(utterance_id, played_ms, heard_text), utterance_id)

@@ -6,7 +6,9 @@ One utterance at a time per connection: `speak` while one is still playing is re
 (`text` deltas, then `flush`); text with no such utterance open is refused
 (`no_open_utterance`). `cancel` stops the running utterance and is answered with `cancelled`
 once it has stopped. Conversation history (for LLM prompts) keeps each prompt with the text of
-its reply once the reply has ended; a cancelled, failed or empty reply is not kept, and the
+its reply once the reply has ended, or of an interrupted reply what the listener heard (marked
+as interrupted); a failed or empty reply, or one cancelled before anything was heard, is not
+kept, and the
 oldest turns go once the history passes `max_history_chars`. Client text past `max_text_chars`
 per utterance is refused (`text_too_long`); the utterance keeps what came before.
 """
@@ -34,6 +36,7 @@ from kokoro_contract import limits
 from kokoro_contract.errors import ServiceError
 
 Turn = dict[str, str]  # {"role", "content"}, as LLM chat APIs take them
+INTERRUPTED = "[interrupted: the user heard only this much]"
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,7 @@ class EndText:
 @dataclass(frozen=True)
 class CancelUtterance:
     utterance_id: str
+    played_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -129,10 +133,10 @@ class SpeakSession:
                 return self._open_text(lambda: self._feed(delta))
             case Flush():
                 return self._open_text(self._flush)
-            case Cancel():
+            case Cancel(played_ms=played_ms):
                 if self._current is None:
                     return [SendError(BadRequest("nothing to cancel", code="nothing_to_cancel"))]
-                return [CancelUtterance(self._current.utterance_id)]
+                return [CancelUtterance(self._current.utterance_id, played_ms)]
             case Close():
                 self.closed = True
                 return [CloseConnection()]
@@ -202,9 +206,20 @@ class SpeakSession:
         ):
             del self.history[:2]
 
-    def utterance_cancelled(self, utterance_id: str) -> list[Action]:
-        self._end(utterance_id)
-        return [SendFrame(cancelled_frame(utterance_id))]
+    def utterance_cancelled(
+        self, utterance_id: str, played_ms: float | None = None, heard: str | None = None
+    ) -> list[Action]:
+        """A barge-in stopped the utterance; `heard`: what the listener heard of it (from the
+        word timings and `played_ms`). History keeps only that, marked as interrupted, so the
+        next prompt is answered knowing what the user heard; nothing heard, nothing kept."""
+        current = self._end(utterance_id)
+        if current is not None and current.prompt is not None and heard and heard.strip():
+            self.history += [
+                {"role": "user", "content": current.prompt},
+                {"role": "assistant", "content": f"{heard.strip()} {INTERRUPTED}"},
+            ]
+            self._trim_history()
+        return [SendFrame(cancelled_frame(utterance_id, played_ms, heard))]
 
     def _end(self, utterance_id: str) -> _Utterance | None:
         current = self._current

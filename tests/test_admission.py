@@ -48,6 +48,8 @@ def test_an_idle_server_is_never_refused_whatever_it_has_learned() -> None:
     assert refusal(slow, budget_s=3.0) is None
     assert refusal(dataclasses.replace(slow, busy=1), budget_s=3.0) is not None
     assert refusal(slow, budget_s=3.0, replies=1) is not None
+    # far past the budget, idle or not: the budget is the operator's word
+    assert refusal(slow, budget_s=1.0) is not None
 
 
 def test_a_free_worker_means_no_wait_whatever_the_backlog_per_worker() -> None:

@@ -218,6 +218,61 @@ async def test_a_page_speaks_through_a_keyed_gateway_with_a_token(
         assert await metric(keyed, "gateway_errors_total", code="unauthorized") == 0
 
 
+@pytest.mark.parametrize(("transport", "fmt"), [("ws", "pcm"), ("sse", "mp3")])
+async def test_captions_follow_the_audio_clock(
+    browser: Browser, gateway_on_fake: RunningServer, transport: str, fmt: str
+) -> None:
+    """The word highlighted at each moment is the one whose span covers the playback time
+    (from the player's clock, not from when the timings arrived, which is much earlier)."""
+    page, console = await open_demo(browser, gateway_on_fake.http_url)
+    await speak(page, transport=transport, fmt=fmt, text=LONG[:200])
+    await wait_until_settled(page)
+    proof = await played_proof(page)
+    assert (proof["state"], proof["error"]) == ("done", None)
+    log: list[dict[str, Any]] = await page.evaluate("window.demo.wordLog")
+    spans = await page.eval_on_selector_all(
+        "#captions span",
+        "spans => spans.map(s => [Number(s.dataset.startMs), Number(s.dataset.endMs)])",
+    )
+    assert len(log) >= 5
+    assert [e["index"] for e in log] == sorted(e["index"] for e in log)
+    for entry in log:
+        start, _ = spans[entry["index"]]
+        assert start <= entry["playedMs"], entry
+        if entry["index"] + 1 < len(spans):
+            assert entry["playedMs"] < spans[entry["index"] + 1][0], entry
+    assert log[-1]["index"] == len(spans) - 1  # the last word was reached
+    now = await page.eval_on_selector_all("#captions span.now", "s => s.map(x => x.textContent)")
+    assert len(now) == 1
+    assert console.errors == []
+    await page.close()
+
+
+@pytest.mark.parametrize("transport", ["ws", "sse-fetch"])
+async def test_stop_tells_what_was_heard(
+    browser: Browser, gateway_on_fake: RunningServer, transport: str
+) -> None:
+    page, console = await open_demo(browser, gateway_on_fake.http_url)
+    await page.fill("#tps", "20")  # slow enough to stop it mid-way
+    await page.fill("#text", LONG)
+    await page.select_option("#transport", transport)
+    await page.select_option("#format", "pcm")
+    await page.click("#speak")
+    await page.wait_for_function("window.demo.wordLog.length >= 4")
+    await page.click("#stop")
+    await page.wait_for_function("window.demo.heardText !== undefined")
+    heard = await page.evaluate("window.demo.heardText")
+    log = await page.evaluate("window.demo.wordLog")
+    words_heard = heard.split()
+    assert len(words_heard) >= 3  # at least the words that had finished before the stop
+    assert LONG.startswith(heard)
+    assert words_heard[-1] in [e["word"] for e in log] + [log[-1]["word"]]
+    shown = await page.text_content("#heard")
+    assert shown == f"Heard before Stop: “{heard}”"
+    assert console.errors == []
+    await page.close()
+
+
 async def test_the_page_reconnects_by_itself_when_the_gateway_restarts(
     browser: Browser, fake_server: RunningServer
 ) -> None:

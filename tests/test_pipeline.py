@@ -61,11 +61,17 @@ class MemoryTransport:
 
     @contextlib.asynccontextmanager
     async def open(
-        self, voice: str | None, speed: float, on_complete: OnComplete | None = None
+        self,
+        voice: str | None,
+        speed: float,
+        on_complete: OnComplete | None = None,
+        timestamps: bool = False,
     ) -> AsyncIterator[MemoryStream]:
         yield self.stream
 
-    async def synthesize(self, text: str, voice: str | None, speed: float) -> AsyncGenerator[bytes]:
+    async def synthesize(
+        self, text: str, voice: str | None, speed: float, timestamps: bool = False
+    ) -> AsyncGenerator[bytes]:
         self.batch_calls.append((text, self.source is not None and self.source.gate.is_set()))
         yield PCM_PER_CHUNK
 

@@ -13,7 +13,7 @@ import pytest
 
 from gateway.errors import TTSError
 from gateway.retry import RetryPolicy, retrying
-from gateway.transports.base import OnComplete
+from gateway.transports.base import OnComplete, Piece
 from gateway.transports.resuming import ResumingTransport
 
 FAST = RetryPolicy(attempts=4, base_s=0.0, max_s=0.0)  # no waiting in unit tests
@@ -115,7 +115,11 @@ class ScriptedTransport:
 
     @contextlib.asynccontextmanager
     async def open(
-        self, voice: str | None, speed: float, on_complete: OnComplete | None = None
+        self,
+        voice: str | None,
+        speed: float,
+        on_complete: OnComplete | None = None,
+        timestamps: bool = False,
     ) -> AsyncIterator[ScriptedStream]:
         if self.refuse_opens:
             self.refuse_opens -= 1
@@ -128,7 +132,9 @@ class ScriptedTransport:
             attempt.exited_with = type(exc)
             raise
 
-    async def synthesize(self, text: str, voice: str | None, speed: float) -> AsyncGenerator[bytes]:
+    async def synthesize(
+        self, text: str, voice: str | None, speed: float, timestamps: bool = False
+    ) -> AsyncGenerator[bytes]:
         attempt = self.attempts[len(self.opened)]
         self.opened.append(attempt)
         if attempt.fail is not None and attempt.audio_frames == 0:
@@ -158,8 +164,8 @@ async def speak(transport: ScriptedTransport, chunks: list[str], deadline_s: flo
     return audio.result()
 
 
-async def collect(frames: AsyncIterator[bytes]) -> bytes:
-    return b"".join([frame async for frame in frames])
+async def collect(frames: AsyncIterator[Piece]) -> bytes:
+    return b"".join([frame async for frame in frames if isinstance(frame, bytes)])
 
 
 async def test_a_stream_lost_before_audio_is_opened_again_with_every_chunk() -> None:

@@ -28,6 +28,7 @@ async def collect(
 ) -> bytes:
     received = bytearray() if into is None else into
     async for part in transport.synthesize(text, None, 1.0):
+        assert isinstance(part, bytes)  # no timestamps asked: audio only
         received += part
     return bytes(received)
 

@@ -1,4 +1,5 @@
-"""Server-Sent Events: `GET /v1/speak/sse` (EventSource) and `POST /v1/speak` (fetch)."""
+"""Server-Sent Events: `GET /v1/speak/sse` (EventSource) and `POST /v1/speak` (fetch), and
+their barge-in, `POST /v1/speak/{utterance_id}/cancel`."""
 
 from __future__ import annotations
 
@@ -9,15 +10,18 @@ from typing import Any
 
 import orjson
 from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
 from sse_starlette import ServerSentEvent
 
 from gateway import openapi
 from gateway.access_middleware import client_of
-from gateway.errors import BadRequest
-from gateway.events import AudioChunk, Event, payload
-from gateway.params import SpeakParams, parse
+from gateway.aio import cancel_and_wait
+from gateway.errors import BadRequest, GatewayError
+from gateway.events import AudioChunk, Cancelled, Event, payload
+from gateway.params import CancelParams, SpeakParams, parse
 from gateway.routes.common import json_body, service_of
 from gateway.routes.responses import ReplyEventSource
+from gateway.service import LiveReply
 
 router = APIRouter()
 
@@ -48,16 +52,73 @@ async def _speak(request: Request, params: SpeakParams) -> Response:
     reply = service.reply(params, source, queue, transports=transports, client=client, lease=lease)
     uid = reply.spec.utterance_id
 
+    key = (client.name, uid)
+    if key in service.live:
+        lease.release()
+        raise BadRequest(f"utterance {uid!r} is already playing", code="busy")
+    live = service.live[key] = LiveReply(reply)
+
     async def events() -> AsyncIterator[ServerSentEvent]:
-        async with service.running(reply, "sse"):
-            n = 0
-            while (event := await queue.get()) is not None:
-                yield sse_event(event, uid, n)
-                n += 1
+        try:
+            async with service.running(reply, "sse") as task:
+                n = 0
+                while (event := await next_event(queue, live)) is not None:
+                    yield sse_event(event, uid, n)
+                    n += 1
+                if live.cancel.done():  # a barge-in: stop, then say what was heard
+                    await cancel_and_wait(task)
+                    played = live.cancel.result()
+                    heard = None if played is None else reply.heard(played)
+                    live.heard.set_result(heard)
+                    service.metrics.cancels.inc()
+                    yield sse_event(Cancelled(uid, played, heard), uid, n)
+        finally:
+            if service.live.get(key) is live:
+                del service.live[key]
+            if not live.heard.done():
+                live.heard.set_result(None)
 
     headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no", "X-Utterance-Id": uid}
     timeout = service.settings.send_timeout_s
     return ReplyEventSource(events(), headers=headers, ping=0, send_timeout=timeout)
+
+
+async def next_event(queue: asyncio.Queue[Event | None], live: LiveReply) -> Event | None:
+    """The reply's next event; None at its end, or once a cancel has come for it."""
+    if live.cancel.done():
+        return None
+    getting = asyncio.ensure_future(queue.get())
+    try:
+        waits: set[asyncio.Future[Any]] = {getting, live.cancel}
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not getting.done():
+            getting.cancel()
+    if getting.cancelled() or not getting.done():
+        return None
+    return getting.result()
+
+
+@router.post(
+    "/v1/speak/{utterance_id}/cancel",
+    responses=openapi.CANCEL,
+    openapi_extra=openapi.CANCEL_REQUEST,
+)
+async def cancel(utterance_id: str, request: Request) -> JSONResponse:
+    """Barge-in for an SSE reply (EventSource cannot send anything back): `{"played_ms"}` says
+    how much the listener heard; the answer, and the stream's last event, say what that was."""
+    service = service_of(request)
+    body = await json_body(request) if await request.body() else {}
+    played = parse(CancelParams, body).played_ms
+    live = service.live.get((client_of(request.scope).name, utterance_id))
+    if live is None:
+        raise GatewayError(
+            f"no reply {utterance_id!r} of yours is playing", code="unknown_utterance", status=404
+        )
+    if not live.cancel.done():
+        live.cancel.set_result(played)
+    heard = await asyncio.wait_for(asyncio.shield(live.heard), timeout=10)
+    return JSONResponse({"utterance_id": utterance_id, "played_ms": played, "heard_text": heard})
 
 
 @router.get("/v1/speak/sse", responses=openapi.SPEAK, openapi_extra=openapi.SPEAK_QUERY)

@@ -58,6 +58,7 @@ class SpeakConnection:
         )
         self._sender = WebSocketSender(ws, settings.send_timeout_s)
         self._task: asyncio.Task[None] | None = None  # the utterance playing now
+        self._reply: Reply | None = None  # and its reply (its words, for heard_text)
         self._client_text: ClientTextSource | None = None
 
     async def run(self) -> None:
@@ -146,11 +147,13 @@ class SpeakConnection:
                 case EndText():
                     assert self._client_text is not None
                     await self._client_text.end()
-                case CancelUtterance(utterance_id=uid):
+                case CancelUtterance(utterance_id=uid, played_ms=played):
                     if self._task is not None:
                         await cancel_and_wait(self._task)  # closes the source and the TTS stream
                     self.service.metrics.cancels.inc()
-                    await self._apply(self.session.utterance_cancelled(uid))
+                    reply = self._reply
+                    heard = None if played is None or reply is None else reply.heard(played)
+                    await self._apply(self.session.utterance_cancelled(uid, played, heard))
                 case CloseConnection():
                     await self.ws.close(1000)
 
@@ -173,6 +176,7 @@ class SpeakConnection:
         reply = self.service.reply(
             start.params, source, queue, utterance_id=uid, transports=transports, client=self.client
         )
+        self._reply = reply
         self._task = asyncio.create_task(self._forward(reply, queue))
 
     async def _forward(self, reply: Reply, queue: asyncio.Queue[Event | None]) -> None:

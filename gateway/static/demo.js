@@ -4,6 +4,7 @@ const $ = (id) => document.getElementById(id);
 const metrics = $("metrics");
 const demo = {
   speaker: null, stats: null, timeline: { text: [], audio: [], heard: null }, connection: [],
+  wordLog: [], heardText: undefined,
 };
 window.demo = demo; // for automation
 // a gateway with API keys: open the page as /?token=... (a token from POST /v1/tokens)
@@ -58,6 +59,10 @@ function reset() {
   $("m-bytes").textContent = "0";
   $("m-seconds").textContent = "0";
   $("sentences").replaceChildren();
+  $("captions").replaceChildren();
+  demo.wordLog = [];
+  demo.heardText = undefined;
+  $("heard").textContent = "";
   $("error").textContent = "";
   renderTimeline();
 }
@@ -93,6 +98,35 @@ function newSpeaker(transport) {
       return li;
     }));
   });
+  // live figures and captions, in step with what the listener hears
+  speaker.addEventListener("player", (e) => { $("m-player").textContent = e.detail.player; });
+  speaker.addEventListener("progress", (e) => {
+    $("m-seconds").textContent = (e.detail.playedMs / 1000).toFixed(1);
+  });
+  speaker.addEventListener("words", (e) => {
+    $("captions").append(...e.detail.words.map((w, i) => {
+      const span = document.createElement("span");
+      span.textContent = `${w.word} `;
+      span.dataset.index = String(e.detail.first + i);
+      span.dataset.startMs = String(w.start_ms);
+      span.dataset.endMs = String(w.end_ms);
+      return span;
+    }));
+  });
+  speaker.addEventListener("word", (e) => {
+    for (const span of $("captions").children) {
+      const index = Number(span.dataset.index);
+      span.classList.toggle("spoken", index <= e.detail.index);
+      span.classList.toggle("now", index === e.detail.index);
+    }
+    demo.wordLog.push(e.detail);
+  });
+  speaker.addEventListener("cancelled", (e) => {
+    const { heardText } = e.detail;
+    demo.heardText = heardText;
+    $("heard").textContent = heardText === null ? "" : heardText
+      ? `Heard before Stop: “${heardText}”` : "Stopped before a whole word was heard.";
+  });
   speaker.addEventListener("reconnecting", (e) => {
     demo.connection.push({ event: "reconnecting", ...e.detail });
     $("connection").textContent = `Reconnecting to the voice service (attempt ${e.detail.attempt})…`;
@@ -121,6 +155,7 @@ $("form").addEventListener("submit", async (event) => {
     mode: $("mode").value,
     format: $("format").value,
     voice: $("voice").value || undefined,
+    timestamps: true, // captions
   };
   params[input] = $("text").value;
   if (input === "text" && Number($("tps").value) > 0) {
@@ -128,7 +163,6 @@ $("form").addEventListener("submit", async (event) => {
     params.echo_first_ms = 300;
   }
   setState("waiting");
-  $("m-player").textContent = "…";
   const stats = await speaker.speak(params);
   demo.stats = stats;
   $("m-player").textContent = stats.player;

@@ -28,8 +28,8 @@ export const MSE_TYPES = {
   opus: 'audio/webm; codecs="opus"',
 };
 const SAMPLE_RATE = 24000;
-const EVENT_NAMES = ["agent_start", "audio_stream_start", "text_delta", "audio_chunk",
-  "audio_stream_end", "agent_end", "error"];
+const EVENT_NAMES = ["agent_start", "audio_stream_start", "text_delta", "audio_chunk", "words",
+  "audio_stream_end", "agent_end", "error", "cancelled"];
 
 function b64ToBytes(b64) {
   const bin = atob(b64);
@@ -69,12 +69,22 @@ class WorkletPlayer {
       if (m.type === "started") onHeard();
       if (m.type === "tick") {
         this.queued = m.queued;
+        this.tickAt = ctx.currentTime;
         this.stats.playedSamples = m.played;
         this.stats.maxRms = Math.max(this.stats.maxRms, m.rms);
         this.stats.contextTimeEnd = ctx.currentTime;
         if (this.drained && m.queued === 0 && this.received) this.drained();
       }
     };
+  }
+
+  // Milliseconds of the utterance heard so far, from the audio clock: the worklet's last count
+  // of played samples, carried forward by the context's time since (never past what is queued).
+  playedMs() {
+    const played = this.stats.playedSamples || 0;
+    if (this.stopped || this.tickAt === undefined) return played / (SAMPLE_RATE / 1000);
+    const since = Math.max(0, this.ctx.currentTime - this.tickAt) * SAMPLE_RATE;
+    return (played + Math.min(since, this.queued)) / (SAMPLE_RATE / 1000);
   }
 
   push(bytes) { // s16le PCM, cut anywhere
@@ -105,6 +115,7 @@ class WorkletPlayer {
   }
 
   stop() { // fade out over 15 ms and drop what is queued; the node stays until release()
+    this.stopped = true;
     this.node.port.postMessage({ type: "stop", fadeMs: 15 });
     if (this.drained) this.drained();
   }
@@ -137,6 +148,10 @@ class MsePlayer {
         resolve();
       }, { once: true });
     });
+  }
+
+  playedMs() {
+    return this.audio.currentTime * 1000; // sequence mode: the utterance starts at 0
   }
 
   async push(bytes) {
@@ -233,6 +248,10 @@ class WebCodecsMp3Player {
     return this.worklet.end();
   }
 
+  playedMs() {
+    return this.worklet.playedMs();
+  }
+
   stop() {
     this.worklet.stop();
     if (this.decoder.state !== "closed") this.decoder.close();
@@ -311,9 +330,11 @@ export class Speaker extends EventTarget {
       state: "idle", format, transport: this.transport, t0: performance.now(),
       firstTextMs: null, firstAudioBytesMs: null, ttfaMs: null, bytes: 0, chunks: 0,
       audioSeconds: 0, maxRms: 0, playingEvent: false, bufferedEnd: 0, player: null,
-      serverMetrics: null, cancelled: false, error: null,
+      serverMetrics: null, cancelled: false, error: null, playedMs: 0, heardText: null,
     };
-    const reply = { stats, utteranceId: null, finished: null, abort: null, stopped: false };
+    const reply = {
+      stats, utteranceId: null, finished: null, abort: null, stopped: false, words: [], word: -1,
+    };
     this.current = reply;
     const heard = () => {
       if (stats.ttfaMs === null) {
@@ -324,6 +345,8 @@ export class Speaker extends EventTarget {
     };
     reply.player = this.lastPlayer = await this.makePlayer(format, stats, heard);
     stats.player = reply.player.constructor.name;
+    this.emit("player", { player: stats.player });
+    const clock = setInterval(() => this.tick(reply), 25);
 
     const done = new Promise((resolve) => { reply.finished = resolve; });
     const handle = (name, body) => this.onEvent(reply, name, body);
@@ -340,8 +363,28 @@ export class Speaker extends EventTarget {
       await reply.player.end();
       if (!reply.stopped) this.setState("done");
     }
+    clearInterval(clock);
+    this.tick(reply);
+    if (reply.cancelling) await reply.cancelling; // what was heard, from the server
     if (this.current === reply) this.current = null;
     return stats;
+  }
+
+  // The playback clock: "progress" {playedMs} as the listener hears it, and "word" {index,
+  // word, start_ms, end_ms, playedMs} when the word being heard changes (from the audio clock,
+  // not from when the timings arrived).
+  tick(reply) {
+    if (!reply.player.playedMs) return;
+    const played = reply.player.playedMs();
+    if (played === reply.stats.playedMs) return;
+    reply.stats.playedMs = played;
+    this.emit("progress", { playedMs: played });
+    let index = reply.word;
+    while (index + 1 < reply.words.length && reply.words[index + 1].start_ms <= played) index++;
+    if (index !== reply.word) {
+      reply.word = index;
+      this.emit("word", { index, ...reply.words[index], playedMs: played });
+    }
   }
 
   async makePlayer(format, stats, heard) {
@@ -376,6 +419,10 @@ export class Speaker extends EventTarget {
         this.emit("audio", { seq: stats.chunks - 1, bytes: bytes.length, t: now });
         break;
       }
+      case "words":
+        reply.words.push(...body.words);
+        this.emit("words", { words: body.words, first: reply.words.length - body.words.length });
+        break;
       case "audio_stream_end":
         stats.audioSeconds = body.duration_s;
         break;
@@ -388,6 +435,7 @@ export class Speaker extends EventTarget {
         break;
       case "cancelled":
         stats.cancelled = true;
+        if (body.heard_text !== undefined) this.heard(reply, body.played_ms, body.heard_text);
         break;
       case "agent_end":
         stats.serverMetrics = body.metrics;
@@ -409,11 +457,36 @@ export class Speaker extends EventTarget {
     reply.finished();
   }
 
+  heard(reply, playedMs, heardText) {
+    if (reply.stats.heardText !== null) return;
+    reply.stats.heardText = heardText;
+    this.emit("cancelled", { playedMs, heardText });
+    if (reply.heardResolve) reply.heardResolve(heardText);
+  }
+
+  // Barge-in for the SSE transports: the server stops the reply and says what was heard.
+  async cancelHttp(reply, playedMs) {
+    const url = new URL(`/v1/speak/${encodeURIComponent(reply.utteranceId)}/cancel`, this.baseUrl);
+    const headers = { "Content-Type": "application/json" };
+    const token = await this.credential();
+    if (token) headers.Authorization = `Bearer ${token}`;
+    try {
+      const r = await fetch(url, { method: "POST", headers, body: JSON.stringify({ played_ms: playedMs }) });
+      const body = r.ok ? await r.json() : null;
+      this.heard(reply, playedMs, body ? body.heard_text : null);
+    } catch {
+      this.heard(reply, playedMs, null);
+    }
+  }
+
   startEventSource(reply, query, handle) {
     const url = new URL("/v1/speak/sse", this.baseUrl);
     for (const [k, v] of Object.entries(query)) if (v !== undefined && v !== null && v !== "") url.searchParams.set(k, v);
     const es = new EventSource(url);
-    reply.abort = () => es.close();
+    reply.abort = (playedMs) => {
+      if (playedMs === undefined || reply.utteranceId === null) return es.close();
+      reply.cancelling = this.cancelHttp(reply, playedMs).finally(() => es.close());
+    };
     for (const name of EVENT_NAMES) {
       es.addEventListener(name, (e) => {
         if (name === "error" && !e.data) return; // a transport error, handled below
@@ -434,7 +507,10 @@ export class Speaker extends EventTarget {
 
   startFetch(reply, query, handle, token) {
     const controller = new AbortController();
-    reply.abort = () => controller.abort();
+    reply.abort = (playedMs) => {
+      if (playedMs === undefined || reply.utteranceId === null) return controller.abort();
+      reply.cancelling = this.cancelHttp(reply, playedMs).finally(() => controller.abort());
+    };
     const headers = { "Content-Type": "application/json", Accept: "text/event-stream" };
     if (token) headers.Authorization = `Bearer ${token}`;
     (async () => {
@@ -530,20 +606,34 @@ export class Speaker extends EventTarget {
     reply.handle = handle;
     reply.utteranceId = `u${Date.now().toString(36)}${Math.floor(Math.random() * 1e6).toString(36)}`;
     this.wsReply = reply;
-    reply.abort = () => {
-      if (ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ type: "cancel" }));
+    reply.abort = (playedMs) => {
+      if (ws.readyState !== WebSocket.OPEN) return;
+      const cancel = playedMs === undefined ? { type: "cancel" } : { type: "cancel", played_ms: playedMs };
+      if (playedMs !== undefined) {
+        reply.cancelling = new Promise((resolve) => {
+          reply.heardResolve = resolve;
+          setTimeout(() => resolve(null), 5000); // a server that never answers
+        });
+      }
+      ws.send(JSON.stringify(cancel));
     };
     ws.send(JSON.stringify({ type: "speak", ...query, utterance_id: reply.utteranceId }));
   }
 
-  stop() {
+  // Barge-in: silence at once, and tell the server how much was heard (`played_ms`, from the
+  // audio clock); resolves to what the listener heard of it (`heard_text`), or null.
+  async stop() {
     const reply = this.current;
-    if (!reply) return;
+    if (!reply) return null;
+    const playedMs = Math.round(reply.player.playedMs ? reply.player.playedMs() : 0);
+    reply.stats.playedMs = playedMs;
     reply.stopped = true;
     reply.player.stop(); // silence at once (short fade)
-    if (reply.abort) reply.abort(); // cancel on the WebSocket, or abort the HTTP stream
+    if (reply.abort) reply.abort(playedMs); // cancel on the WebSocket, or through HTTP
     this.setState("stopped");
     reply.finished();
+    if (reply.cancelling) await reply.cancelling;
+    return reply.stats.heardText;
   }
 
   close() {

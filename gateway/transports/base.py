@@ -5,10 +5,23 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from typing import Protocol
+
+from kokoro_contract.protocol import WordTiming
 
 # told when the model server has finished a chunk: (index, characters, PCM bytes, seconds)
 OnComplete = Callable[[int, int, int, float], None]
+
+
+@dataclass(frozen=True)
+class TimedWords:
+    """Word timings for the audio that follows, in seconds from the stream's first sample."""
+
+    words: tuple[WordTiming, ...]
+
+
+Piece = bytes | TimedWords  # what a stream yields: PCM, and (when asked) word timings
 
 
 class TTSStream(Protocol):
@@ -23,20 +36,28 @@ class TTSStream(Protocol):
         """No more chunks: `audio()` ends once the last one is synthesized."""
         ...
 
-    def audio(self) -> AsyncIterator[bytes]:
-        """PCM (s16le, 24 kHz, mono) of every chunk, in order."""
+    def audio(self) -> AsyncIterator[Piece]:
+        """PCM (s16le, 24 kHz, mono) of every chunk, in order; with timestamps, each
+        segment's word timings before its audio."""
         ...
 
 
 class BidiTransport(Protocol):
     def open(
-        self, voice: str | None, speed: float, on_complete: OnComplete | None = None
+        self,
+        voice: str | None,
+        speed: float,
+        on_complete: OnComplete | None = None,
+        timestamps: bool = False,
     ) -> AbstractAsyncContextManager[TTSStream]:
         """Open a stream; leaving the context early (cancel, disconnect) aborts its work."""
         ...
 
 
 class BatchTransport(Protocol):
-    def synthesize(self, text: str, voice: str | None, speed: float) -> AsyncGenerator[bytes]:
-        """PCM of the whole text, streamed; closing the generator aborts the request."""
+    def synthesize(
+        self, text: str, voice: str | None, speed: float, timestamps: bool = False
+    ) -> AsyncGenerator[Piece]:
+        """PCM of the whole text, streamed (with timestamps: its word timings first, then the
+        audio); closing the generator aborts the request."""
         ...

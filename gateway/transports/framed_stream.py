@@ -11,9 +11,10 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from gateway.errors import TTSError
-from gateway.transports.base import OnComplete
+from gateway.transports.base import OnComplete, Piece, TimedWords
 from kokoro_contract import protocol
-from kokoro_contract.protocol import CancelledMsg, CompleteMsg, ErrorMsg
+from kokoro_contract.audio import pcm_duration_s
+from kokoro_contract.protocol import CancelledMsg, CompleteMsg, ErrorMsg, WordTiming, WordTimingsMsg
 
 _INPUT_DONE = object()
 RETRYABLE_CODES = frozenset({"not_ready", "overloaded"})
@@ -29,11 +30,15 @@ class FramedTTSStream:
         speed: float,
         on_complete: OnComplete | None = None,
         tts_timeout_s: float | None = None,
+        timestamps: bool = False,
     ) -> None:
         """`tts_timeout_s`: how long past a pending chunk's due time (its deadline, or when it
         was sent) the stream waits for its next frame before failing with `tts_timeout`."""
         self._send_frame = send_frame
         self._tts_timeout_s = tts_timeout_s
+        self._timestamps = timestamps
+        self._yielded = 0  # PCM bytes out so far: where each request's audio starts
+        self._starts: dict[str, float] = {}  # request id -> seconds its first sample is at
         self._due: dict[str, float] = {}  # request id -> loop time its first audio is due
         self._voice = voice
         self._speed = speed
@@ -50,14 +55,15 @@ class FramedTTSStream:
         rid = f"{self._prefix}-{index}"
         self._pending[rid] = (index, len(text))
         self._due[rid] = asyncio.get_running_loop().time() + (deadline_ms or 0.0) / 1000
-        await self._send_frame(
-            protocol.synthesize_message(text, rid, self._voice, self._speed, deadline_ms)
+        message = protocol.synthesize_message(
+            text, rid, self._voice, self._speed, deadline_ms, self._timestamps
         )
+        await self._send_frame(message)
 
     async def end_input(self) -> None:
         await self._inbox.put(_INPUT_DONE)
 
-    async def audio(self) -> AsyncIterator[bytes]:
+    async def audio(self) -> AsyncIterator[Piece]:
         input_done = False
         while not (input_done and not self._pending):
             item = await self._next()
@@ -69,10 +75,18 @@ class FramedTTSStream:
             assert isinstance(item, bytes | str)
             match protocol.read_server_frame(item):
                 case bytes() as pcm:
+                    self._yielded += len(pcm)
                     yield pcm
+                case WordTimingsMsg(request_id=rid, words=words):
+                    # a request's audio follows the one before it: it starts where that ended
+                    start = self._starts.setdefault(rid, pcm_duration_s(self._yielded))
+                    yield TimedWords(
+                        tuple(WordTiming(w.word, start + w.start, start + w.end) for w in words)
+                    )
                 case CompleteMsg(request_id=rid, audio_bytes=audio, elapsed_s=elapsed):
                     sent = self._pending.pop(rid, None)
                     self._due.pop(rid, None)
+                    self._starts.pop(rid, None)
                     if sent is not None and self._on_complete is not None:
                         self._on_complete(*sent, audio, elapsed)
                 case CancelledMsg(request_id=rid):

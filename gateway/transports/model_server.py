@@ -14,7 +14,8 @@ from websockets.exceptions import WebSocketException
 
 from gateway.aio import cancel_and_wait
 from gateway.errors import TTSError
-from gateway.transports.base import OnComplete
+from gateway.transports.base import OnComplete, Piece
+from gateway.transports.captioned import captioned_pieces
 from gateway.transports.framed_stream import FramedTTSStream
 from kokoro_contract import protocol
 from kokoro_contract.protocol import invocation_body
@@ -60,7 +61,11 @@ class ModelServerTransport:
 
     @contextlib.asynccontextmanager
     async def open(
-        self, voice: str | None, speed: float, on_complete: OnComplete | None = None
+        self,
+        voice: str | None,
+        speed: float,
+        on_complete: OnComplete | None = None,
+        timestamps: bool = False,
     ) -> AsyncIterator[FramedTTSStream]:
         try:
             ws = await connect(ws_url(self.base_url) + protocol.PATH, max_size=None)
@@ -73,7 +78,7 @@ class ModelServerTransport:
             except WebSocketException as exc:
                 raise TTSError(f"model server session lost: {exc}") from exc
 
-        tts = FramedTTSStream(send_frame, voice, speed, on_complete, self.tts_timeout_s)
+        tts = FramedTTSStream(send_frame, voice, speed, on_complete, self.tts_timeout_s, timestamps)
         reader = asyncio.create_task(_WebSocketReader(ws, tts).run())
         completed = False
         try:
@@ -86,14 +91,20 @@ class ModelServerTransport:
             await asyncio.shield(ws.close())
             await cancel_and_wait(reader)
 
-    async def synthesize(self, text: str, voice: str | None, speed: float) -> AsyncGenerator[bytes]:
-        body = invocation_body(text, voice, speed)
+    async def synthesize(
+        self, text: str, voice: str | None, speed: float, timestamps: bool = False
+    ) -> AsyncGenerator[Piece]:
+        body = invocation_body(text, voice, speed, timestamps)
         try:
             async with self._client.stream(
                 "POST", self.base_url + "/invocations", json=body, timeout=httpx.Timeout(60.0)
             ) as response:
                 if response.status_code != 200:
                     raise _http_error(response.status_code, await response.aread())
+                if timestamps:  # one JSON answer: the timings, then the audio
+                    for piece in captioned_pieces(await response.aread()):
+                        yield piece
+                    return
                 async for chunk in response.aiter_raw():
                     yield chunk
         except httpx.HTTPError as exc:

@@ -23,7 +23,7 @@ import httpx
 
 from gateway.admission import Candidate, LoadReport, Refusal, choose
 from gateway.errors import TTSError
-from gateway.transports.base import OnComplete, TTSStream
+from gateway.transports.base import OnComplete, Piece, TTSStream
 from gateway.transports.model_server import ModelServerTransport
 
 
@@ -152,12 +152,16 @@ class PooledTransport:
 
     @contextlib.asynccontextmanager
     async def open(
-        self, voice: str | None, speed: float, on_complete: OnComplete | None = None
+        self,
+        voice: str | None,
+        speed: float,
+        on_complete: OnComplete | None = None,
+        timestamps: bool = False,
     ) -> AsyncIterator[TTSStream]:
         error: TTSError | None = None
         for upstream in self._order():
             try:
-                opened = upstream.transport.open(voice, speed, on_complete)
+                opened = upstream.transport.open(voice, speed, on_complete, timestamps)
                 stream = await opened.__aenter__()
             except TTSError as exc:  # unreachable before anything was sent: try another
                 self.pool.mark_down(upstream)
@@ -175,13 +179,15 @@ class PooledTransport:
             return
         raise error or TTSError("no model server is reachable", retryable=True)
 
-    async def synthesize(self, text: str, voice: str | None, speed: float) -> AsyncGenerator[bytes]:
+    async def synthesize(
+        self, text: str, voice: str | None, speed: float, timestamps: bool = False
+    ) -> AsyncGenerator[Piece]:
         error: TTSError | None = None
         for upstream in self._order():
             started = False
             try:
                 async with contextlib.aclosing(
-                    upstream.transport.synthesize(text, voice, speed)
+                    upstream.transport.synthesize(text, voice, speed, timestamps)
                 ) as pcm:
                     async for chunk in pcm:
                         started = True

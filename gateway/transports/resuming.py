@@ -18,7 +18,14 @@ from types import TracebackType
 
 from gateway.errors import TTSError
 from gateway.retry import OnRetry, RetryPolicy, is_retryable, retrying
-from gateway.transports.base import BatchTransport, BidiTransport, OnComplete, TTSStream
+from gateway.transports.base import (
+    BatchTransport,
+    BidiTransport,
+    OnComplete,
+    Piece,
+    TimedWords,
+    TTSStream,
+)
 
 
 @dataclass
@@ -45,19 +52,27 @@ class ResumingTransport:
         self.on_retry = on_retry
 
     def open(
-        self, voice: str | None, speed: float, on_complete: OnComplete | None = None
+        self,
+        voice: str | None,
+        speed: float,
+        on_complete: OnComplete | None = None,
+        timestamps: bool = False,
     ) -> _ResumingStream:
-        return _ResumingStream(self, voice, speed, on_complete)
+        return _ResumingStream(self, voice, speed, on_complete, timestamps)
 
-    async def synthesize(self, text: str, voice: str | None, speed: float) -> AsyncGenerator[bytes]:
+    async def synthesize(
+        self, text: str, voice: str | None, speed: float, timestamps: bool = False
+    ) -> AsyncGenerator[Piece]:
         loop = asyncio.get_running_loop()
         for attempt in range(1, self.policy.attempts + 1):
             started = False
             try:
-                async with contextlib.aclosing(self.batch.synthesize(text, voice, speed)) as pcm:
-                    async for chunk in pcm:
-                        started = True
-                        yield chunk
+                async with contextlib.aclosing(
+                    self.batch.synthesize(text, voice, speed, timestamps)
+                ) as pieces:
+                    async for piece in pieces:
+                        started = started or isinstance(piece, bytes)
+                        yield piece
                 return
             except TTSError as exc:
                 wait = self.policy.delay(attempt)
@@ -78,8 +93,10 @@ class _ResumingStream:
         voice: str | None,
         speed: float,
         on_complete: OnComplete | None,
+        timestamps: bool = False,
     ) -> None:
         self._owner = owner
+        self._timestamps = timestamps
         self._voice = voice
         self._speed = speed
         self._on_complete = on_complete
@@ -114,7 +131,7 @@ class _ResumingStream:
 
         async def attempt() -> None:
             stack = contextlib.AsyncExitStack()
-            opened = owner.bidi.open(self._voice, self._speed, self._on_complete)
+            opened = owner.bidi.open(self._voice, self._speed, self._on_complete, self._timestamps)
             self._stream = await stack.enter_async_context(opened)
             self._stack = stack
 
@@ -178,15 +195,26 @@ class _ResumingStream:
             with contextlib.suppress(TTSError):  # a lost session: resumed from audio()
                 await self._stream.end_input()
 
-    async def audio(self) -> AsyncIterator[bytes]:
+    async def audio(self) -> AsyncIterator[Piece]:
         """The only side that resumes: a send that fails leaves it to the stream's failure
-        (or its `tts_timeout`), which surfaces here."""
+        (or its `tts_timeout`), which surfaces here. Word timings wait for the first audio,
+        so an attempt given up on leaves none behind."""
         while True:
             assert self._stream is not None
+            held: list[TimedWords] = []
             try:
-                async for pcm in self._stream.audio():
-                    self._heard = True
-                    yield pcm
+                async for piece in self._stream.audio():
+                    if isinstance(piece, TimedWords) and not self._heard:
+                        held.append(piece)
+                        continue
+                    if not self._heard:
+                        self._heard = True
+                        for words in held:
+                            yield words
+                        held.clear()
+                    yield piece
+                for words in held:  # timings of a stream that sent no audio at all
+                    yield words
                 return
             except TTSError as exc:
                 await self._resume(exc)

@@ -70,7 +70,11 @@ class SageMakerBidiTransport:
 
     @contextlib.asynccontextmanager
     async def open(
-        self, voice: str | None, speed: float, on_complete: OnComplete | None = None
+        self,
+        voice: str | None,
+        speed: float,
+        on_complete: OnComplete | None = None,
+        timestamps: bool = False,
     ) -> AsyncIterator[FramedTTSStream]:
         from aws_sdk_sagemaker_runtime_http2.models import (
             InvokeEndpointWithBidirectionalStreamInput,
@@ -101,7 +105,7 @@ class SageMakerBidiTransport:
             except Exception as exc:
                 raise sagemaker_error(exc, self.endpoint_name) from exc
 
-        tts = FramedTTSStream(send_frame, voice, speed, on_complete, self.tts_timeout_s)
+        tts = FramedTTSStream(send_frame, voice, speed, on_complete, self.tts_timeout_s, timestamps)
         reader = asyncio.create_task(self._read(stream, tts))
         completed = False
         try:

@@ -17,6 +17,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from gateway.aws_errors import sagemaker_error
 from gateway.errors import TTSError
+from gateway.transports.base import Piece
+from gateway.transports.captioned import captioned_pieces
 from kokoro_contract.protocol import invocation_body
 
 
@@ -25,25 +27,34 @@ class SageMakerStreamTransport:
         self._client = client  # an aioboto3 sagemaker-runtime client
         self.endpoint_name = endpoint_name
 
-    async def synthesize(self, text: str, voice: str | None, speed: float) -> AsyncGenerator[bytes]:
-        body = invocation_body(text, voice, speed)
+    async def synthesize(
+        self, text: str, voice: str | None, speed: float, timestamps: bool = False
+    ) -> AsyncGenerator[Piece]:
+        body = invocation_body(text, voice, speed, timestamps)
         try:
             response = await self._client.invoke_endpoint_with_response_stream(
                 EndpointName=self.endpoint_name,
                 Body=orjson.dumps(body),
                 ContentType="application/json",
-                Accept="audio/pcm",
+                Accept="application/json" if timestamps else "audio/pcm",
             )
         except ClientError as exc:
             raise sagemaker_error(exc, self.endpoint_name) from exc
         except BotoCoreError as exc:
             raise TTSError(f"SageMaker unreachable: {exc}") from exc
         events = response["Body"]
+        captioned: list[bytes] = []  # with timestamps: one JSON answer, in parts
         try:
             async for event in events:
                 part = event.get("PayloadPart")
                 if part is not None and part.get("Bytes"):
-                    yield part["Bytes"]
+                    if timestamps:
+                        captioned.append(part["Bytes"])
+                    else:
+                        yield part["Bytes"]
+            if timestamps:
+                for piece in captioned_pieces(b"".join(captioned)):
+                    yield piece
         except ClientError as exc:  # ModelStreamError / InternalStreamFailure mid-stream
             raise sagemaker_error(exc, self.endpoint_name) from exc
         except BotoCoreError as exc:
