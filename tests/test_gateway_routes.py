@@ -17,7 +17,7 @@ from gateway.sse import SSEDecoder
 from model_server.drain import wait_drained
 from tests.support.fakes import FakeEngine
 from tests.support.gateway_client import metric, split_audio_frame, sse_get, sse_post
-from tests.support.openai_stub import create_stub
+from tests.support.openai_stub import create_stub, llm_gateway_settings
 from tests.support.servers import RunningServer, serve
 
 ANSWER = ["Sure", ", here", " is", " the", " answer", " you", " asked", " for.", " Bye", " now."]
@@ -248,12 +248,7 @@ def openai_stub() -> Iterator[RunningServer]:
 def gateway_with_llm(
     fake_server: RunningServer, openai_stub: RunningServer
 ) -> Iterator[RunningServer]:
-    settings = GatewaySettings(
-        model_server_url=fake_server.http_url,
-        llm="openai",
-        openai_base_url=openai_stub.http_url + "/v1",
-        openai_model="stub-model",
-    )
+    settings = llm_gateway_settings(fake_server.http_url, openai_stub.http_url)
     with serve(create_gateway(settings)) as running:
         yield running
 
@@ -293,12 +288,7 @@ async def test_an_overloaded_llm_is_retried_before_its_first_token(
     fake_server: RunningServer,
 ) -> None:
     with serve(create_stub(ANSWER, fail_first=2)) as llm:
-        settings = GatewaySettings(
-            model_server_url=fake_server.http_url,
-            llm="openai",
-            openai_base_url=llm.http_url + "/v1",
-            openai_model="stub-model",
-        )
+        settings = llm_gateway_settings(fake_server.http_url, llm.http_url)
         with serve(create_gateway(settings)) as gw:
             reply = await sse_get(gw.http_url, {"prompt": "Tell me.", "format": "pcm"})
             assert "error" not in reply.names
@@ -309,13 +299,7 @@ async def test_an_overloaded_llm_is_retried_before_its_first_token(
 
 async def test_an_llm_that_stalls_mid_answer_ends_the_reply(fake_server: RunningServer) -> None:
     with serve(create_stub(ANSWER, stall_after=3)) as llm:
-        settings = GatewaySettings(
-            model_server_url=fake_server.http_url,
-            llm="openai",
-            openai_base_url=llm.http_url + "/v1",
-            openai_model="stub-model",
-            llm_timeout_s=0.5,
-        )
+        settings = llm_gateway_settings(fake_server.http_url, llm.http_url, llm_timeout_s=0.5)
         with serve(create_gateway(settings)) as gw:
             reply = await sse_get(gw.http_url, {"prompt": "Tell me.", "format": "pcm"})
     assert [d["text"] for d in reply.data("text_delta")] == ANSWER[:3]
@@ -327,11 +311,8 @@ async def test_an_llm_that_stalls_mid_answer_ends_the_reply(fake_server: Running
 async def test_llm_failure_is_an_error_event(
     fake_server: RunningServer, openai_stub: RunningServer
 ) -> None:
-    settings = GatewaySettings(
-        model_server_url=fake_server.http_url,
-        llm="openai",
-        openai_base_url=openai_stub.http_url + "/v1",
-        openai_model="missing-model",
+    settings = llm_gateway_settings(
+        fake_server.http_url, openai_stub.http_url, openai_model="missing-model"
     )
     with serve(create_gateway(settings)) as gw:
         reply = await sse_get(gw.http_url, {"prompt": "Hi?"})

@@ -15,11 +15,10 @@ import orjson
 from websockets.asyncio.client import ClientConnection, connect
 
 from gateway.app import create_app as create_gateway
-from gateway.config import Settings as GatewaySettings
 from gateway.speak_session import INTERRUPTED
 from gateway.sse import SSEDecoder
 from tests.support.gateway_client import sse_get
-from tests.support.openai_stub import create_stub
+from tests.support.openai_stub import create_stub, llm_gateway_settings
 from tests.support.servers import RunningServer, serve
 
 TEXT = "Hello there, my friend. Your order shipped today. It arrives on Tuesday."
@@ -149,12 +148,7 @@ async def test_sse_barge_in_through_its_cancel_route(gateway_on_fake: RunningSer
 async def test_history_keeps_only_what_was_heard(fake_server: RunningServer) -> None:
     answer = ["Sure", ", here", " is", " the", " answer", " you", " asked", " for.", " More"]
     with serve(create_stub(answer, stall_after=8)) as llm:  # then it keeps writing, slowly
-        settings = GatewaySettings(
-            model_server_url=fake_server.http_url,
-            llm="openai",
-            openai_base_url=llm.http_url + "/v1",
-            openai_model="stub-model",
-        )
+        settings = llm_gateway_settings(fake_server.http_url, llm.http_url)
         with serve(create_gateway(settings)) as gw:
             async with connect(gw.ws_url + "/v1/speak/ws") as ws:
                 speak = {

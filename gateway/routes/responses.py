@@ -5,7 +5,9 @@ its upstreams), so a stalled client costs a bounded buffer, never a whole reply 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import Iterator
 
 from sse_starlette import EventSourceResponse
 from sse_starlette.sse import SendTimeoutError
@@ -21,16 +23,23 @@ def _stalled(exc: BaseException) -> bool:
     return isinstance(exc, SendTimeoutError)
 
 
+@contextlib.contextmanager
+def _dropping_stalled(what: str, timeout: float | None) -> Iterator[None]:
+    """A send that timed out ends the response quietly: one log line, no traceback."""
+    try:
+        yield
+    except BaseException as exc:
+        if not _stalled(exc):
+            raise
+        log.info("dropped a client that took no %s for %s s", what, timeout)
+
+
 class ReplyEventSource(EventSourceResponse):
     """`EventSourceResponse` that ends quietly (one log line) when its send times out."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
+        with _dropping_stalled("event", self.send_timeout):
             await super().__call__(scope, receive, send)
-        except BaseException as exc:
-            if not _stalled(exc):
-                raise
-            log.info("dropped an SSE client that took nothing for %s s", self.send_timeout)
 
 
 class TimedStreamingResponse(StreamingResponse):
@@ -46,9 +55,5 @@ class TimedStreamingResponse(StreamingResponse):
             except TimeoutError as exc:
                 raise SendTimeoutError() from exc
 
-        try:
+        with _dropping_stalled("audio", self.send_timeout):
             await super().__call__(scope, receive, timed)
-        except BaseException as exc:
-            if not _stalled(exc):
-                raise
-            log.info("dropped a client that took no audio for %s s", self.send_timeout)

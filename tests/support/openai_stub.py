@@ -61,3 +61,18 @@ def create_stub(
         return StreamingResponse(chunks(), media_type="text/event-stream")
 
     return app
+
+
+def llm_gateway_settings(model_server_url: str, llm_url: str, **overrides: Any) -> Any:
+    """A gateway's settings with this stub as its LLM."""
+    from gateway.config import Settings
+
+    return Settings(
+        **{
+            "model_server_url": model_server_url,
+            "llm": "openai",
+            "openai_base_url": llm_url + "/v1",
+            "openai_model": "stub-model",
+            **overrides,
+        }
+    )
