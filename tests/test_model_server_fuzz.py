@@ -11,6 +11,7 @@ in step with the server, so no test waits on time.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import re
@@ -35,6 +36,7 @@ from websockets.exceptions import ConnectionClosedOK
 from websockets.sync.client import ClientConnection, connect
 
 from kokoro_contract import formats
+from kokoro_contract.protocol import parse_words
 from model_server.app import create_app
 from model_server.config import Settings
 from model_server.drain import wait_drained
@@ -213,6 +215,7 @@ VALID_FIELDS: dict[str, st.SearchStrategy[Any]] = {
     "voice": st.sampled_from((*VOICES, "")),
     "speed": st.floats(0.5, 2.0),
     "deadline_ms": st.floats(0, 600_000),
+    "timestamps": st.booleans(),
 }
 OPTIONAL_ID = st.none() | REQUEST_IDS
 SYNTHESES = st.builds(
@@ -252,6 +255,11 @@ BAD_REQUESTS = st.one_of(
         | st.floats(min_value=600_000.001, allow_infinity=False)
         | st.text()
         | st.booleans(),
+        "invalid_field",
+    ),
+    _refused(
+        "timestamps",
+        FINITE_VALUES.filter(lambda v: not isinstance(v, bool | None)),
         "invalid_field",
     ),
     # a bad id cannot be echoed: the error has none
@@ -339,6 +347,16 @@ CONTENT_TYPES = st.sampled_from(
 )
 
 
+def _timestamps_streamed(case: Step) -> bool:
+    try:
+        request = orjson.loads(case.message)
+    except orjson.JSONDecodeError:
+        return False
+    if not isinstance(request, dict):
+        return False
+    return request.get("timestamps") is True and request.get("stream") is True
+
+
 def check_post_answer(case: Step, response: httpx.Response) -> list[str]:
     """Audio of exactly the right length, or a clean 400 with the case's code; returns the
     engine calls it should have made."""
@@ -347,20 +365,48 @@ def check_post_answer(case: Step, response: httpx.Response) -> list[str]:
         error = response.json()["error"]
         assert_clean_error(error["code"], error["message"])
         assert error["retryable"] is False
-        assert case.outcome in (ANY, error["code"])
+        refused = case.outcome == AUDIO and _timestamps_streamed(case)  # need stream false
+        assert case.outcome in (ANY, error["code"]) or (
+            refused and error["code"] == "invalid_field"
+        )
         return []
     assert case.outcome in (AUDIO, ANY)
+    assert not _timestamps_streamed(case)
     request = orjson.loads(case.message)
     fmt = formats.lookup(request.get("format", "pcm"))
-    assert response.headers["content-type"] == fmt.mime
     if "request_id" in request:
         assert response.headers["x-request-id"] == request["request_id"]
     pcm = response.content
+    if request.get("timestamps") is True:  # one JSON answer: the audio as base64, beside its words
+        assert response.headers["content-type"] == "application/json"
+        answer = response.json()
+        assert (answer["format"], answer["sample_rate"]) == (fmt.name, 24_000)
+        pcm = base64.b64decode(answer["audio"])
+        check_words(
+            request["text"], answer["words"], (len(pcm) - 44 * (fmt.name == "wav")) / 48_000
+        )
+    else:
+        assert response.headers["content-type"] == fmt.mime
     if fmt.name == "wav":
         assert pcm[:4] == b"RIFF"
         pcm = pcm[44:]
     assert len(pcm) == expected_audio_bytes(request)
     return expected_segments(request)
+
+
+def check_words(text: str, words: object, duration_s: float) -> None:
+    """Word timings: the text's own words, in its order, in time order inside the audio."""
+    assert isinstance(words, list)
+    timings = parse_words(words)
+    assert len(timings) == len(words)  # every entry well formed
+    position, previous_end = 0, 0.0
+    for w in timings:
+        found = text.find(w.word, position)
+        assert w.word.strip() == w.word != ""
+        assert found >= 0, (w.word, text)
+        position = found + len(w.word)
+        assert previous_end <= w.start <= w.end <= duration_s + 5e-4, (w, previous_end)
+        previous_end = w.end
 
 
 def test_post_answers_audio_or_a_clean_error(
@@ -414,6 +460,7 @@ class Answer:
 
     events: list[dict[str, Any]] = field(default_factory=list)
     pcm: bytearray = field(default_factory=bytearray)
+    kinds: list[str] = field(default_factory=list)  # every frame of the step: type or "audio"
 
 
 def exchange(ws: ClientConnection, step: Step, probe_id: str) -> Answer:
@@ -426,8 +473,11 @@ def exchange(ws: ClientConnection, step: Step, probe_id: str) -> Answer:
         frame = ws.recv(timeout=30)
         if isinstance(frame, bytes):
             answer.pcm += frame
+            answer.kinds.append("audio")
             continue
         event = orjson.loads(frame)
+        if event.get("request_id") != probe_id:
+            answer.kinds.append(event["type"])
         if event.get("request_id") == probe_id:
             assert (event["type"], event["code"]) == ("error", "unknown_type")
             probed = True
@@ -436,7 +486,8 @@ def exchange(ws: ClientConnection, step: Step, probe_id: str) -> Answer:
             running.add(event["request_id"])
         else:
             answer.events.append(event)
-            running.discard(event.get("request_id", ""))
+            if event["type"] != "word_timings":  # every other event ends its request
+                running.discard(event.get("request_id", ""))
     return answer
 
 
@@ -450,9 +501,20 @@ def check_id(event: dict[str, Any], step: Step) -> None:
 
 
 def check_synthesis(step: Step, answer: Answer) -> list[str]:
+    request = orjson.loads(step.message)
+    if request.get("timestamps") is True:  # each segment's words, then its audio
+        middle = answer.kinds[1:-1]
+        assert middle == ["word_timings", "audio"] * (len(middle) // 2), answer.kinds
+        timings = [e for e in answer.events if e["type"] == "word_timings"]
+        words = [w for e in timings for w in e["words"]]
+        check_words(request["text"], words, len(answer.pcm) / 48_000)
+        answer = dataclasses.replace(
+            answer, events=[e for e in answer.events if e["type"] != "word_timings"]
+        )
+    else:
+        assert "word_timings" not in answer.kinds
     assert [e["type"] for e in answer.events] == ["synthesis_start", "synthesis_complete"]
     start, complete = answer.events
-    request = orjson.loads(step.message)
     if "request_id" in request:
         assert start["request_id"] == request["request_id"]
     else:

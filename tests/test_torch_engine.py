@@ -94,6 +94,17 @@ def test_speed_shortens_and_phonemes_map_through_the_config_vocab(engine: TorchE
     assert engine.max_phonemes == 510
 
 
+def test_durations_come_from_pred_dur_and_add_up_to_the_audio(engine: TorchEngine) -> None:
+    torch.manual_seed(7)
+    timed = engine.infer_timed("\u2603" + HELLO, VOICE, 1.0, CancelToken())
+    assert timed.frame_samples == SAMPLES_PER_FRAME
+    assert timed.durations.size == len(HELLO) + 3  # every character, and the two pads
+    assert timed.durations[1] == 0  # a character the vocab lacks lasts nothing
+    assert (timed.durations[2:] >= 1).all()  # KModel's pred_dur: at least one frame each
+    assert timed.durations.sum() * SAMPLES_PER_FRAME == timed.audio.size
+    np.testing.assert_allclose(timed.audio, _infer(engine), atol=1e-5)  # the same audio
+
+
 def test_a_cancelled_segment_does_not_run(engine: TorchEngine) -> None:
     token = CancelToken()
     token.cancel()
@@ -121,6 +132,18 @@ async def test_bidi_session_over_the_real_routes(torch_server: RunningServer) ->
             assert done["total_duration_s"] == pytest.approx(len(reply.pcm) / 2 / 24_000, abs=1e-3)
             samples = np.frombuffer(bytes(reply.pcm), "<i2")
             assert np.abs(samples).max() > 0
+
+
+async def test_word_timings_over_the_real_routes(torch_server: RunningServer) -> None:
+    async with connect(torch_server.ws_url + BIDI) as ws:
+        await ws.send(synth("Hello there.", "w", timestamps=True))
+        reply = await read_until_terminal(ws, "w")
+    assert reply.types == ["synthesis_start", "word_timings", "synthesis_complete"]
+    words = reply.events[1]["words"]
+    assert [w["word"] for w in words] == ["Hello", "there."]
+    duration = reply.last["total_duration_s"]
+    assert 0 <= words[0]["start_s"] < words[0]["end_s"] <= words[1]["start_s"]
+    assert words[1]["start_s"] < words[1]["end_s"] <= duration
 
 
 async def test_sessions_run_side_by_side(torch_server: RunningServer) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -13,6 +14,25 @@ from model_server.errors import SynthesisFailed
 
 FloatAudio = npt.NDArray[np.float32]
 VoicePack = npt.NDArray[np.float32]  # (510, 1, 256): one style vector per phoneme count
+Durations = npt.NDArray[np.int64]
+
+# Kokoro's duration unit: one frame of the length regulator is 600 samples of 24 kHz audio
+# (the decoder's 2x upsampling, the generator's 10 x 6, the iSTFT hop of 5), 25 ms.
+SAMPLES_PER_FRAME = 600
+
+
+@dataclass(frozen=True)
+class Timed:
+    """One segment's audio and how long each of its phonemes lasts in it.
+
+    `durations` has one entry per character of the phoneme string the engine was given, with
+    the model's two pads around them: `[start pad, *characters, end pad]`, in frames of
+    `frame_samples` samples. A character the model's vocab lacks (dropped) has 0 frames. The
+    frames add up to the audio's length: `durations.sum() * frame_samples == audio.size`."""
+
+    audio: FloatAudio
+    durations: Durations
+    frame_samples: int
 
 
 class CancelToken:
@@ -65,6 +85,28 @@ class Engine(Protocol):
         """Synthesize one segment (at most `max_phonemes`) at 24 kHz; raises
         `SynthesisCancelled` when `cancel` fires mid-run."""
         ...
+
+    def infer_timed(self, phonemes: str, voice: str, speed: float, cancel: CancelToken) -> Timed:
+        """`infer`, and the duration the model gave each phoneme (for word timings): the same
+        audio, sample for sample."""
+        ...
+
+
+def char_durations(
+    phonemes: str, vocab: Mapping[str, int], token_durations: Durations
+) -> Durations:
+    """Per-token durations of `[pad, *tokenize(phonemes), pad]` as `Timed.durations`: one per
+    character of `phonemes` (0 for characters the vocab lacks), with the pads around them."""
+    kept = np.fromiter((c in vocab for c in phonemes), dtype=bool, count=len(phonemes))
+    token_durations = np.asarray(token_durations, dtype=np.int64).ravel()
+    if token_durations.size != int(kept.sum()) + 2:
+        raise SynthesisFailed(
+            f"{token_durations.size} durations for {int(kept.sum())} phonemes and two pads"
+        )
+    out = np.zeros(len(phonemes) + 2, np.int64)
+    out[0], out[-1] = token_durations[0], token_durations[-1]
+    out[1:-1][kept] = token_durations[1:-1]
+    return out
 
 
 def tokenize(phonemes: str, vocab: Mapping[str, int], max_phonemes: int) -> list[int]:

@@ -11,6 +11,7 @@ segment's kernels overlap another's host-side work and launches instead of queue
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import warnings
 from collections.abc import Iterator
@@ -24,7 +25,14 @@ import numpy as np
 from model_server.cuda_compat import DRIVER_FILE
 from model_server.engines import checkpoint
 from model_server.engines import voices as voice_packs
-from model_server.engines.base import CancelToken, FloatAudio, style_row, tokenize
+from model_server.engines.base import (
+    CancelToken,
+    FloatAudio,
+    Timed,
+    char_durations,
+    style_row,
+    tokenize,
+)
 from model_server.errors import ModelUnavailable, SynthesisCancelled, SynthesisFailed
 
 log = logging.getLogger(__name__)
@@ -59,6 +67,13 @@ def _resolve_device(torch: Any, requested: str) -> Any:
     return device
 
 
+def frame_samples(config: dict[str, Any]) -> int:
+    """Samples of audio per frame of `pred_dur`: the decoder upsamples 2x, the generator by its
+    upsample rates, and its iSTFT hop makes samples (2 x 10 x 6 x 5 = 600 for Kokoro-82M)."""
+    istft = config["istftnet"]
+    return 2 * math.prod(int(r) for r in istft["upsample_rates"]) * int(istft["gen_istft_hop_size"])
+
+
 class TorchEngine:
     name = "torch"
 
@@ -87,6 +102,7 @@ class TorchEngine:
         self._model = self._load(KModel, config, files.weights, options.model_repo)
         self._vocab: dict[str, int] = {str(k): int(v) for k, v in config["vocab"].items()}
         self.max_phonemes = int(self._model.context_length) - 2  # BOS and EOS pads
+        self.frame_samples = frame_samples(config)
 
         packs, self._origin = voice_packs.load_voices(files.voices_dir, options.voices_dir)
         self._packs: dict[str, Any] = {  # name -> (N, 1, 256) tensor on the device
@@ -158,9 +174,12 @@ class TorchEngine:
             yield
 
     def infer(self, phonemes: str, voice: str, speed: float, cancel: CancelToken) -> FloatAudio:
+        return self.infer_timed(phonemes, voice, speed, cancel).audio
+
+    def infer_timed(self, phonemes: str, voice: str, speed: float, cancel: CancelToken) -> Timed:
         tokens = tokenize(phonemes, self._vocab, self.max_phonemes)
         if not tokens:
-            return np.zeros(0, np.float32)
+            return Timed(np.zeros(0, np.float32), np.zeros(len(phonemes) + 2, np.int64), 1)
         if cancel.cancelled:  # a running forward cannot be interrupted; a queued one can
             raise SynthesisCancelled()
         torch = self._torch
@@ -169,10 +188,12 @@ class TorchEngine:
             with torch.inference_mode(), self._stream():
                 ids = torch.tensor([[0, *tokens, 0]], dtype=torch.long, device=self._device)
                 style = pack[style_row(len(tokens), len(pack))]  # (1, 256)
-                audio, _ = self._model.forward_with_tokens(ids, style, speed)
+                audio, pred_dur = self._model.forward_with_tokens(ids, style, speed)
                 out = audio.float().cpu().numpy()  # waits for this thread's stream only
+                frames = pred_dur.cpu().numpy()
         except Exception as exc:
             raise SynthesisFailed(f"torch failed: {exc}") from exc
         if cancel.cancelled:
             raise SynthesisCancelled()
-        return out.ravel()  # type: ignore[no-any-return]
+        durations = char_durations(phonemes, self._vocab, frames)
+        return Timed(out.ravel(), durations, self.frame_samples)

@@ -1,4 +1,7 @@
-"""The default engine: Kokoro-82M int8 ONNX on onnxruntime's CPU provider."""
+"""The default engine: Kokoro-82M int8 ONNX on onnxruntime's CPU provider.
+
+It runs the model's timed variant (`weights.timed_model`): the same audio, and the frames the
+model gave each phoneme beside it, for word timings."""
 
 from __future__ import annotations
 
@@ -12,8 +15,22 @@ import numpy as np
 import onnxruntime as ort
 
 from model_server.engines import voices as voice_packs
-from model_server.engines.base import CancelToken, FloatAudio, style_row, tokenize
-from model_server.engines.weights import assemble_model, default_cache_dir, load_vocab
+from model_server.engines.base import (
+    SAMPLES_PER_FRAME,
+    CancelToken,
+    FloatAudio,
+    Timed,
+    char_durations,
+    style_row,
+    tokenize,
+)
+from model_server.engines.weights import (
+    DURATIONS_OUTPUT,
+    assemble_model,
+    default_cache_dir,
+    load_vocab,
+    timed_model,
+)
 from model_server.errors import SynthesisCancelled, SynthesisFailed
 from model_server.text.split import MAX_PHONEMES
 
@@ -23,7 +40,7 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class OnnxOptions:
     model_path: Path | None = None  # default: assembled from the registry packages
-    cache_dir: Path | None = None
+    cache_dir: Path | None = None  # also where the timed variant of a model_path is made
     voices_dir: Path | None = None
     intra_op_threads: int = 0  # 0: all cores
     # threads of a call that starts while another runs: calls side by side then share the
@@ -37,7 +54,8 @@ class OnnxEngine:
     max_phonemes = MAX_PHONEMES
 
     def __init__(self, options: OnnxOptions) -> None:
-        model = options.model_path or assemble_model(options.cache_dir or default_cache_dir())
+        cache_dir = options.cache_dir or default_cache_dir()
+        model = timed_model(options.model_path or assemble_model(cache_dir), cache_dir)
         alone = options.intra_op_threads or (os.cpu_count() or 1)
         shared = options.shared_threads or alone
         self._alone = self._session(model, alone, options.spinning)
@@ -71,9 +89,12 @@ class OnnxEngine:
         return dict(self._origin)
 
     def infer(self, phonemes: str, voice: str, speed: float, cancel: CancelToken) -> FloatAudio:
+        return self.infer_timed(phonemes, voice, speed, cancel).audio
+
+    def infer_timed(self, phonemes: str, voice: str, speed: float, cancel: CancelToken) -> Timed:
         tokens = tokenize(phonemes, self._vocab, self.max_phonemes)
         if not tokens:
-            return np.zeros(0, np.float32)
+            return Timed(np.zeros(0, np.float32), np.zeros(len(phonemes) + 2, np.int64), 1)
         pack = self._packs[voice]
         style = pack[style_row(len(tokens), len(pack))].reshape(1, -1)
         run_options = ort.RunOptions()
@@ -84,8 +105,8 @@ class OnnxEngine:
             session = self._alone if self._running == 0 else self._shared
             self._running += 1
         try:
-            (audio,) = session.run(
-                ["audio"],
+            audio, durations = session.run(
+                ["audio", DURATIONS_OUTPUT],
                 {
                     "tokens": np.array([[0, *tokens, 0]], dtype=np.int64),
                     "style": style.astype(np.float32),
@@ -100,4 +121,8 @@ class OnnxEngine:
         finally:
             with self._lock:
                 self._running -= 1
-        return np.asarray(audio, dtype=np.float32).ravel()
+        return Timed(
+            np.asarray(audio, dtype=np.float32).ravel(),
+            char_durations(phonemes, self._vocab, durations),
+            SAMPLES_PER_FRAME,
+        )

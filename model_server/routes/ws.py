@@ -17,7 +17,7 @@ from starlette.websockets import WebSocketDisconnect, WebSocketState
 
 from kokoro_contract import protocol
 from kokoro_contract.errors import ServiceError
-from kokoro_contract.protocol import ErrorMsg, SynthesisRequest
+from kokoro_contract.protocol import ErrorMsg, SynthesisRequest, WordTimingsMsg
 from kokoro_contract.ws_sender import ClientGone, WebSocketSender
 from model_server.bidi_session import (
     AbortSynthesis,
@@ -134,9 +134,11 @@ class BidiConnection:
         synthesizer = self.service.get().synthesizer
         started = time.perf_counter()
         sent = 0
-        async for pcm in synthesizer.stream(request, self.key, received):
-            await self._sender.send(pcm)
-            sent += len(pcm)
+        async for chunk in synthesizer.stream_timed(request, self.key, received):
+            if chunk.words is not None:  # with timestamps: the words before their audio
+                await self._sender.send(WordTimingsMsg(request.request_id, chunk.words).encode())
+            await self._sender.send(chunk.pcm)
+            sent += len(chunk.pcm)
         return sent, time.perf_counter() - started
 
 

@@ -196,8 +196,54 @@ _RULES: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]] = [
 ]
 
 
+_SPACES = re.compile(r"[ \t]+")
+
+
 def normalize(text: str) -> str:
     """Rewrite what G2P would read badly into plain words. Idempotent on plain prose."""
     for pattern, repl in _RULES:
         text = pattern.sub(repl, text)
-    return re.sub(r"[ \t]+", " ", text).strip()
+    return _SPACES.sub(" ", text).strip()
+
+
+Span = tuple[int, int]
+
+
+def normalize_spans(text: str) -> tuple[str, list[Span]]:
+    """`normalize(text)`, and where each of its characters came from: the span of `text` it
+    reads (a character a rule wrote reads the whole match: every character of "twenty-nine
+    dollars" reads "$29")."""
+    spans = [(i, i + 1) for i in range(len(text))]
+    for pattern, repl in _RULES:
+        text, spans = _sub_spans(pattern, repl, text, spans)
+    text, spans = _sub_spans(_SPACES, " ", text, spans)
+    start, end = len(text) - len(text.lstrip()), len(text.rstrip())
+    return text[start:end], spans[start:end]
+
+
+def _sub_spans(
+    pattern: re.Pattern[str],
+    repl: str | Callable[[re.Match[str]], str],
+    text: str,
+    spans: list[Span],
+) -> tuple[str, list[Span]]:
+    """`pattern.sub(repl, text)` with the spans carried along."""
+    out: list[str] = []
+    out_spans: list[Span] = []
+    pos = 0
+    for m in pattern.finditer(text):
+        out.append(text[pos : m.start()])
+        out_spans.extend(spans[pos : m.start()])
+        new = m.expand(repl) if isinstance(repl, str) else repl(m)
+        covered = spans[m.start() : m.end()]
+        if covered:
+            span = (min(s for s, _ in covered), max(e for _, e in covered))
+        else:  # an empty match reads nothing: it sits where it is
+            at = spans[m.start()][0] if m.start() < len(spans) else (spans[-1][1] if spans else 0)
+            span = (at, at)
+        out.append(new)
+        out_spans.extend([span] * len(new))
+        pos = m.end()
+    out.append(text[pos:])
+    out_spans.extend(spans[pos:])
+    return "".join(out), out_spans

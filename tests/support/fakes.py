@@ -10,10 +10,19 @@ import threading
 
 import numpy as np
 
-from model_server.engines.base import CancelToken, FloatAudio
+from model_server.engines.base import CancelToken, FloatAudio, Timed
 from model_server.errors import SynthesisCancelled
 
 SECONDS_PER_PHONEME = 0.01
+# Every phoneme (character) lasts one frame, 10 ms at speed 1 (240 samples), int(240 / speed)
+# samples at other speeds; the pads last none. So a word's timings follow from the text alone:
+# with the identity G2P, character i of a segment starts at i * 10 ms (before trimming, which
+# cuts nothing at the start: the square wave is loud from its first sample).
+SAMPLES_PER_PHONEME = int(SECONDS_PER_PHONEME * 24_000)
+
+
+def frame_samples(speed: float) -> int:
+    return int(SAMPLES_PER_PHONEME / speed)
 
 
 class FakeEngine:
@@ -37,6 +46,9 @@ class FakeEngine:
         return {"jf_alpha": "fake", "af_test": "fake"}
 
     def infer(self, phonemes: str, voice: str, speed: float, cancel: CancelToken) -> FloatAudio:
+        return self.infer_timed(phonemes, voice, speed, cancel).audio
+
+    def infer_timed(self, phonemes: str, voice: str, speed: float, cancel: CancelToken) -> Timed:
         self.calls.append(phonemes)
         if self.hold:
             cancel.on_cancel(self.gate.set)
@@ -46,9 +58,12 @@ class FakeEngine:
                 self.cancelled.append(phonemes)
                 self.cancel_seen.set()
                 raise SynthesisCancelled()
-        n = int(len(phonemes) * SECONDS_PER_PHONEME * 24_000 / speed)
+        frame = frame_samples(speed)
+        n = len(phonemes) * frame
         # a 218 Hz square wave: every sample is loud, so trimming only adds the tail pause
-        return np.where((np.arange(n) // 55) % 2 == 0, 0.5, -0.5).astype(np.float32)
+        audio = np.where((np.arange(n) // 55) % 2 == 0, 0.5, -0.5).astype(np.float32)
+        durations = np.array([0, *([1] * len(phonemes)), 0], np.int64)
+        return Timed(audio, durations, frame)
 
 
 def identity_g2p() -> IdentityG2P:
@@ -68,7 +83,7 @@ def expected_pcm_bytes(text: str, speed: float = 1.0) -> int:
     """PCM bytes the fake engine yields for one segment: the square wave plus the tail pause."""
     from model_server.audio import TrimPolicy
 
-    n = int(len(text) * SECONDS_PER_PHONEME * 24_000 / speed)
+    n = len(text) * frame_samples(speed)
     policy = TrimPolicy()
     tail = int(policy.tail_s * 24_000)
     return 2 * (n + tail) if n else 0
