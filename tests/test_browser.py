@@ -312,7 +312,7 @@ async def wait_until_settled(page: Page) -> None:
 async def test_the_demo_says_when_the_service_is_at_capacity(
     browser: Browser, fake_server: RunningServer, transport: str
 ) -> None:
-    settings = GatewaySettings(model_server_url=fake_server.http_url, first_audio_budget_s=0.001)
+    settings = GatewaySettings(model_server_url=fake_server.http_url, first_audio_budget_s=0.0)
     with serve(create_gateway(settings)) as refusing:
         page, console = await open_demo(browser, refusing.http_url)
         await speak(page, transport=transport, fmt="pcm", text="Hello there.")

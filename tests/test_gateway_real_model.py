@@ -203,7 +203,8 @@ async def test_metrics_and_health(gateway_server: RunningServer) -> None:
     async with httpx.AsyncClient(base_url=gateway_server.http_url) as http:
         assert (await http.get("/healthz")).json() == {"status": "ok"}
         ready = await http.get("/readyz")
-        assert ready.status_code == 200
-        text = (await http.get("/metrics")).text
+        assert (ready.status_code, ready.json()) == (200, {"status": "ready"})
+    async with httpx.AsyncClient(base_url=gateway_server.internal_url) as http:
+        text = (await http.get("/metrics")).text  # the internal listener only
     assert 'gateway_time_to_first_audio_seconds_count{format="opus",mode="bidi"}' in text
     assert "gateway_active_sessions" in text

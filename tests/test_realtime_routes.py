@@ -76,7 +76,7 @@ async def test_load_and_metrics_report_the_scheduler(fake_server: RunningServer)
 @pytest.fixture
 def refusing_gateway(fake_server: RunningServer):  # type: ignore[no-untyped-def]
     """A gateway whose budget no first audio can meet: it refuses every reply."""
-    settings = GatewaySettings(model_server_url=fake_server.http_url, first_audio_budget_s=0.001)
+    settings = GatewaySettings(model_server_url=fake_server.http_url, first_audio_budget_s=0.0)
     with serve(create_gateway(settings)) as running:
         yield running
 

@@ -11,6 +11,7 @@ import pytest_asyncio
 
 from emulators.sagemaker_bidi import BidiScript, SeamTransport
 from gateway.errors import TTSError
+from gateway.transports.base import TimedWords
 from gateway.transports.sagemaker_bidi import SageMakerBidiTransport
 from tests.support.fakes import expected_pcm_bytes
 from tests.support.servers import RunningServer
@@ -93,3 +94,21 @@ async def close_then_listen(transport: SageMakerBidiTransport) -> None:
         await session.close()  # the container closes its socket while our input is open
         async for _ in session.audio():
             pass
+
+
+async def test_word_timings_cross_the_bidirectional_stream(
+    bidi: tuple[SageMakerBidiTransport, SeamTransport],
+) -> None:
+    """word_timings are text frames among the binary audio: the frame rule tells them apart
+    on the way back, and each request's words are placed where its audio starts."""
+    transport, seam = bidi
+    async with transport.open(None, 1.0, timestamps=True) as session:
+        for chunk in ("Hello there.", "How are you?"):
+            await session.send(chunk)
+        await session.end_input()
+        pieces = [piece async for piece in session.audio()]
+    words = [w for p in pieces if isinstance(p, TimedWords) for w in p.words]
+    assert [w.word for w in words] == ["Hello", "there.", "How", "are", "you?"]
+    first = expected_pcm_bytes("Hello there.") / 48_000  # seconds of the first request
+    assert words[2].start == pytest.approx(first)  # the second request starts after it
+    assert all(orjson.loads(m[1]).get("timestamps") for m in seam.script.container_messages[:2])

@@ -7,12 +7,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import aioboto3
 import httpx
+import orjson
 import pytest
 import pytest_asyncio
 from botocore.config import Config
 
 from emulators.sagemaker_stream import StreamScript, create_sagemaker_stream_emulator
 from gateway.errors import TTSError
+from gateway.transports.base import TimedWords
 from gateway.transports.sagemaker_stream import SageMakerStreamTransport
 from tests.support.fakes import expected_pcm_bytes
 from tests.support.servers import RunningServer, serve
@@ -124,3 +126,23 @@ async def test_unknown_endpoint_names_the_setting(
     with pytest.raises(TTSError, match="GATEWAY_SAGEMAKER_ENDPOINT") as failure:
         await collect(transport, TEXT)
     assert failure.value.retryable is False
+
+
+async def test_timestamps_come_back_as_the_captioned_answer(
+    make_transport: MakeTransport, stream_emulator: tuple[RunningServer, StreamScript]
+) -> None:
+    """The batch path's word timings: the model server's JSON answer (stream false), carried in
+    PayloadParts cut anywhere, read back as the words, then the same audio as without them."""
+    emulator, script = stream_emulator
+    transport = await make_transport(emulator)
+    pieces = [p async for p in transport.synthesize(TEXT, None, 1.0, timestamps=True)]
+    words = [w for p in pieces if isinstance(p, TimedWords) for w in p.words]
+    pcm = b"".join(p for p in pieces if isinstance(p, bytes))
+    assert isinstance(pieces[0], TimedWords)  # before the audio
+    assert [w.word for w in words] == TEXT.split()
+    assert len(pcm) == sum(
+        expected_pcm_bytes(s) for s in ("Hello there.", "It has three sentences.")
+    )
+    assert orjson.loads(script.requests[-1])["timestamps"] is True
+    # the fake engine: 10 ms per character, from each request's first sample
+    assert (words[0].start, words[0].end) == (0.0, 0.05)
