@@ -56,9 +56,11 @@ async def _speak(request: Request, params: SpeakParams) -> Response:
     if key in service.live:
         lease.release()
         raise BadRequest(f"utterance {uid!r} is already playing", code="busy")
-    live = service.live[key] = LiveReply(reply)
+    live = LiveReply(reply)
 
     async def events() -> AsyncIterator[ServerSentEvent]:
+        # registered only once it streams: a reply whose client left before holds nothing
+        service.live[key] = live
         try:
             async with service.running(reply, "sse") as task:
                 n = 0
@@ -117,7 +119,10 @@ async def cancel(utterance_id: str, request: Request) -> JSONResponse:
         )
     if not live.cancel.done():
         live.cancel.set_result(played)
-    heard = await asyncio.wait_for(asyncio.shield(live.heard), timeout=10)
+    try:
+        heard = await asyncio.wait_for(asyncio.shield(live.heard), timeout=10)
+    except TimeoutError:  # the reply could not stop in time: it is stopping all the same
+        heard = None
     return JSONResponse({"utterance_id": utterance_id, "played_ms": played, "heard_text": heard})
 
 
