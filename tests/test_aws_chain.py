@@ -20,7 +20,7 @@ from emulators.sagemaker_stream import StreamScript, create_sagemaker_stream_emu
 from gateway.app import create_app as create_gateway
 from gateway.config import Settings as GatewaySettings
 from tests.support.codec_checks import split_mp3_frames
-from tests.support.gateway_client import decode_seconds, split_audio_frame, sse_get
+from tests.support.gateway_client import decode_seconds, sse_get, ws_reply_audio
 from tests.support.servers import RunningServer, serve
 
 pytestmark = pytest.mark.real_model
@@ -103,16 +103,7 @@ async def test_bidi_over_websocket(chain: Chain) -> None:
         await ws.send(
             '{"type": "speak", "prompt": "Check?", "format": "opus", "utterance_id": "w"}'
         )
-        audio = b""
-        while True:
-            frame = await ws.recv()
-            if isinstance(frame, bytes):
-                audio += split_audio_frame(frame)[1]
-                continue
-            event = orjson.loads(frame)
-            assert event["type"] != "error", event
-            if event["type"] == "agent_end":
-                break
+        audio, _ = await ws_reply_audio(ws)
     assert 3.0 < decode_seconds(audio, "opus") < 8.0
 
 

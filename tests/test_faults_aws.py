@@ -26,7 +26,13 @@ from emulators.sagemaker_stream import StreamScript, create_sagemaker_stream_emu
 from gateway.app import create_app as create_gateway
 from gateway.config import Settings as GatewaySettings
 from tests.support.fakes import expected_pcm_bytes
-from tests.support.gateway_client import SSEReply, metric, split_audio_frame, sse_get
+from tests.support.gateway_client import (
+    SSEReply,
+    metric,
+    split_audio_frame,
+    sse_get,
+    ws_reply_audio,
+)
 from tests.support.servers import RunningServer, serve
 
 TEXT = "Hello there."  # one chunk, one segment: its PCM length is known exactly
@@ -265,16 +271,7 @@ async def test_bidi_model_stream_error_after_audio_over_the_websocket(
         # the connection stays: the next utterance plays whole
         script.model_error_after = None
         await ws.send(orjson.dumps({**speak_msg, "utterance_id": "u2"}).decode())
-        audio = b""
-        while True:
-            frame = await ws.recv()
-            if isinstance(frame, bytes):
-                audio += split_audio_frame(frame)[1]
-                continue
-            event = orjson.loads(frame)
-            assert event["type"] != "error", event
-            if event["type"] == "agent_end":
-                break
+        audio, event = await ws_reply_audio(ws)
     assert len(audio) == event["metrics"]["audio_bytes"] > expected_pcm_bytes("Hello there.")
     assert script.streams == 2
 

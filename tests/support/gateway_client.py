@@ -74,6 +74,21 @@ def decode_seconds(data: bytes, fmt: str) -> float:
         return float(sum(f.samples / f.sample_rate for f in container.decode(audio=0)))
 
 
+async def ws_reply_audio(ws: Any) -> tuple[bytes, dict[str, Any]]:
+    """The gateway WebSocket's frames up to `agent_end`, none an error: the utterance's audio
+    (its binary frames' codec units) and the `agent_end` event."""
+    audio = b""
+    while True:
+        frame = await ws.recv()
+        if isinstance(frame, bytes):
+            audio += split_audio_frame(frame)[1]
+            continue
+        event: dict[str, Any] = orjson.loads(frame)
+        assert event["type"] != "error", event
+        if event["type"] == "agent_end":
+            return audio, event
+
+
 def split_audio_frame(frame: bytes) -> tuple[str, bytes]:
     """The gateway's WebSocket audio framing: [n][utterance id][codec units]."""
     n = frame[0]
