@@ -19,7 +19,8 @@ class SchedulerCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         if not self.service.ready:
             return
-        load = self.service.get().synthesizer.scheduler.load()
+        scheduler = self.service.get().synthesizer.scheduler
+        load = scheduler.load()
         yield GaugeMetricFamily(
             "model_server_backlog_seconds",
             "Engine compute queued or running, per worker: the wait a new segment sees",
@@ -36,6 +37,16 @@ class SchedulerCollector(Collector):
             "model_server_deadline_misses",
             "Segments of requests with a deadline_ms that finished after it",
             value=load.deadline_misses,
+        )
+        yield CounterMetricFamily(
+            "model_server_engine_seconds",
+            "Time engine calls took, summed (its rate over the workers: how busy the engine is)",
+            value=scheduler.engine_seconds,
+        )
+        yield CounterMetricFamily(
+            "model_server_engine_calls",
+            "Engine calls run (ended or aborted)",
+            value=scheduler.engine_calls,
         )
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import logging
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable
@@ -28,6 +29,7 @@ from typing import Any, Protocol, TypeVar
 from kokoro_contract.speed import SpeedModel
 from model_server.engines.base import CancelToken
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 SCHEDULING = ("edf", "fair")
 
@@ -213,6 +215,8 @@ class Scheduler:
         self.shared_speed = SpeedModel(prior_a=0.5, prior_b=0.045)
         self.audio_per_phoneme = 0.065  # seconds of speech per phoneme token, learned
         self.deadline_misses = 0
+        self.engine_seconds = 0.0  # engine calls' time (ended, aborted), summed: compute spent
+        self.engine_calls = 0
         self._seq = itertools.count()
         self._running: dict[int, tuple[float, float]] = {}  # seq -> (started, cost estimate)
         self.clock: Callable[[], float] = time.perf_counter
@@ -231,6 +235,7 @@ class Scheduler:
         orders the wait under `edf`; an `explicit` one that is missed is counted."""
         seq = next(self._seq)
         cost = self.speed.estimate(phonemes)
+        asked = self.clock()
         await self.slots.acquire(key, deadline, cost)
         loop = asyncio.get_running_loop()
         token = CancelToken()
@@ -252,12 +257,24 @@ class Scheduler:
                     future.exception()  # the abort asked for: retrieved, not logged as lost
                 raise
             finished = self.clock()
+            log.debug(
+                "engine call: %d phonemes, waited %.3f s, ran %.3f s (estimate %.3f s)%s, "
+                "slack %.3f s",
+                phonemes,
+                started - asked,
+                finished - started,
+                cost,
+                " beside another" if shared else "",
+                (deadline if deadline is not None else asked) - finished,
+            )
             if phonemes:
                 (self.shared_speed if shared else self.speed).observe(phonemes, finished - started)
             if explicit and deadline is not None and finished > deadline:
                 self.deadline_misses += 1
             return result
         finally:
+            self.engine_seconds += self.clock() - started
+            self.engine_calls += 1
             del self._running[seq]
             self.slots.release()
 

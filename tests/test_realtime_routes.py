@@ -71,6 +71,22 @@ async def test_load_and_metrics_report_the_scheduler(fake_server: RunningServer)
     assert {"backlog_s", "busy", "waiting", "min_slack_s", "deadline_misses"} <= set(body)
     assert "model_server_backlog_seconds" in text
     assert "model_server_deadline_misses_total" in text
+    assert "model_server_engine_calls_total 0.0" in text
+
+
+async def test_metrics_count_the_engine_calls_and_their_time(fake_server: RunningServer) -> None:
+    async with httpx.AsyncClient(base_url=fake_server.http_url) as http:
+        answer = await http.post("/invocations", json={"text": "Hello there. How are you?"})
+        assert answer.status_code == 200
+        assert answer.content
+        text = (await http.get("/metrics")).text
+    values = {
+        line.split(" ")[0]: float(line.split(" ")[1])
+        for line in text.splitlines()
+        if line.startswith("model_server_engine_")
+    }
+    assert values["model_server_engine_calls_total"] >= 1
+    assert values["model_server_engine_seconds_total"] > 0
 
 
 @pytest.fixture
