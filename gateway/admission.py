@@ -2,10 +2,12 @@
 to which one takes a new reply, or a refusal with how long to wait.
 
 A reply is taken only if its first audio can come within the budget (the chosen server's
-backlog plus the first chunk's own synthesis) and taking it leaves the work already queued
-there on time (the new reply's first chunk goes ahead of everything with slack, so waiting
-segments with less slack than that chunk's cost would be made late). What cannot be served in
-time is refused up front: never accepted and then stuttered.
+backlog plus the first chunk's own synthesis) and taking it leaves the work there on time: the
+new reply's first chunks go ahead of everything with slack, so segments queued there with less
+slack than its first chunk's cost, or replies this gateway runs there whose playback has less
+spare time than its start costs them (`ChunkPlan.slack_s`, from the text they still have to
+voice), would be made late. What cannot be served in time is refused up front: never accepted
+and then stuttered.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 FIRST_CHUNK_PHONEMES = 45  # a typical first chunk: one short sentence or clause
+STARTUP_CHUNKS = 2  # a new reply's chunks that go ahead of replies with slack: its first two
 RETRY_WHEN_FULL_S = 5  # a reply in progress needs a few seconds more, typically
 STALE_ESTIMATE_FACTOR = 2.0  # an idle server is given a reply estimated up to this x budget
 
@@ -68,18 +71,29 @@ class Candidate:
     name: str
     load: LoadReport | None  # None: down (or its load is unknown)
     replies: int = 0  # replies this gateway runs there now
+    slack_s: float | None = None  # the least spare time of their playback (None: no work)
+    slack_clears_s: float = 0.0  # when that reply's known text is all synthesized
 
 
-def refusal(load: LoadReport, budget_s: float, replies: int = 0) -> Refusal | None:
+def refusal(
+    load: LoadReport,
+    budget_s: float,
+    replies: int = 0,
+    slack_s: float | None = None,
+    slack_clears_s: float = 0.0,
+) -> Refusal | None:
     """Why `load` cannot take a new reply now, or None if it can; `replies`: the ones this
-    gateway already runs there."""
+    gateway already runs there, `slack_s` the least spare time of their playback, and
+    `slack_clears_s` how long until the reply with that least has synthesized all it knows."""
     idle = load.busy == 0 and load.waiting == 0 and load.min_slack_s is None and replies == 0
     if idle and load.first_audio_s <= STALE_ESTIMATE_FACTOR * budget_s:
         # idle, and the estimate only a little past the budget: it may be stale (learned while
         # the machine was busy), and refusing would keep it so forever, since only served
         # replies correct it; nothing is served sooner by refusing
         return None
-    capacity = max(1, math.floor(load.realtime_streams))
+    # a reply synthesizes ahead of its playback, so replies overlap only in part: as many at
+    # once as the nearest whole number of real-time streams
+    capacity = max(1, round(load.realtime_streams))
     if replies >= capacity:
         return Refusal(
             f"{replies} replies in progress use all of its real-time capacity ({capacity})",
@@ -96,12 +110,18 @@ def refusal(load: LoadReport, budget_s: float, replies: int = 0) -> Refusal | No
             f"replies in progress would miss their deadlines (slack {load.min_slack_s:.2f} s)",
             math.ceil(load.first_chunk_s - load.min_slack_s) + 1,
         )
+    startup = STARTUP_CHUNKS * load.first_chunk_s / load.workers  # what it takes from them
+    if slack_s is not None and slack_s < startup:
+        return Refusal(
+            f"replies in progress would fall behind their listeners (spare {slack_s:.2f} s)",
+            max(1, math.ceil(slack_clears_s)),
+        )
     return None
 
 
 def choose(candidates: Sequence[Candidate], budget_s: float | None) -> Candidate | Refusal:
-    """The up server whose first audio would come soonest, if it can take the reply (always,
-    with no budget: admission control off)."""
+    """The up server that can take the reply whose first audio would come soonest (any, with
+    no budget: admission control off); if none can, why the least loaded cannot."""
     up = [c for c in candidates if c.load is not None]
     if not up:
         return Refusal("no model server is reachable", 2, "tts_unavailable")
@@ -110,7 +130,20 @@ def choose(candidates: Sequence[Candidate], budget_s: float | None) -> Candidate
         assert c.load is not None
         return (c.replies - c.load.realtime_streams, c.load.first_audio_s, c.name)
 
-    best = min(up, key=spare)
-    assert best.load is not None
-    refused = None if budget_s is None else refusal(best.load, budget_s, best.replies)
-    return best if refused is None else refused
+    ranked = sorted(up, key=spare)
+    if budget_s is None:
+        return ranked[0]
+    refusals = []
+    for candidate in ranked:
+        assert candidate.load is not None
+        refused = refusal(
+            candidate.load,
+            budget_s,
+            candidate.replies,
+            candidate.slack_s,
+            candidate.slack_clears_s,
+        )
+        if refused is None:
+            return candidate
+        refusals.append(refused)
+    return refusals[0]

@@ -1,16 +1,21 @@
-"""The playback-aware chunk plan, pure: where to cut a reply's streamed text and by when each
-chunk's audio is needed.
+"""The playback-aware chunk plan, pure: where to cut a reply's streamed text, by when each
+chunk's audio is needed, and when the listener's playback should start.
 
-The listener plays from the first audio on; from then on every chunk has a deadline, the moment
-the audio before it runs out. The first chunk goes out early at a natural boundary (a clause
-mark, a sentence end, or before a phrase: the chunker decides) and is needed at once. Later text
-is held as whole sentences and sent as one chunk as large as can still be synthesized before its
-deadline, given the measured synthesis speed and that a reply's chunks are synthesized one after
-another: chunks grow as the listener's buffer grows (fewer engine calls, each a little cheaper
-per character). A sentence too long for its deadline is cut before a phrase. The next chunk is
-decided just before the one before it should be finished (so the engine never waits for the
-plan, and the decision uses what the model server has reported so far); a reply never has more
-than one chunk waiting behind the one being synthesized.
+Every chunk has a deadline: the moment the audio before it runs out. The first chunk goes out
+at the first natural boundary after a few words (a clause mark, a sentence end, or before a
+phrase: "Sure, I can help you | with that right away."; the chunker decides) and is needed at
+once. Its audio is short, so playback starts (`release_at`) when the sentences known so far,
+synthesized one after another, can each be ready before the audio before them runs out, with a
+margin (`margin_s` plus `margin_share` of its own synthesis); at most `first_hold_s` after the
+first audio is ready: a short first chunk and a short hold give earlier first audio than a
+whole first sentence, and no gap after it. Later text is held as whole sentences and sent as
+one chunk as large as can still be synthesized before its deadline, given the measured
+synthesis speed and that a reply's chunks are synthesized one after another: chunks grow as the
+listener's buffer grows (fewer engine calls, each a little cheaper per character). A sentence
+too long for its deadline is cut before a phrase. The next chunk is decided just before the one
+before it should be finished (so the engine never waits for the plan, and the decision uses
+what the model server has reported so far); a reply never has more than one chunk waiting
+behind the one being synthesized.
 
 Time is the caller's clock in seconds (`now`); nothing here reads a clock or sleeps. `wake_at()`
 says when the plan wants `tick()` called if no text or audio arrives first.
@@ -29,19 +34,28 @@ from gateway.chunker import (
 )
 from kokoro_contract.speed import SpeedModel
 
+HOLD_STEP_S = 0.05  # how finely the start of playback is chosen
+
 
 @dataclass(frozen=True)
 class PlanConfig:
     first_min_words: int = 4
-    first_max_words: int = 8  # past this, the first chunk is cut only where a phrase begins...
+    first_max_words: int = 5  # past this, the first chunk is cut only where a phrase begins...
     first_wait_words: int = 16  # ...or here at the latest
     first_wait_s: float = 0.6  # ...or this long after the first text, if the text is slow
     max_chars: int = 400  # one chunk: under Kokoro's 510 phonemes
-    margin_s: float = 0.5  # a chunk should be ready this long before the listener needs it
+    # sentences are grouped into a chunk only up to this much synthesis (estimated): a long
+    # call holds a worker from a new reply's first chunk, and its estimate errs the most
+    max_group_s: float = 2.5
+    margin_s: float = 0.4  # a chunk should be ready this long before the listener needs it...
+    margin_share: float = 0.25  # ...plus this share of its synthesis: estimates err by a share
     lead_s: float = 0.15  # send the next chunk this long before the one before it is done
     # the first chunk is needed when it could be ready plus this: under load, a new reply's
     # first chunk waits this long rather than make a reply in progress late
     first_slack_s: float = 1.0
+    # the first audio is held, at most this long after it is ready, until the sentences
+    # known so far can follow it without a gap; 0: played as soon as it is ready
+    first_hold_s: float = 1.0
 
 
 @dataclass
@@ -72,12 +86,12 @@ class _Sent:
     done: bool = False
 
 
-@dataclass
+@dataclass(eq=False)  # one plan per reply: compared (and found in lists) by identity
 class ChunkPlan:
     config: PlanConfig = field(default_factory=PlanConfig)
     # seconds of synthesis per chunk against its characters, queueing included: learned by
     # the caller from the model server's synthesis_complete events, shared across replies
-    speed: SpeedModel = field(default_factory=lambda: SpeedModel(0.1, 0.032))
+    speed: SpeedModel = field(default_factory=lambda: SpeedModel(0.35, 0.032))
     speech: SpeechRate = field(default_factory=SpeechRate)  # shared across replies, learned
     speed_factor: float = 1.0  # reply speed: audio is this much shorter
 
@@ -121,9 +135,16 @@ class ChunkPlan:
         return self._release(now)
 
     def audio_started(self, now: float) -> None:
-        """The reply's first audio reached the listener's side."""
+        """The reply's first audio went to the listener: playback starts."""
         if self._first_audio is None:
             self._first_audio = now
+
+    def release_at(self, now: float) -> float | None:
+        """When the first audio, ready, should go to the listener (`_planned_start`). None
+        once playback started or before anything was sent."""
+        if self._first_audio is not None or not self._sent:
+            return None
+        return self._planned_start(now)
 
     def completed(self, index: int, audio_s: float, now: float) -> None:
         """Chunk `index` finished: how long it plays."""
@@ -135,6 +156,37 @@ class ChunkPlan:
             if not later.done:
                 later.finish = max(before.finish, later.sent_at) + self._synth_s(later.chars)
             before = later
+
+    def slack_s(self, now: float) -> float | None:
+        """How much later than planned this reply's synthesis could run and still play with
+        no gap, as far as its text known tells (None: nothing left to synthesize): none before
+        its first chunk; before playback, how much further its start may slide; then the
+        least spare time of any chunk still to come, synthesized one after another from now."""
+        if self._ended and not self._units and all(s.done for s in self._sent):
+            return None
+        if not self._sent:
+            return 0.0  # starting: its first chunks are about to need the engine
+        if self._first_audio is None:
+            return self._sent[0].finish + self.config.first_hold_s - self._planned_start(now)
+        spare, before, ready = float("inf"), 0.0, now
+        for sent in self._sent:
+            if not sent.done:
+                ready = max(ready, sent.finish)
+                spare = min(spare, self._first_audio + before - ready - self._margin(sent.chars))
+            before += sent.audio_s
+        for unit in self._units:
+            ready += self._synth_s(len(unit))
+            spare = min(spare, self._first_audio + before - ready - self._margin(len(unit)))
+            before += self._audio_s(len(unit))
+        return None if spare == float("inf") else spare
+
+    def done_in_s(self, now: float) -> float:
+        """How long until the text known so far is all synthesized (estimated)."""
+        ready = max(now, self._busy_until())
+        ready += sum(self._synth_s(len(unit)) for unit in self._units)
+        if not self._sent and self._units:
+            ready += self._synth_s(0)  # not started: one more call than sentences, about
+        return ready - now
 
     def wake_at(self) -> float | None:
         if self._ended and not self._units:
@@ -153,10 +205,66 @@ class ChunkPlan:
         """When the chunks sent so far should all be synthesized."""
         return self._sent[-1].finish if self._sent else float("-inf")
 
-    def _play_start(self) -> float:
+    def _planned_start(self, now: float) -> float:
+        """When playback should start: the earliest moment, from when the first chunk is
+        ready to `first_hold_s` later, from which the chunks sent and then the sentences
+        known (each sent whole, or cut before a phrase where whole would be late) can each be
+        ready `margin_s` before the audio before them runs out."""
+        first = self._sent[0].finish
+        latest = first + self.config.first_hold_s
+        start = first
+        while start < latest and not self._keeps_up(start, now):
+            start += HOLD_STEP_S
+        return min(start, latest)
+
+    def _keeps_up(self, start: float, now: float) -> bool:
+        """Whether playback from `start` has no gap, as far as the text known tells."""
+        before = self._sent[0].audio_s
+        for sent in self._sent[1:]:
+            if not sent.done and sent.finish + self._margin(sent.chars) > start + before:
+                return False
+            before += sent.audio_s
+        ready = max(now, self._busy_until())
+        units = list(self._units)
+        while units:
+            head, tail = self._cut(units.pop(0), ready, start + before)
+            ready += self._synth_s(len(head))
+            if ready + self._margin(len(head)) > start + before:
+                return False
+            before += self._audio_s(len(head))
+            if tail:
+                units.insert(0, tail)
+        return True
+
+    def _cut(self, unit: str, start: float, needed: float) -> tuple[str, str | None]:
+        """`unit` whole if its synthesis, from `start`, ends `margin_s` before `needed`; else
+        cut before a phrase (a clause mark, a conjunction or preposition) that leaves
+        `first_min_words` words on each side: the longest first part that is ready in time,
+        else the shortest (late, but less late than the whole); whole if there is no such
+        place."""
+        min_words = self.config.first_min_words
+
+        def fits(text: str) -> bool:
+            return start + self._synth_s(len(text)) + self._margin(len(text)) <= needed
+
+        if fits(unit):
+            return unit, None
+        words = unit.split(" ")
+        cuts = [
+            i
+            for i in range(min_words, len(words) - min_words + 1)
+            if words[i - 1][-1] in CLAUSE_MARKS or word_of(words[i]) in PHRASE_STARTS
+        ]
+        if not cuts:
+            return unit, None
+        fitting = [i for i in cuts if fits(" ".join(words[:i]))]
+        best = max(fitting) if fitting else min(cuts)
+        return " ".join(words[:best]), " ".join(words[best:])
+
+    def _play_start(self, now: float) -> float:
         if self._first_audio is not None:
             return self._first_audio
-        return self._sent[0].finish if self._sent else float("inf")
+        return self._planned_start(now) if self._sent else float("inf")
 
     def _synth_s(self, chars: int) -> float:
         return self.speed.estimate(chars)
@@ -172,29 +280,20 @@ class ChunkPlan:
         self._sent.append(_Sent(chars, now, start + self._synth_s(chars), self._audio_s(chars)))
         if first:
             return Chunk(text, (self._synth_s(chars) + self.config.first_slack_s) * 1000)
-        needed = self._play_start() + audio_before
+        needed = self._play_start(now) + audio_before
         return Chunk(text, max(0.0, (needed - now) * 1000))
 
     def _fits(self, chars: int, now: float) -> bool:
-        start = max(now, self._busy_until())
-        needed = self._play_start() + sum(s.audio_s for s in self._sent)
-        return start + self._synth_s(chars) + self.config.margin_s <= needed
+        finish = max(now, self._busy_until()) + self._synth_s(chars)
+        return finish + self._margin(chars) <= self._needed(now)
 
-    def _split_first_unit(self, now: float) -> None:
-        """Cut the next sentence before a phrase (a clause mark, a conjunction or
-        preposition) so that its first part can still be ready in time; left whole if no such
-        place leaves `first_min_words` words on each side."""
-        unit = self._units[0]
-        words = unit.split(" ")
-        best = None
-        for i in range(self.config.first_min_words, len(words) - self.config.first_min_words + 1):
-            head = " ".join(words[:i])
-            if not self._fits(len(head), now):
-                break
-            if head[-1] in CLAUSE_MARKS or word_of(words[i]) in PHRASE_STARTS:
-                best = i
-        if best is not None:
-            self._units[0:1] = [" ".join(words[:best]), " ".join(words[best:])]
+    def _margin(self, chars: int) -> float:
+        """How long before it is needed a chunk of `chars` should be ready."""
+        return self.config.margin_s + self.config.margin_share * self._synth_s(chars)
+
+    def _needed(self, now: float) -> float:
+        """When the audio sent so far runs out: the next chunk's deadline."""
+        return self._play_start(now) + sum(s.audio_s for s in self._sent)
 
     def _release(self, now: float) -> list[Chunk]:
         out: list[Chunk] = []
@@ -205,13 +304,18 @@ class ChunkPlan:
         while self._units:
             if now < self._busy_until() - self.config.lead_s:
                 break  # the engine is busy: decide later, with more text and what it reports
-            if not self._fits(len(self._units[0]), now):
-                self._split_first_unit(now)  # a sentence too long for its deadline: a phrase
+            # a sentence too long for its deadline: cut before a phrase
+            head, tail = self._cut(self._units[0], max(now, self._busy_until()), self._needed(now))
+            self._units[0:1] = [head] if tail is None else [head, tail]
             group = self._units[0]
             taken = 1
             for unit in self._units[1:]:
                 candidate = f"{group} {unit}"
-                if len(candidate) > self.config.max_chars or not self._fits(len(candidate), now):
+                if (
+                    len(candidate) > self.config.max_chars
+                    or self._synth_s(len(candidate)) > self.config.max_group_s
+                    or not self._fits(len(candidate), now)
+                ):
                     break
                 group, taken = candidate, taken + 1
             del self._units[:taken]

@@ -59,8 +59,9 @@ class Settings:
     internal_port: int = 9101  # /metrics and detailed readiness; 0: none
     chunk_plan: str = "playback"  # playback: chunks sized to the listener's buffer; sentences
     first_min_words: int = 4
-    first_max_words: int = 8
+    first_max_words: int = 5
     first_wait_words: int = 16
+    first_hold_s: float = 1.0  # playback: the first audio waits for what follows, at most
     queue_size: int = 64  # events buffered per reply before the producers wait
     admission: bool = True  # refuse a reply whose first audio would miss the budget
     first_audio_budget_s: float = 3.0
@@ -139,6 +140,8 @@ _HELP = {
     "first_max_words": "words after which the first chunk is released without punctuation "
     "(playback: cut only where a phrase begins)",
     "first_wait_words": "playback: the first chunk is cut here at the latest",
+    "first_hold_s": "playback: the first audio waits, at most this long after it is ready, "
+    "until the chunk after it can be ready before it runs out (0: it goes at once)",
     "queue_size": "events buffered per reply",
     "admission": "refuse a new reply (503 overloaded, retryable) when no model server can give "
     "it first audio within the budget without making replies in progress late",

@@ -2,9 +2,10 @@
 
 bidi: two tasks joined by one TTS stream: text -> chunk plan -> `tts.send()` the moment a chunk
 is decided, and the stream's audio -> encoder -> events, so early sentences play while the LLM
-writes. The playback plan (`chunk_plan.py`) cuts chunks that grow with the listener's buffer
-and gives each its deadline; the `sentences` plan (the chunker alone) sends every sentence as
-it is final, with no deadline.
+writes. The playback plan (`chunk_plan.py`) cuts chunks that grow with the listener's buffer,
+gives each its deadline and says when the listener's playback starts (the first audio is held
+until what follows it can be ready in time); the `sentences` plan (the chunker alone) sends
+every sentence as it is final, with no deadline.
 batch: wait for all the text, then one synthesis call: the honest baseline. Both emit the same
 events, so measured differences are timing alone.
 
@@ -16,6 +17,8 @@ its work) through their `async with`/`finally` blocks.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import enum
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
@@ -92,6 +95,11 @@ class ReplyMetrics:
         }
 
 
+class _Signal(enum.Enum):
+    END = "end"  # the text, or the model server's audio, ended
+    REPLAN = "replan"  # a chunk completed: the plan may go on sooner
+
+
 class Reply:
     def __init__(
         self,
@@ -125,6 +133,9 @@ class Reply:
         self.spoken: list[str] = []  # the text as it came
         self.max_s = max_s
         self.text_stall_s = text_stall_s
+        self._pieces: asyncio.Queue[Piece | _Signal] | None = None  # audio for `_play`
+        # the queues that wake the plan's loops when a chunk is done (sooner than estimated)
+        self._replans: list[asyncio.Queue[Any]] = []
 
     async def run(self) -> None:
         """Emit the whole reply, ending with `agent_end` and None; errors become an `error`
@@ -223,17 +234,53 @@ class Reply:
         self._audio_seq += 1
 
     async def _encode(self, pieces: AsyncIterator[Piece]) -> None:
-        async for pcm in pieces:
-            if isinstance(pcm, TimedWords):  # seconds from the first sample: to milliseconds
-                words = tuple(WordTiming(w.word, w.start * 1000, w.end * 1000) for w in pcm.words)
-                self.words += words
-                if self.spec.words_events:
-                    await self.out.put(Words(words))
+        async for piece in pieces:
+            await self._encode_one(piece)
+
+    async def _encode_one(self, piece: Piece) -> None:
+        if isinstance(piece, TimedWords):  # seconds from the first sample: to milliseconds
+            words = tuple(WordTiming(w.word, w.start * 1000, w.end * 1000) for w in piece.words)
+            self.words += words
+            if self.spec.words_events:
+                await self.out.put(Words(words))
+            return
+        if self.plan is not None and not self.metrics.pcm_bytes:
+            self.plan.audio_started(asyncio.get_running_loop().time())
+        self.metrics.pcm_bytes += len(piece)
+        await self._emit_audio(self.encoder.push(piece))
+
+    async def _play(self, pieces: asyncio.Queue[Piece | _Signal], plan: ChunkPlan) -> None:
+        """Encode the model server's audio as it comes, the first of it held until the plan
+        starts playback (`ChunkPlan.release_at`): then what follows it is ready in time."""
+        loop = asyncio.get_running_loop()
+        held: list[Piece] = []
+        while True:
+            timeout = None
+            if held:
+                at = plan.release_at(loop.time())
+                if at is None or loop.time() >= at:
+                    plan.audio_started(loop.time())
+                    for piece in held:
+                        await self._encode_one(piece)
+                    held.clear()
+                else:
+                    timeout = at - loop.time()
+            try:
+                async with asyncio.timeout(timeout):
+                    item = await pieces.get()
+            except TimeoutError:
                 continue
-            if self.plan is not None and not self.metrics.pcm_bytes:
-                self.plan.audio_started(asyncio.get_running_loop().time())
-            self.metrics.pcm_bytes += len(pcm)
-            await self._emit_audio(self.encoder.push(pcm))
+            if item is _Signal.END:
+                break
+            if item is _Signal.REPLAN:
+                continue
+            if held or plan.release_at(loop.time()) is not None:
+                held.append(item)
+            else:
+                await self._encode_one(item)
+        plan.audio_started(loop.time())  # a reply that ends while held: all of it, now
+        for piece in held:
+            await self._encode_one(piece)
 
     # --- modes ------------------------------------------------------------------------------
 
@@ -255,13 +302,14 @@ class Reply:
 
             async def planned(plan: ChunkPlan) -> None:
                 loop = asyncio.get_running_loop()
-                deltas: asyncio.Queue[str | None] = asyncio.Queue(1)
+                deltas: asyncio.Queue[str | _Signal] = asyncio.Queue(1)
+                self._replans.append(deltas)
 
                 async def pump() -> None:
                     async with aclosing(self._text()) as text:
                         async for delta in text:
                             await deltas.put(delta)
-                    await deltas.put(None)
+                    await deltas.put(_Signal.END)
 
                 async with asyncio.TaskGroup() as tg:
                     tg.create_task(pump())
@@ -273,21 +321,37 @@ class Reply:
                             async with asyncio.timeout(timeout):
                                 delta = await deltas.get()
                         except TimeoutError:
+                            delta = _Signal.REPLAN
+                        if delta is _Signal.REPLAN:  # its time, or a chunk done sooner
                             chunks = plan.tick(loop.time())
+                        elif delta is _Signal.END:
+                            ended = True
+                            chunks = plan.flush(loop.time())
                         else:
-                            if delta is None:
-                                ended = True
-                                chunks = plan.flush(loop.time())
-                            else:
-                                chunks = plan.push(delta, loop.time())
+                            chunks = plan.push(delta, loop.time())
                         for chunk in chunks:
                             self._chunk_released()
                             await tts.send(chunk.text, chunk.deadline_ms)
                 await tts.end_input()
 
+            if plan is None:
+                async with asyncio.TaskGroup() as tg:
+                    tg.create_task(sentences())
+                    tg.create_task(self._encode(tts.audio()))
+                return
+            pieces: asyncio.Queue[Piece | _Signal] = asyncio.Queue(8)
+            self._pieces = pieces
+            self._replans.append(pieces)
+
+            async def receive() -> None:
+                async for piece in tts.audio():
+                    await pieces.put(piece)
+                await pieces.put(_Signal.END)
+
             async with asyncio.TaskGroup() as tg:
-                tg.create_task(sentences() if plan is None else planned(plan))
-                tg.create_task(self._encode(tts.audio()))
+                tg.create_task(planned(plan))
+                tg.create_task(receive())
+                tg.create_task(self._play(pieces, plan))
 
     def heard(self, played_ms: float) -> str:
         """What the listener heard of this reply, having played `played_ms` of it."""
@@ -300,6 +364,9 @@ class Reply:
             now = asyncio.get_running_loop().time()
             self.plan.completed(index, pcm_duration_s(audio_bytes), now)
             self.plan.speed.observe(chars, elapsed_s)
+            for queue in self._replans:  # the next chunk, or a held first audio, may go now
+                with contextlib.suppress(asyncio.QueueFull):  # full: it wakes anyway
+                    queue.put_nowait(_Signal.REPLAN)
 
     async def _batch(self) -> None:
         async with aclosing(self._text()) as deltas:

@@ -130,14 +130,15 @@ class GatewayService:
             first_min_words=settings.first_min_words, first_max_words=settings.first_max_words
         )
         self.plan = PlanConfig(
+            first_hold_s=settings.first_hold_s,
             first_min_words=settings.first_min_words,
             first_max_words=settings.first_max_words,
             first_wait_words=max(settings.first_wait_words, settings.first_max_words),
         )
         # seconds per chunk against its characters, as the model server reports them: one
         # estimate for every reply, since they share the engine
-        # (prior: int8 ONNX on 2 cores, 0.031-0.034 s per character whatever the length)
-        self.speed = SpeedModel(prior_a=0.1, prior_b=0.032)
+        # (prior: int8 ONNX on 2 cores, through the stack: 0.35 s a call, 0.032 s a character)
+        self.speed = SpeedModel(prior_a=0.35, prior_b=0.032)
         self.speech = SpeechRate()
 
     def aws_region(self) -> str:
@@ -352,6 +353,8 @@ class GatewayService:
         routed = bidi.bidi if isinstance(bidi, ResumingTransport) else bidi
         if isinstance(routed, PooledTransport):
             held.releases.append(routed.release)
+            if reply.plan is not None:
+                routed.track(reply.plan)
         self._held[reply] = held
         for release in held.releases:  # released when the reply ends (running), or if it
             weakref.finalize(reply, release)  # never runs (its client left first)

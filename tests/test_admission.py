@@ -90,12 +90,42 @@ def test_no_server_up_is_unavailable_not_overloaded() -> None:
 
 
 def test_a_server_whose_real_time_capacity_is_in_use_takes_no_more_replies() -> None:
-    full = dataclasses.replace(load(), realtime_streams=2.7)  # room for 2 replies at once
+    full = dataclasses.replace(load(), realtime_streams=2.4)  # room for 2 replies at once
     assert refusal(full, budget_s=3.0, replies=1) is None
     refused = refusal(full, budget_s=3.0, replies=2)
     assert refused is not None
     assert refused.reason == "2 replies in progress use all of its real-time capacity (2)"
+    # replies synthesize ahead of their playback and overlap only in part: 1.6 streams (one
+    # worker on all cores) carry two replies at once, not one
+    serial = dataclasses.replace(load(workers=1), realtime_streams=1.6)
+    assert refusal(serial, budget_s=3.0, replies=1) is None
+    assert refusal(serial, budget_s=3.0, replies=2) is not None
     # routing prefers the server with the most room
     a = Candidate("http://a:8080", dataclasses.replace(load(), realtime_streams=4.0), replies=3)
     b = Candidate("http://b:8080", dataclasses.replace(load(), realtime_streams=4.0), replies=1)
     assert choose([a, b], budget_s=3.0) == b
+
+
+def test_replies_in_progress_without_the_spare_time_a_new_start_costs_refuse_it() -> None:
+    # a new reply's first two chunks go ahead: 2 x 1.0 s over 2 workers = 1.0 s taken from them
+    refused = refusal(load(), budget_s=3.0, replies=1, slack_s=0.4, slack_clears_s=6.2)
+    assert refused is not None
+    assert refused.code == "overloaded"
+    assert refused.reason == "replies in progress would fall behind their listeners (spare 0.40 s)"
+    assert refused.retry_after_s == 7  # when that reply has synthesized all it knows
+    assert refusal(load(), budget_s=3.0, replies=1, slack_s=1.2, slack_clears_s=6.2) is None
+    assert refusal(load(), budget_s=3.0, replies=1, slack_s=None) is None  # nothing left to do
+    # a reply just starting has no spare time at all: a second ask waits at least 1 s
+    starting = refusal(load(), budget_s=3.0, replies=1, slack_s=0.0, slack_clears_s=0.0)
+    assert starting is not None
+    assert starting.retry_after_s == 1
+
+
+def test_routing_skips_a_server_whose_replies_have_no_spare_time() -> None:
+    tight = Candidate("http://a:8080", load(), replies=1, slack_s=0.1, slack_clears_s=3.0)
+    roomy = Candidate("http://b:8080", load(backlog_s=0.5), replies=1, slack_s=2.0)
+    assert choose([tight, roomy], budget_s=3.0) == roomy
+    both_tight = dataclasses.replace(roomy, slack_s=0.2, slack_clears_s=9.0)
+    refused = choose([tight, both_tight], budget_s=3.0)
+    assert isinstance(refused, Refusal)
+    assert refused.retry_after_s == 3  # the least loaded one's

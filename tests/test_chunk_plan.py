@@ -123,20 +123,97 @@ def test_chunks_grow_with_the_listeners_buffer() -> None:
     sent = paced(plan_of(), ANSWER)
     texts = [c.text for _, c in sent]
     assert texts == [
-        "Sure, I can help you with that right away.",
-        "Your order shipped yesterday from our warehouse in Portland.",
-        "It should arrive by Thursday afternoon. You will get a tracking link by email within "
-        "the hour. Is there anything else I can do for you today?",
+        "Sure, I can help you",  # five words, then a phrase starts: out early
+        "with that right away.",
+        "Your order shipped yesterday",  # the buffer is thin: the first phrase first
+        "from our warehouse in Portland. It should arrive by Thursday afternoon.",
+        # the two last would fit their deadline together, but not under max_group_s (2.5 s)
+        "You will get a tracking link by email within the hour.",
+        "Is there anything else I can do for you today?",
     ]
     assert " ".join(texts) == ANSWER
-    # the first is needed at once; each later one when the audio before it runs out
-    (t0, first), (t1, second), (t2, third) = sent
-    assert t0 == pytest.approx(0.525)
+    assert fixed_speed().estimate(len(" ".join(texts[-2:]))) > PlanConfig().max_group_s
+    (t0, first), (t1, second), *_ = sent
+    assert t0 == pytest.approx(0.425)
     # needed when it could be ready, plus the slack a new reply gives replies in progress
-    assert first.deadline_ms == pytest.approx((0.35 + 0.025 * 42 + 1.0) * 1000)
-    play = 0.525 + 0.35 + 0.025 * 42  # the first chunk's estimated synthesis
-    assert second.deadline_ms == pytest.approx((play + 42 / 14 - t1) * 1000)
-    assert third.deadline_ms == pytest.approx((play + (42 + 60) / 14 - t2) * 1000)
+    assert first.deadline_ms == pytest.approx((0.35 + 0.025 * 20 + 1.0) * 1000)
+    # the second is needed when the first has played from the planned start of playback:
+    # the second (0.875 s from when the first is ready) must be ready 0.4 s plus a quarter of
+    # its synthesis before the first's 20 / 14 s run out: playback starts 65 ms after the
+    # first is ready, in steps of 50 ms: 100 ms
+    ready = t0 + 0.35 + 0.025 * 20
+    assert second.deadline_ms == pytest.approx((ready + 0.1 + 20 / 14 - t1) * 1000)
+
+
+def test_the_first_audio_is_held_until_what_follows_can_keep_up() -> None:
+    plan = plan_of()
+    (first,) = plan.push(
+        "Sure, I can help you with that right away. Your order shipped yesterday from our "
+        "warehouse in Portland. ",
+        0.0,
+    )
+    assert first.text == "Sure, I can help you"
+    plan.completed(0, audio_s=1.2, now=0.85)
+    # "with that right away." is ready at 0.85 + 0.875 and must be 0.4 s plus a quarter of
+    # its 0.875 s before the first chunk's 1.2 s run out: from 1.144 s on, in steps of 50 ms;
+    # the next sentence fits behind it once cut before "from"
+    assert plan.release_at(0.85) == pytest.approx(1.15)
+    plan.audio_started(1.15)
+    assert plan.release_at(1.0) is None  # playing: nothing more is held
+
+
+def test_a_first_audio_is_held_no_longer_than_first_hold_s() -> None:
+    plan = plan_of(PlanConfig(first_hold_s=0.5), speed=fixed_speed(b=0.2))  # a slow engine
+    plan.push("Sure, I can help you with that right away. Thanks. ", 0.0)
+    plan.completed(0, audio_s=1.2, now=4.35)
+    assert plan.release_at(4.35) == pytest.approx(4.85)
+    unheld = plan_of(PlanConfig(first_hold_s=0.0), speed=fixed_speed(b=0.2))
+    unheld.push("Sure, I can help you with that right away. Thanks. ", 0.0)
+    unheld.completed(0, audio_s=1.2, now=4.35)
+    assert unheld.release_at(4.35) == pytest.approx(4.35)
+
+
+def test_a_reply_alone_needs_no_hold() -> None:
+    plan = plan_of()
+    plan.push("Hello there.", 0.0)
+    assert [c.text for c in plan.flush(0.1)] == ["Hello there."]
+    plan.completed(0, audio_s=1.0, now=0.65)
+    assert plan.release_at(0.65) == pytest.approx(0.65)
+
+
+def test_spare_time_is_what_a_new_reply_may_take_without_a_gap() -> None:
+    plan = plan_of()
+    assert plan.slack_s(0.0) == 0.0  # asked, nothing sent yet: about to need the engine
+    plan.push("Sure, I can help you with that right away. It should arrive by Thursday. Bye", 0.0)
+    assert plan.slack_s(0.1) is not None
+    plan.completed(0, audio_s=1.2, now=0.85)
+    # before playback: how much further its start may slide
+    start = plan.release_at(0.85)
+    assert start is not None
+    assert plan.slack_s(0.85) == pytest.approx(0.85 + 1.0 - start)
+    plan.audio_started(0.95)
+    (second,) = plan.tick(0.95)
+    assert second.text == "with that right away."
+    # playing from 0.95 with 1.2 s of audio: the second (0.875 s from 0.95) is needed at
+    # 2.15; the third after it, needed when the second's 21 / 14 s ran out; each should be
+    # ready 0.4 s plus a quarter of its synthesis before
+    third = len("It should arrive by Thursday.")
+    third_synth = 0.35 + 0.025 * third
+    third_ready = 0.95 + 0.875 + third_synth
+    assert plan.slack_s(0.95) == pytest.approx(
+        min(
+            2.15 - 1.825 - (0.4 + 0.25 * 0.875),
+            2.15 + 21 / 14 - third_ready - (0.4 + 0.25 * third_synth),
+        )
+    )
+    assert plan.done_in_s(0.95) == pytest.approx(third_ready - 0.95)  # ("Bye" may go on)
+    plan.completed(1, audio_s=1.5, now=1.8)
+    rest = [c.text for c in finish(plan, 1.8)]
+    assert " ".join(rest) == "It should arrive by Thursday. Bye"
+    for index in range(2, 2 + len(rest)):
+        assert plan.slack_s(2.0 + index) is not None  # still to come
+        plan.completed(index, audio_s=1.0, now=2.0 + index)
+    assert plan.slack_s(9.0) is None  # all of it synthesized
 
 
 def test_each_chunk_fits_before_its_deadline() -> None:
@@ -190,8 +267,9 @@ def test_nothing_before_text_and_nothing_after_the_end() -> None:
 def test_a_sentence_too_long_for_its_deadline_is_cut_before_a_phrase() -> None:
     slow = plan_of(speed=fixed_speed(a=0.35, b=0.06))  # 60 ms a character
     texts = [c.text for _, c in paced(slow, ANSWER)]
-    assert texts[:3] == [
-        "Sure, I can help you with that right away.",
+    assert texts[:4] == [
+        "Sure, I can help you",
+        "with that right away.",
         # all of the next sentence would be late: its first phrase goes first
         "Your order shipped yesterday",
         "from our warehouse in Portland.",

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 
+from gateway.chunk_plan import ChunkPlan, PlanConfig, SpeechRate
 from gateway.encoders import create_encoder
 from gateway.events import AgentEnd, AudioChunk, ErrorEvent, Event, TextDelta
 from gateway.params import Mode
 from gateway.pipeline import Reply, ReplySpec
 from gateway.transports.base import OnComplete
 from kokoro_contract.formats import FORMATS
+from kokoro_contract.speed import SpeedModel
 
 PCM_PER_CHUNK = b"\x01\x00" * 2400  # 0.1 s
 
@@ -140,3 +142,104 @@ async def test_an_unexpected_failure_ends_the_reply_with_a_generic_error() -> No
     errors = [e for e in events if isinstance(e, ErrorEvent)]
     assert errors == [ErrorEvent("internal_error", "the reply failed on the server", False)]
     assert isinstance(events[-1], AgentEnd)
+
+
+class HeldStream:
+    """A TTS stream whose chunks' audio come only when the test lets each one through, each
+    reported complete (as the model server's `synthesis_complete`) after its audio."""
+
+    def __init__(self, on_complete: OnComplete) -> None:
+        self.on_complete = on_complete
+        self.sent: list[str] = []
+        self.gates: list[asyncio.Event] = []
+        self.waiting = asyncio.Event()  # set while the stream waits for a closed gate
+        self._arrived = asyncio.Event()
+        self._ended = False
+
+    async def send(self, text: str, deadline_ms: float | None = None) -> None:
+        self.sent.append(text)
+        self.gates.append(asyncio.Event())
+        self._arrived.set()
+
+    async def end_input(self) -> None:
+        self._ended = True
+        self._arrived.set()
+
+    async def audio(self) -> AsyncIterator[bytes]:
+        index = 0
+        while True:
+            while index >= len(self.sent) and not self._ended:
+                self._arrived.clear()
+                await self._arrived.wait()
+            if index >= len(self.sent):
+                return
+            if not self.gates[index].is_set():
+                self.waiting.set()
+                await self.gates[index].wait()
+                self.waiting.clear()
+            yield PCM_PER_CHUNK
+            self.on_complete(index, len(self.sent[index]), len(PCM_PER_CHUNK), 5.0)
+            index += 1
+
+
+class HeldTransport(MemoryTransport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.held: HeldStream | None = None
+
+    @contextlib.asynccontextmanager
+    async def open(  # type: ignore[override]
+        self,
+        voice: str | None,
+        speed: float,
+        on_complete: OnComplete | None = None,
+        timestamps: bool = False,
+    ) -> AsyncIterator[HeldStream]:
+        assert on_complete is not None
+        self.held = HeldStream(on_complete)
+        yield self.held
+
+
+async def test_the_first_audio_waits_until_the_chunk_after_it_is_ready_in_time() -> None:
+    # an engine estimated at 5 s a chunk: the second cannot follow 0.1 s of audio in time,
+    # so the first audio is held (up to an hour here) until the second is there
+    config = PlanConfig(first_hold_s=3600.0)
+
+    def plan() -> ChunkPlan:
+        return ChunkPlan(config, SpeedModel(prior_a=5.0, prior_b=0.0), SpeechRate())
+
+    source = GatedSource(["Sure, I can help you with that right away."], [])
+    source.gate.set()
+    transport = HeldTransport()
+    out: asyncio.Queue[Event | None] = asyncio.Queue()
+    spec = ReplySpec("u1", Mode.BIDI, FORMATS["pcm"], None, 1.0)
+    reply = Reply(spec, source, create_encoder(spec.format), transport, transport, out, plan=plan)
+    task = asyncio.create_task(reply.run())
+    await until(lambda: transport.held is not None and bool(transport.held.sent))
+    stream = transport.held
+    assert stream is not None
+    assert stream.sent == ["Sure, I can help you"]  # the next waits for the engine (5 s)
+    stream.gates[0].set()  # the first chunk is done, sooner: the next goes at once
+    await until(lambda: len(stream.sent) == 2 and stream.waiting.is_set() and _drained(reply))
+    assert stream.sent == ["Sure, I can help you", "with that right away."]
+    assert not any(isinstance(e, AudioChunk) for e in drain(out))  # its audio is held
+    stream.gates[1].set()  # the second is ready: both play, the first first
+    await task
+    audio = [e for e in drain(out) if isinstance(e, AudioChunk)]
+    assert b"".join(e.data for e in audio) == PCM_PER_CHUNK * 2
+    assert reply.metrics.pcm_bytes == 2 * len(PCM_PER_CHUNK)
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Let the reply's tasks run until `condition` holds: a poll of its own progress, turn by
+    turn of the event loop, not a timing bet."""
+    for _ in range(100_000):
+        if condition():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("the reply never got there")
+
+
+def _drained(reply: Reply) -> bool:
+    """The reply has taken every audio piece the stream gave it."""
+    return reply._pieces is not None and reply._pieces.empty()

@@ -188,3 +188,30 @@ async def test_a_name_with_several_addresses_is_several_servers(
         "http://10.0.0.7:8080",
     ]
     assert await pool.expand("http://127.0.0.1:8080/") == ["http://127.0.0.1:8080"]
+
+
+async def test_a_reply_that_has_not_started_keeps_a_second_ask_out_until_it_has(
+    fake_server: RunningServer,
+) -> None:
+    from gateway.admission import Refusal
+    from gateway.chunk_plan import ChunkPlan
+
+    async with httpx.AsyncClient() as client:
+        servers = pool.ModelServerPool([fake_server.http_url], client)
+        try:
+            first = await servers.pick(budget_s=3.0)
+            assert isinstance(first, pool.Upstream)
+            transport = servers.transport_for(first)
+            plan = ChunkPlan()
+            transport.track(plan)  # asked, nothing sent yet: it is about to need the engine
+            refused = await servers.pick(budget_s=3.0)
+            assert isinstance(refused, Refusal)
+            assert refused.code == "overloaded"
+            assert refused.reason.startswith("replies in progress would fall behind")
+            assert refused.retry_after_s >= 1
+            assert await servers.pick(budget_s=None) == first  # no admission: routed anyway
+            transport.release()  # it ended: its plan no longer counts
+            assert first.plans == []
+            assert await servers.pick(budget_s=3.0) == first
+        finally:
+            await servers.aclose()

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from gateway.admission import Candidate, LoadReport, Refusal, choose
+from gateway.chunk_plan import ChunkPlan
 from gateway.errors import TTSError
 from gateway.transports.base import OnComplete, Piece, TTSStream
 from gateway.transports.model_server import ModelServerTransport
@@ -35,6 +36,16 @@ class Upstream:
     fetched_at: float = -1e9
     down_until: float = -1e9
     replies: int = 0  # replies this gateway runs on it now (admitted and not yet ended)
+    plans: list[ChunkPlan] = field(default_factory=list)  # the playback plans of those
+
+    def spare(self, now: float) -> tuple[float | None, float]:
+        """The least spare time of the playback of the replies running there (None: none
+        has work left), and how long until that reply's known text is all synthesized."""
+        spare = [(s, plan) for plan in self.plans if (s := plan.slack_s(now)) is not None]
+        if not spare:
+            return None, 0.0
+        least, plan = min(spare, key=lambda item: item[0])
+        return least, plan.done_in_s(now)
 
     @property
     def up(self) -> bool:
@@ -111,7 +122,10 @@ class ModelServerPool:
             for upstream in upstreams:  # (one that is back takes replies at once)
                 upstream.down_until = -1e9
         await asyncio.gather(*(self._fetch(u) for u in upstreams))
-        candidates = [Candidate(u.url, u.load if u.up else None, u.replies) for u in upstreams]
+        now = asyncio.get_running_loop().time()  # the plans' clock
+        candidates = [
+            Candidate(u.url, u.load if u.up else None, u.replies, *u.spare(now)) for u in upstreams
+        ]
         chosen = choose(candidates, budget_s)
         return chosen if isinstance(chosen, Refusal) else self._upstreams[chosen.name]
 
@@ -139,12 +153,20 @@ class PooledTransport:
         self.first = first
         first.replies += 1  # reserved from admission on, until `release`
         self._released = False
+        self._plan: ChunkPlan | None = None
+
+    def track(self, plan: ChunkPlan) -> None:
+        """The reply's playback plan: admission asks it how much spare time it has."""
+        self._plan = plan
+        self.first.plans.append(plan)
 
     def release(self) -> None:
         """The reply has ended: its place on the server is free again."""
         if not self._released:
             self._released = True
             self.first.replies -= 1
+            if self._plan is not None:
+                self.first.plans.remove(self._plan)
 
     def _order(self) -> list[Upstream]:
         others = [u for u in self.pool.upstreams if u is not self.first and u.up]
