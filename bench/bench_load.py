@@ -39,7 +39,7 @@ POLICIES: dict[str, tuple[list[str], list[str]]] = {
     # (model server flags, gateway flags)
     "today": (
         ["--scheduling", "fair", "--workers", "2", "--threads", str(os.cpu_count() or 1)],
-        ["--chunk-plan", "sentences", "--admission", "false"],
+        ["--chunk-plan", "sentences", "--admission", "false", "--first-max-words", "8"],
     ),
     "realtime": ([], []),
 }
@@ -49,6 +49,12 @@ POLICIES: dict[str, tuple[list[str], list[str]]] = {
 class Row:
     n: int
     replies: list[ReplyResult] = field(default_factory=list)
+    engine_s: float = 0.0  # the model server's engine time while this N ran
+
+    @property
+    def engine_per_reply(self) -> float:
+        """Engine seconds per served reply (at N = 1: each reply's own synthesis time)."""
+        return self.engine_s / len(self.served) if self.served else float("nan")
 
     @property
     def served(self) -> list[ReplyResult]:
@@ -80,6 +86,27 @@ async def conversation(
             await asyncio.sleep(listened + rng.uniform(1.0, 3.0))
 
 
+def engine_seconds(model_url: str) -> float:
+    """`model_server_engine_seconds_total`: the engine time spent so far."""
+    text = httpx.get(f"{model_url}/metrics", timeout=10).text
+    for line in text.splitlines():
+        if line.startswith("model_server_engine_seconds_total "):
+            return float(line.split()[1])
+    raise RuntimeError("the model server reports no model_server_engine_seconds_total")
+
+
+def one_batch_s(model_url: str) -> float:
+    """Engine seconds for the whole answer in one engine call (a request with a deadline is
+    packed into as few calls as Kokoro's limit allows: one, for this answer); best of 2."""
+    times = []
+    for _ in range(2):
+        before = engine_seconds(model_url)
+        body = {"text": ANSWER, "deadline_ms": 60_000}
+        httpx.post(f"{model_url}/invocations", json=body, timeout=120).raise_for_status()
+        times.append(engine_seconds(model_url) - before)
+    return min(times)
+
+
 async def load(base: str, n: int, replies: int, seed: int, mode: str, limit_s: float) -> Row:
     row = Row(n)
     rng = random.Random(seed * 1000 + n)
@@ -102,7 +129,8 @@ def describe(policy: str, row: Row) -> str:
         f"  {policy:<9} N={row.n}  asked {len(row.replies):>3}  served {len(served):>3}  "
         f"refused {sum(r.refused for r in row.replies):>3}  errors {errors:>2}  "
         f"first audio p50 {row.first_audio(0.5):5.2f} s  p95 {row.first_audio(0.95):5.2f} s  "
-        f"with a gap {len(gapped):>3}/{len(served):<3}  gap s/reply {gap_mean:5.2f}"
+        f"with a gap {len(gapped):>3}/{len(served):<3}  gap s/reply {gap_mean:5.2f}  "
+        f"engine s/reply {row.engine_per_reply:5.2f}"
     )
 
 
@@ -143,20 +171,35 @@ def main() -> None:
     )
     parser.add_argument("--gateway-args", default="", help="more gateway flags, for every policy")
     parser.add_argument("--plot", type=Path, default=Path("docs/bench-load.png"))
+    parser.add_argument(
+        "--timelines", action="store_true", help="print each served reply's chunks and arrivals"
+    )
     args = parser.parse_args()
     ns = [int(n) for n in args.conversations.split(",")]
     results: dict[str, list[Row]] = {}
+    batches: dict[str, float] = {}
     for policy in args.policies.split(","):
         model_flags, gateway_flags = POLICIES[policy]
         gateway_flags = [*gateway_flags, *shlex.split(args.gateway_args)]
         with stack([*model_flags, *shlex.split(args.model_args)], gateway_flags) as urls:
             base = urls.gateway
             asyncio.run(load(base, 1, 1, args.seed, args.mode, 60))  # warm up
+            batches[policy] = one_batch_s(urls.model_server)
+            print(
+                f"  {policy:<9} one batch (the whole answer, one engine call): "
+                f"{batches[policy]:.2f} s",
+                flush=True,
+            )
             results[policy] = []
             for n in ns:
+                before = engine_seconds(urls.model_server)
                 row = asyncio.run(load(base, n, args.replies, args.seed, args.mode, args.limit_s))
+                row.engine_s = engine_seconds(urls.model_server) - before
                 results[policy].append(row)
                 print(describe(policy, row), flush=True)
+                if args.timelines:
+                    for reply in row.served:
+                        print(f"    first {reply.first_audio_s:.2f} s  {reply.timeline()}")
     print(
         f"\nbench-load: {len(ANSWER)}-char answer at {TPS:.0f} tokens/s "
         f"(first at {FIRST_MS:.0f} ms), "
@@ -165,6 +208,14 @@ def main() -> None:
     for n_index in range(len(ns)):
         for policy, rows in results.items():
             print(describe(policy, rows[n_index]))
+    for policy, rows in results.items():
+        alone = [r for r in rows if r.n == 1]
+        if alone:
+            ratio = alone[0].engine_per_reply / batches[policy]
+            print(
+                f"  {policy:<9} N=1: engine {alone[0].engine_per_reply:.2f} s per reply, "
+                f"one batch {batches[policy]:.2f} s: {ratio:.2f}x"
+            )
     plot(results, args.plot)
     print(f"plot: {args.plot}")
 

@@ -41,6 +41,22 @@ class ReplyResult:
     status: int = 0  # the HTTP status
     code: str | None = None  # the error code of a refusal, an error answer or an error event
     hung_up: bool = False  # the client closed the stream after the first audio
+    arrivals: list[tuple[float, float]] = field(default_factory=list)  # (since request, audio s)
+    chunks: list[tuple[float, float]] = field(default_factory=list)  # (sent ms, audio s), agent_end
+
+    def timeline(self) -> str:
+        """One line: the chunks the gateway sent (when, how long each plays) and each audio
+        arrival against the moment the listener needed it (a `+` is a gap)."""
+        sent = " ".join(f"{ms / 1000:.2f}:{audio:.1f}" for ms, audio in self.chunks)
+        heard, play_end, marks = 0.0, 0.0, []
+        for at, seconds in self.arrivals:
+            if heard == 0.0:
+                play_end = at
+            late = at - play_end
+            marks.append(f"{at:.2f}{'+' + format(late, '.2f') if late > GAP_TOLERANCE_S else ''}")
+            play_end = max(play_end, at) + seconds
+            heard += seconds
+        return f"chunks sent@s:plays_s [{sent}]  audio arrived@s [{' '.join(marks)}]"
 
 
 @dataclass
@@ -116,10 +132,16 @@ async def one_reply(http: httpx.AsyncClient, mode: str, hang_up: bool = False) -
                 if event.event == "error":
                     result.error = event.data
                     result.code = error_code(event.data)
+                if event.event == "agent_end":
+                    metrics = orjson.loads(event.data).get("metrics", {})
+                    sent = metrics.get("chunk_times_ms", [])
+                    plays = metrics.get("chunk_audio_s", [])  # one per completed chunk
+                    result.chunks = list(zip(sent, plays, strict=False))
                 if event.event != "audio_chunk":
                     continue
                 seconds = len(base64.b64decode(orjson.loads(event.data)["data"])) / BYTES_PER_SECOND
                 listener.heard(now, seconds)
+                result.arrivals.append((now, seconds))
             if hang_up and result.first_audio_s is not None:
                 result.hung_up = True
                 break  # leaving `stream` closes the connection mid-body
