@@ -222,47 +222,64 @@ class Reply:
     # --- audio ------------------------------------------------------------------------------
 
     async def _emit_audio(self, units: list[bytes]) -> None:
+        event = self._audio_event(units)
+        if event is not None:
+            await self.out.put(event)
+
+    def _audio_event(self, units: list[bytes]) -> AudioChunk | None:
         """One event per encoder call: the whole units it produced (MP3 frames, fMP4
         fragments, WebM clusters), joined, so no event splits a unit and none is tiny."""
         data = b"".join(units)
         if not data:
-            return
+            return None
         if self.metrics.ttfa_ms is None:
             self.metrics.ttfa_ms = self.metrics.since_start_ms()
         self.metrics.audio_bytes += len(data)
-        await self.out.put(AudioChunk(self._audio_seq, data))
         self._audio_seq += 1
+        return AudioChunk(self._audio_seq - 1, data)
 
     async def _encode(self, pieces: AsyncIterator[Piece]) -> None:
         async for piece in pieces:
             await self._encode_one(piece)
 
     async def _encode_one(self, piece: Piece) -> None:
+        for event in self._events_for(piece):
+            await self.out.put(event)
+
+    def _events_for(self, piece: Piece) -> list[Event]:
+        """What one piece of the model server's output becomes for the client."""
         if isinstance(piece, TimedWords):  # seconds from the first sample: to milliseconds
             words = tuple(WordTiming(w.word, w.start * 1000, w.end * 1000) for w in piece.words)
             self.words += words
-            if self.spec.words_events:
-                await self.out.put(Words(words))
-            return
+            return [Words(words)] if self.spec.words_events else []
         if self.plan is not None and not self.metrics.pcm_bytes:
             self.plan.audio_started(asyncio.get_running_loop().time())
         self.metrics.pcm_bytes += len(piece)
-        await self._emit_audio(self.encoder.push(piece))
+        event = self._audio_event(self.encoder.push(piece))
+        return [] if event is None else [event]
 
     async def _play(self, pieces: asyncio.Queue[Piece | _Signal], plan: ChunkPlan) -> None:
         """Encode the model server's audio as it comes, the first of it held until the plan
         starts playback (`ChunkPlan.release_at`): then what follows it is ready in time."""
-        loop = asyncio.get_running_loop()
         held: list[Piece] = []
+        try:
+            await self._play_held(pieces, plan, held)
+        except asyncio.CancelledError:  # a sibling failed (the stream broke) or the reply stops
+            self._release_now(held)
+            raise
+
+    async def _play_held(
+        self, pieces: asyncio.Queue[Piece | _Signal], plan: ChunkPlan, held: list[Piece]
+    ) -> None:
+        loop = asyncio.get_running_loop()
         while True:
             timeout = None
             if held:
                 at = plan.release_at(loop.time())
                 if at is None or loop.time() >= at:
                     plan.audio_started(loop.time())
-                    for piece in held:
-                        await self._encode_one(piece)
-                    held.clear()
+                    while held:  # one by one: what a cancel leaves is `_release_now`'s
+                        await self._encode_one(held.pop(0))
                 else:
                     timeout = at - loop.time()
             try:
@@ -279,8 +296,17 @@ class Reply:
             else:
                 await self._encode_one(item)
         plan.audio_started(loop.time())  # a reply that ends while held: all of it, now
+        while held:
+            await self._encode_one(held.pop(0))
+
+    def _release_now(self, held: list[Piece]) -> None:
+        """What is held goes out without waiting (room permitting): a reply whose stream
+        failed, or that is stopped, still gives the audio it had before its error."""
         for piece in held:
-            await self._encode_one(piece)
+            for event in self._events_for(piece):
+                with contextlib.suppress(asyncio.QueueFull):
+                    self.out.put_nowait(event)
+        held.clear()
 
     # --- modes ------------------------------------------------------------------------------
 
