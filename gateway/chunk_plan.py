@@ -185,7 +185,7 @@ class ChunkPlan:
         ready = max(now, self._busy_until())
         ready += sum(self._synth_s(len(unit)) for unit in self._units)
         if not self._sent and self._units:
-            ready += self._synth_s(0)  # not started: one more call than sentences, about
+            ready += self._synth_s(0)  # not started: its first chunk is one call more
         return ready - now
 
     def wake_at(self) -> float | None:
@@ -209,7 +209,7 @@ class ChunkPlan:
         """When playback should start: the earliest moment, from when the first chunk is
         ready to `first_hold_s` later, from which the chunks sent and then the sentences
         known (each sent whole, or cut before a phrase where whole would be late) can each be
-        ready `margin_s` before the audio before them runs out."""
+        ready, with its margin (`_margin`), before the audio before them runs out."""
         first = self._sent[0].finish
         latest = first + self.config.first_hold_s
         start = first
@@ -237,7 +237,7 @@ class ChunkPlan:
         return True
 
     def _cut(self, unit: str, start: float, needed: float) -> tuple[str, str | None]:
-        """`unit` whole if its synthesis, from `start`, ends `margin_s` before `needed`; else
+        """`unit` whole if its synthesis, from `start`, ends its margin before `needed`; else
         cut before a phrase (a clause mark, a conjunction or preposition) that leaves
         `first_min_words` words on each side: the longest first part that is ready in time,
         else the shortest (late, but less late than the whole); whole if there is no such

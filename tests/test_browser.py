@@ -266,7 +266,10 @@ async def test_stop_tells_what_was_heard(
     words_heard = heard.split()
     assert len(words_heard) >= 3  # at least the words that had finished before the stop
     assert LONG.startswith(heard)
-    assert words_heard[-1] in [e["word"] for e in log] + [log[-1]["word"]]
+    # every word before the last one highlighted had finished playing when Stop was clicked
+    # (the highlight samples the player's clock once a frame, so it may lag the stop by a word
+    # or two on a loaded machine, never lead it)
+    assert len(words_heard) >= log[-1]["index"]
     shown = await page.text_content("#heard")
     assert shown == f"Heard before Stop: “{heard}”"
     assert console.errors == []
