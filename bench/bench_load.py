@@ -172,7 +172,9 @@ def main() -> None:
     parser.add_argument("--gateway-args", default="", help="more gateway flags, for every policy")
     parser.add_argument("--plot", type=Path, default=Path("docs/bench-load.png"))
     parser.add_argument(
-        "--timelines", action="store_true", help="print each served reply's chunks and arrivals"
+        "--timelines",
+        action="store_true",
+        help="print each served reply's chunks and arrivals, and each refusal's reason",
     )
     args = parser.parse_args()
     ns = [int(n) for n in args.conversations.split(",")]
@@ -200,6 +202,11 @@ def main() -> None:
                 if args.timelines:
                     for reply in row.served:
                         print(f"    first {reply.first_audio_s:.2f} s  {reply.timeline()}")
+                    for reply in row.replies:
+                        if reply.refused:
+                            print(
+                                f"    refused after {reply.refused_after_s:.2f} s: {reply.message}"
+                            )
     print(
         f"\nbench-load: {len(ANSWER)}-char answer at {TPS:.0f} tokens/s "
         f"(first at {FIRST_MS:.0f} ms), "

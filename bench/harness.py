@@ -40,6 +40,8 @@ class ReplyResult:
     play_end_s: float = 0.0  # request to the end of playback
     status: int = 0  # the HTTP status
     code: str | None = None  # the error code of a refusal, an error answer or an error event
+    message: str | None = None  # a refusal's message
+    refused_after_s: float = 0.0  # how long the refusal took (it may have waited for room)
     hung_up: bool = False  # the client closed the stream after the first audio
     arrivals: list[tuple[float, float]] = field(default_factory=list)  # (since request, audio s)
     chunks: list[tuple[float, float]] = field(default_factory=list)  # (sent ms, audio s), agent_end
@@ -84,16 +86,17 @@ class Listener:
         result.last_audio_s = now
 
 
-def error_code(body: bytes | str) -> str | None:
-    """`code` of an `{"error": {"code"}}` answer or of an SSE error event; None otherwise."""
+def error_code(body: bytes | str, field: str = "code") -> str | None:
+    """`code` (or another `field`) of an `{"error": {"code"}}` answer or of an SSE error
+    event; None otherwise."""
     try:
         obj = orjson.loads(body)
     except orjson.JSONDecodeError:
         return None
     if isinstance(obj, dict) and isinstance(obj.get("error"), dict):
         obj = obj["error"]
-    code = obj.get("code") if isinstance(obj, dict) else None
-    return code if isinstance(code, str) else None
+    value = obj.get(field) if isinstance(obj, dict) else None
+    return value if isinstance(value, str) else None
 
 
 def paced_answer(mode: str) -> dict[str, object]:
@@ -115,7 +118,10 @@ async def one_reply(http: httpx.AsyncClient, mode: str, hang_up: bool = False) -
     async with http.stream("POST", "/v1/speak", json=paced_answer(mode)) as response:
         result.status = response.status_code
         if response.status_code == 503:
-            result.code = error_code(await response.aread())
+            body = await response.aread()
+            result.code = error_code(body)
+            result.message = error_code(body, "message")
+            result.refused_after_s = time.perf_counter() - started
             result.refused = True
             result.retry_after_s = float(response.headers.get("retry-after", "1"))
             return result

@@ -7,7 +7,9 @@ new reply's first chunks go ahead of everything with slack, so segments queued t
 slack than its first chunk's cost, or replies this gateway runs there whose playback has less
 spare time than its start costs them (`ChunkPlan.slack_s`, from the text they still have to
 voice), would be made late. What cannot be served in time is refused up front: never accepted
-and then stuttered.
+and then stuttered. A refusal that time clears by itself (a reply in progress gains spare time
+as its synthesis runs ahead, one ends) is `deferrable`: the pool may hold the new reply a
+moment and ask again (`ModelServerPool.pick`) rather than refuse it.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ class Refusal:
     reason: str
     retry_after_s: int
     code: str = "overloaded"  # or tts_unavailable: no model server answers at all
+    deferrable: bool = False  # clears as replies in progress synthesize: worth asking again
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,7 @@ def refusal(
         return Refusal(
             f"{replies} replies in progress use all of its real-time capacity ({capacity})",
             RETRY_WHEN_FULL_S,
+            deferrable=True,
         )
     first = load.first_audio_s
     if first > budget_s:
@@ -109,19 +113,22 @@ def refusal(
         return Refusal(
             f"replies in progress would miss their deadlines (slack {load.min_slack_s:.2f} s)",
             math.ceil(load.first_chunk_s - load.min_slack_s) + 1,
+            deferrable=True,
         )
     startup = STARTUP_CHUNKS * load.first_chunk_s / load.workers  # what it takes from them
     if slack_s is not None and slack_s < startup:
         return Refusal(
             f"replies in progress would fall behind their listeners (spare {slack_s:.2f} s)",
             max(1, math.ceil(slack_clears_s)),
+            deferrable=True,
         )
     return None
 
 
 def choose(candidates: Sequence[Candidate], budget_s: float | None) -> Candidate | Refusal:
     """The up server that can take the reply whose first audio would come soonest (any, with
-    no budget: admission control off); if none can, why the least loaded cannot."""
+    no budget: admission control off); if none can, why the least loaded cannot, or the first
+    that time may clear (deferrable) when there is one."""
     up = [c for c in candidates if c.load is not None]
     if not up:
         return Refusal("no model server is reachable", 2, "tts_unavailable")
@@ -146,4 +153,4 @@ def choose(candidates: Sequence[Candidate], budget_s: float | None) -> Candidate
         if refused is None:
             return candidate
         refusals.append(refused)
-    return refusals[0]
+    return next((r for r in refusals if r.deferrable), refusals[0])

@@ -65,6 +65,7 @@ class Settings:
     queue_size: int = 64  # events buffered per reply before the producers wait
     admission: bool = True  # refuse a reply whose first audio would miss the budget
     first_audio_budget_s: float = 3.0
+    admission_wait_s: float = 1.0  # a new reply may wait this long for spare time, at most
     log_level: str = "info"
 
     @property
@@ -146,6 +147,9 @@ _HELP = {
     "admission": "refuse a new reply (503 overloaded, retryable) when no model server can give "
     "it first audio within the budget without making replies in progress late",
     "first_audio_budget_s": "admission: longest acceptable wait for a reply's first audio",
+    "admission_wait_s": "admission: a new reply that no model server can take now, because "
+    "replies in progress need their spare time, waits up to this long (within the budget) "
+    "for one that can before it is refused (0: refused at once)",
     "log_level": "logging level",
 }
 

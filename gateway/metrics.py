@@ -37,6 +37,17 @@ class GatewayMetrics:
             ["code"],
             registry=self.registry,
         )
+        self.admission_wait = Histogram(
+            "gateway_admission_wait_seconds",
+            "How long new replies waited for a model server with spare time (admitted or not)",
+            buckets=(0.01, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 3),
+            registry=self.registry,
+        )
+        self.admission_waiting = Gauge(
+            "gateway_admission_waiting",
+            "New replies waiting now for a model server with spare time",
+            registry=self.registry,
+        )
         self.retries = Counter(
             "gateway_retries_total",
             "Retries before a reply's first audio, by hop (tts, llm)",

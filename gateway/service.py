@@ -119,6 +119,9 @@ class GatewayService:
         self.draining = asyncio.Event()  # set on SIGTERM (gateway.cli)
         self.live: dict[tuple[str, str], LiveReply] = {}  # (client, utterance id) -> SSE reply
         self.metrics.sessions.set_function(lambda: self.sessions.total)
+        pool = self.pool
+        if pool is not None:
+            self.metrics.admission_waiting.set_function(lambda: pool.waiting)
         self.reply_rate = PerMinute(settings.replies_per_minute, "replies")
         self.token_rate = PerMinute(settings.llm_tokens_per_minute, "LLM tokens")
         self.clock: Callable[[], float] = time.monotonic
@@ -241,7 +244,11 @@ class GatewayService:
         if self.pool is None:
             return self.bidi, self.batch  # SageMaker routes and scales by itself
         budget = self.settings.first_audio_budget_s if self.settings.admission else None
-        chosen = await self.pool.pick(budget)
+        loop = asyncio.get_running_loop()
+        asked = loop.time()
+        chosen = await self.pool.admit(budget, self.settings.admission_wait_s)
+        if budget is not None:
+            self.metrics.admission_wait.observe(loop.time() - asked)
         if isinstance(chosen, Refusal):
             self.metrics.refused.labels(chosen.code).inc()
             what = "at capacity" if chosen.code == "overloaded" else "unavailable"
@@ -250,8 +257,7 @@ class GatewayService:
                 code=chosen.code,
                 retry_after_s=chosen.retry_after_s,
             )
-        transport = self.pool.transport_for(chosen)
-        return transport, transport
+        return chosen, chosen
 
     async def aclose(self) -> None:
         await self._exits.aclose()
@@ -353,8 +359,7 @@ class GatewayService:
         routed = bidi.bidi if isinstance(bidi, ResumingTransport) else bidi
         if isinstance(routed, PooledTransport):
             held.releases.append(routed.release)
-            if reply.plan is not None:
-                routed.track(reply.plan)
+            routed.track(reply.plan)
         self._held[reply] = held
         for release in held.releases:  # released when the reply ends (running), or if it
             weakref.finalize(reply, release)  # never runs (its client left first)

@@ -61,6 +61,7 @@ def test_first_audio_past_the_budget_is_refused_with_when_to_retry() -> None:
     refused = refusal(load(backlog_s=4.5, busy=2), budget_s=3.0)
     assert refused == Refusal("first audio would take 5.5 s; the budget is 3.0 s", 4)
     assert refused.code == "overloaded"
+    assert not refused.deferrable  # waiting only shrinks what is left of the budget
 
 
 def test_work_in_progress_with_too_little_slack_refuses_a_new_reply() -> None:
@@ -68,6 +69,7 @@ def test_work_in_progress_with_too_little_slack_refuses_a_new_reply() -> None:
     refused = refusal(load(min_slack_s=0.4), budget_s=3.0)
     assert refused is not None
     assert "replies in progress would miss their deadlines" in refused.reason
+    assert refused.deferrable  # their slack grows as their chunks complete
     assert refusal(load(min_slack_s=1.5), budget_s=3.0) is None
 
 
@@ -95,6 +97,7 @@ def test_a_server_whose_real_time_capacity_is_in_use_takes_no_more_replies() -> 
     refused = refusal(full, budget_s=3.0, replies=2)
     assert refused is not None
     assert refused.reason == "2 replies in progress use all of its real-time capacity (2)"
+    assert refused.deferrable  # one may end in a moment
     # replies synthesize ahead of their playback and overlap only in part: 1.6 streams (one
     # worker on all cores) carry two replies at once, not one
     serial = dataclasses.replace(load(workers=1), realtime_streams=1.6)
@@ -113,6 +116,7 @@ def test_replies_in_progress_without_the_spare_time_a_new_start_costs_refuse_it(
     assert refused.code == "overloaded"
     assert refused.reason == "replies in progress would fall behind their listeners (spare 0.40 s)"
     assert refused.retry_after_s == 7  # when that reply has synthesized all it knows
+    assert refused.deferrable
     assert refusal(load(), budget_s=3.0, replies=1, slack_s=1.2, slack_clears_s=6.2) is None
     assert refusal(load(), budget_s=3.0, replies=1, slack_s=None) is None  # nothing left to do
     # a reply just starting has no spare time at all: a second ask waits at least 1 s
@@ -129,3 +133,18 @@ def test_routing_skips_a_server_whose_replies_have_no_spare_time() -> None:
     refused = choose([tight, both_tight], budget_s=3.0)
     assert isinstance(refused, Refusal)
     assert refused.retry_after_s == 3  # the least loaded one's
+
+
+def test_a_refusal_time_may_clear_is_given_before_one_it_cannot() -> None:
+    # the server with the most room is past the budget (waiting cannot help); the other has a
+    # reply in progress without spare time (waiting may): the pool should wait for that one
+    backlogged = dataclasses.replace(load(backlog_s=4.5, busy=2), realtime_streams=4.0)
+    a = Candidate("http://a:8080", backlogged)
+    b = Candidate("http://b:8080", load(), replies=1, slack_s=0.1, slack_clears_s=3.0)
+    refused = choose([a, b], budget_s=3.0)
+    assert isinstance(refused, Refusal)
+    assert refused.deferrable
+    assert refused.reason == "replies in progress would fall behind their listeners (spare 0.10 s)"
+    only_backlogged = choose([a], budget_s=3.0)
+    assert isinstance(only_backlogged, Refusal)
+    assert not only_backlogged.deferrable

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator
 
 from gateway.chunk_plan import ChunkPlan, PlanConfig, SpeechRate
 from gateway.encoders import create_encoder
@@ -14,6 +14,7 @@ from gateway.pipeline import Reply, ReplySpec
 from gateway.transports.base import OnComplete
 from kokoro_contract.formats import FORMATS
 from kokoro_contract.speed import SpeedModel
+from tests.support.steps import until
 
 PCM_PER_CHUNK = b"\x01\x00" * 2400  # 0.1 s
 
@@ -228,16 +229,6 @@ async def test_the_first_audio_waits_until_the_chunk_after_it_is_ready_in_time()
     audio = [e for e in drain(out) if isinstance(e, AudioChunk)]
     assert b"".join(e.data for e in audio) == PCM_PER_CHUNK * 2
     assert reply.metrics.pcm_bytes == 2 * len(PCM_PER_CHUNK)
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    """Let the reply's tasks run until `condition` holds: a poll of its own progress, turn by
-    turn of the event loop, not a timing bet."""
-    for _ in range(100_000):
-        if condition():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError("the reply never got there")
 
 
 def _drained(reply: Reply) -> bool:

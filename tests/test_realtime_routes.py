@@ -21,7 +21,8 @@ from tests.conftest import FAKE_SETTINGS
 from tests.support.fakes import FakeEngine, identity_g2p
 from tests.support.gateway_client import metric, sse_get
 from tests.support.model_server_client import read_until_terminal
-from tests.support.servers import RunningServer, serve
+from tests.support.servers import RunningServer, free_port, serve
+from tests.support.steps import until
 
 
 async def test_a_new_replys_first_chunk_goes_ahead_of_later_chunks_with_slack(
@@ -115,6 +116,9 @@ async def test_an_overloaded_gateway_refuses_before_the_stream_starts(
             assert int(r.headers["retry-after"]) >= 1
     assert await metric(refusing_gateway, "gateway_refused_total", code="overloaded") == 3
     assert await metric(refusing_gateway, "gateway_active_sessions", transport="sse") == 0
+    # a first audio past the budget is refused at once: waiting would only shrink the budget
+    assert await metric(refusing_gateway, "gateway_admission_wait_seconds_count") == 3
+    assert await metric(refusing_gateway, "gateway_admission_waiting") == 0
 
 
 async def test_the_websocket_answers_overloaded_and_stays_usable(
@@ -216,3 +220,88 @@ async def test_a_reply_that_has_not_started_keeps_a_second_ask_out_until_it_has(
             assert await servers.pick(budget_s=3.0) == first
         finally:
             await servers.aclose()
+
+
+async def test_asks_wait_their_turn_for_spare_time_rather_than_being_refused(
+    own_fake_server: RunningServer,
+) -> None:
+    from gateway.chunk_plan import ChunkPlan
+
+    async with httpx.AsyncClient() as client:
+        servers = pool.ModelServerPool([own_fake_server.http_url], client)
+        try:
+            running = await servers.admit(budget_s=3.0, wait_s=30.0)
+            assert isinstance(running, pool.PooledTransport)
+            upstream = running.first
+            assert upstream.spare(0.0) == (0.0, 0.0)  # admitted, no plan yet: no spare time
+            running.track(ChunkPlan())  # asked, nothing sent yet: it is about to need the engine
+            first = asyncio.create_task(servers.admit(budget_s=3.0, wait_s=30.0))
+            await until(lambda: servers.waiting == 1)
+            second = asyncio.create_task(servers.admit(budget_s=3.0, wait_s=30.0))
+            await until(lambda: servers.waiting == 2)
+            assert not first.done()
+            assert not second.done()
+
+            running.release()  # it ended: the first to ask takes its place, the second waits on
+            taken = await first
+            assert isinstance(taken, pool.PooledTransport)
+            assert taken.first is upstream
+            assert upstream.replies == 1
+            await until(lambda: servers._turn.locked())  # the second looked again, and waits
+            assert not second.done()
+            assert servers.waiting == 1
+
+            taken.track(None)  # started (a reply with no playback plan: no spare time to give)
+            taken.release()
+            then = await second
+            assert isinstance(then, pool.PooledTransport)
+            assert then.first is upstream
+            assert servers.waiting == 0
+            assert upstream.replies == 1
+            then.release()
+            assert upstream.replies == 0
+            assert upstream.starting == 0
+        finally:
+            await servers.aclose()
+
+
+async def test_an_ask_that_waits_too_long_or_leaves_reserves_nothing(
+    own_fake_server: RunningServer,
+) -> None:
+    from gateway.admission import Refusal
+    from gateway.chunk_plan import ChunkPlan
+
+    async with httpx.AsyncClient() as client:
+        servers = pool.ModelServerPool([own_fake_server.http_url], client)
+        try:
+            running = await servers.admit(budget_s=3.0)
+            assert isinstance(running, pool.PooledTransport)
+            running.track(ChunkPlan())
+            refused = await servers.admit(budget_s=3.0, wait_s=0.3)  # nothing ends meanwhile
+            assert isinstance(refused, Refusal)
+            assert refused.deferrable
+            assert refused.reason.startswith("replies in progress would fall behind")
+            assert servers.waiting == 0
+            assert running.first.replies == 1
+
+            left = asyncio.create_task(servers.admit(budget_s=3.0, wait_s=30.0))
+            await until(lambda: servers.waiting == 1)
+            left.cancel()  # its client went away while it waited
+            with pytest.raises(asyncio.CancelledError):
+                await left
+            assert servers.waiting == 0
+            assert running.first.replies == 1
+            running.release()
+        finally:
+            await servers.aclose()
+
+    # no server answers at all: nothing to wait for
+    async with httpx.AsyncClient() as client:
+        gone = pool.ModelServerPool([f"http://127.0.0.1:{free_port()}"], client)
+        try:
+            unavailable = await gone.admit(budget_s=3.0, wait_s=600.0)
+            assert isinstance(unavailable, Refusal)
+            assert unavailable.code == "tts_unavailable"
+            assert not unavailable.deferrable
+        finally:
+            await gone.aclose()

@@ -6,6 +6,11 @@ several addresses (a Kubernetes headless Service) counts as several servers; nam
 again every `resolve_every_s`. Each server's load (`GET /load`) is fetched on demand, at most
 every `load_ttl_s`, with a short timeout on a client of its own; one that does not answer is
 skipped for `down_for_s` and tried again after.
+
+A new reply that no server can take now, for a reason time clears (a reply in progress needs its
+spare time, one is about to end), may wait up to `wait_s` for one that can, while its first audio
+can still come within the budget: asked again whenever a reply's chunk completes or a reply ends,
+and at least every `load_ttl_s`, in arrival order, at most `max_waiting` at once.
 """
 
 from __future__ import annotations
@@ -37,10 +42,13 @@ class Upstream:
     down_until: float = -1e9
     replies: int = 0  # replies this gateway runs on it now (admitted and not yet ended)
     plans: list[ChunkPlan] = field(default_factory=list)  # the playback plans of those
+    starting: int = 0  # replies admitted whose plan is not tracked yet
 
     def spare(self, now: float) -> tuple[float | None, float]:
         """The least spare time of the playback of the replies running there (None: none
         has work left), and how long until that reply's known text is all synthesized."""
+        if self.starting:
+            return 0.0, 0.0  # a reply just admitted: its first chunks are about to run
         spare = [(s, plan) for plan in self.plans if (s := plan.slack_s(now)) is not None]
         if not spare:
             return None, 0.0
@@ -64,12 +72,16 @@ class ModelServerPool:
     resolve_every_s: float = 10.0
     tts_timeout_s: float | None = None  # a stream silent this long past due: tts_timeout
     ready_ttl_s: float = 1.0  # readiness answers are reused this long
+    max_waiting: int = 16  # new replies waiting for a server with spare time, at most
 
     def __post_init__(self) -> None:
         self._upstreams: dict[str, Upstream] = {}
         self._resolved_at = -1e9
         self._lock = asyncio.Lock()
         self._ready: tuple[float, bool] = (-1e9, False)  # (when, answer)
+        self._turn = asyncio.Lock()  # replies that wait are asked again in arrival order
+        self._changed = asyncio.Event()  # set (and replaced) when a reply's plan moves on
+        self.waiting = 0  # new replies waiting for a server with spare time now
 
     @property
     def upstreams(self) -> list[Upstream]:
@@ -113,8 +125,46 @@ class ModelServerPool:
         upstream.load = None
         upstream.down_until = time.monotonic() + self.down_for_s
 
+    def changed(self) -> None:
+        """A reply's chunk completed or a reply ended: replies waiting to start look again."""
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def admit(self, budget_s: float | None, wait_s: float = 0.0) -> PooledTransport | Refusal:
+        """A new reply's transport, its place reserved on the server that takes it (`pick`);
+        when none can take it for a reason time clears, it waits up to `wait_s` for one that
+        can, behind the replies already waiting, its budget shrinking by the time waited."""
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        chosen = await self.pick(budget_s)
+        if isinstance(chosen, Upstream) and not self.waiting:
+            return self.transport_for(chosen)
+        if isinstance(chosen, Refusal) and not chosen.deferrable:
+            return chosen
+        if budget_s is None or wait_s <= 0 or self.waiting >= self.max_waiting:
+            return chosen if isinstance(chosen, Refusal) else self.transport_for(chosen)
+        self.waiting += 1
+        try:
+            async with asyncio.timeout_at(start + wait_s), self._turn:
+                while True:
+                    changed = self._changed
+                    chosen = await self.pick(budget_s - (loop.time() - start))
+                    if isinstance(chosen, Upstream):
+                        return self.transport_for(chosen)  # reserved before the next looks
+                    if not chosen.deferrable:
+                        return chosen
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(self.load_ttl_s):
+                            await changed.wait()
+        except TimeoutError:
+            last = await self.pick(budget_s - (loop.time() - start))
+            return last if isinstance(last, Refusal) else self.transport_for(last)
+        finally:
+            self.waiting -= 1
+
     async def pick(self, budget_s: float | None) -> Upstream | Refusal:
-        """The server for a new reply; `budget_s` None: no admission control (least loaded)."""
+        """The server for a new reply now; `budget_s` None: no admission control (least
+        loaded)."""
         async with self._lock:
             await self._resolve()
         upstreams = self.upstreams
@@ -152,21 +202,42 @@ class PooledTransport:
         self.pool = pool
         self.first = first
         first.replies += 1  # reserved from admission on, until `release`
+        first.starting += 1  # no spare time until its plan is tracked
+        self._starting = True
         self._released = False
         self._plan: ChunkPlan | None = None
 
-    def track(self, plan: ChunkPlan) -> None:
-        """The reply's playback plan: admission asks it how much spare time it has."""
-        self._plan = plan
-        self.first.plans.append(plan)
+    def _started(self) -> None:
+        if self._starting:
+            self._starting = False
+            self.first.starting -= 1
+
+    def track(self, plan: ChunkPlan | None) -> None:
+        """The reply's playback plan (None: it has none): admission asks it how much spare
+        time the reply has."""
+        self._started()
+        if plan is not None and not self._released:
+            self._plan = plan
+            self.first.plans.append(plan)
+        self.pool.changed()
 
     def release(self) -> None:
         """The reply has ended: its place on the server is free again."""
         if not self._released:
             self._released = True
+            self._started()
             self.first.replies -= 1
             if self._plan is not None:
                 self.first.plans.remove(self._plan)
+            self.pool.changed()
+
+    def _completed(self, on_complete: OnComplete | None) -> OnComplete:
+        def completed(index: int, chars: int, audio_bytes: int, elapsed_s: float) -> None:
+            if on_complete is not None:
+                on_complete(index, chars, audio_bytes, elapsed_s)
+            self.pool.changed()  # its spare time grew: a waiting reply may start
+
+        return completed
 
     def _order(self) -> list[Upstream]:
         others = [u for u in self.pool.upstreams if u is not self.first and u.up]
@@ -183,7 +254,9 @@ class PooledTransport:
         error: TTSError | None = None
         for upstream in self._order():
             try:
-                opened = upstream.transport.open(voice, speed, on_complete, timestamps)
+                opened = upstream.transport.open(
+                    voice, speed, self._completed(on_complete), timestamps
+                )
                 stream = await opened.__aenter__()
             except TTSError as exc:  # unreachable before anything was sent: try another
                 self.pool.mark_down(upstream)
