@@ -2,14 +2,16 @@
 to which one takes a new reply, or a refusal with how long to wait.
 
 A reply is taken only if its first audio can come within the budget (the chosen server's
-backlog plus the first chunk's own synthesis) and taking it leaves the work there on time: the
-new reply's first chunks go ahead of everything with slack, so segments queued there with less
-slack than its first chunk's cost, or replies this gateway runs there whose playback has less
-spare time than its start costs them (`ChunkPlan.slack_s`, from the text they still have to
-voice), would be made late. What cannot be served in time is refused up front: never accepted
-and then stuttered. A refusal that time clears by itself (a reply in progress gains spare time
-as its synthesis runs ahead, one ends) is `deferrable`: the pool may hold the new reply a
-moment and ask again (`ModelServerPool.pick`) rather than refuse it.
+backlog plus the first chunk's own synthesis) and taking it leaves the work there on time:
+segments queued there with less slack than its first chunk's cost would be made late under
+EDF, and each reply this gateway runs there must have spare time in its playback
+(`ChunkPlan.slack_s`, from the text it still has to voice) for what the new reply costs it:
+its share of the new first chunk, and the slowdown of all it has left to synthesize now that
+one more reply shares the cores (`LoadReport.slowdown`, from the speeds the server learned for
+calls alone and side by side). What cannot be served in time is refused up front: never
+accepted and then stuttered. A refusal that time clears by itself (a reply in progress gains
+spare time as its synthesis runs ahead, one ends) is `deferrable`: the pool may hold the new
+reply a moment and ask again (`ModelServerPool.admit`) rather than refuse it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 FIRST_CHUNK_PHONEMES = 45  # a typical first chunk: one short sentence or clause
-STARTUP_CHUNKS = 2  # a new reply's chunks that go ahead of replies with slack: its first two
+SEGMENT_PHONEMES = 60  # a typical later chunk, for comparing speeds alone and side by side
 RETRY_WHEN_FULL_S = 5  # a reply in progress needs a few seconds more, typically
 STALE_ESTIMATE_FACTOR = 2.0  # an idle server is given a reply estimated up to this x budget
 
@@ -35,6 +37,8 @@ class LoadReport:
     seconds_per_call: float
     seconds_per_phoneme: float
     realtime_streams: float = 1e9  # replies it can voice at once (older servers: unbounded)
+    shared_seconds_per_call: float | None = None  # calls beside another (older servers: None)
+    shared_seconds_per_phoneme: float | None = None
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> LoadReport:
@@ -48,17 +52,41 @@ class LoadReport:
             seconds_per_call=float(body["seconds_per_call"]),
             seconds_per_phoneme=float(body["seconds_per_phoneme"]),
             realtime_streams=float(body.get("realtime_streams", 1e9)),
+            shared_seconds_per_call=_optional(body.get("shared_seconds_per_call")),
+            shared_seconds_per_phoneme=_optional(body.get("shared_seconds_per_phoneme")),
         )
 
     @property
     def first_chunk_s(self) -> float:
         return self.seconds_per_call + self.seconds_per_phoneme * FIRST_CHUNK_PHONEMES
 
+    def slowdown(self, replies: int) -> float:
+        """How much longer the `replies` in progress take to synthesize what they have left
+        once one more joins them (1.0 when none is in progress)."""
+        if replies <= 0:
+            return 1.0
+        return self._per_reply_s(replies + 1) / self._per_reply_s(replies)
+
+    def _per_reply_s(self, replies: int) -> float:
+        """A typical segment's time for each of `replies` replies in progress: alone on all
+        cores; beside others, at the speed of calls side by side, and taking turns for the
+        workers once there are more replies than workers."""
+        a, b = self.seconds_per_call, self.seconds_per_phoneme
+        if replies > 1 and self.workers > 1 and self.shared_seconds_per_call is not None:
+            a, b = self.shared_seconds_per_call, self.shared_seconds_per_phoneme or b
+        alone = self.seconds_per_call + self.seconds_per_phoneme * SEGMENT_PHONEMES
+        each = max(alone, a + b * SEGMENT_PHONEMES)  # side by side is never faster per call
+        return each * max(1.0, replies / self.workers)
+
     @property
     def first_audio_s(self) -> float:
         """When a new reply's first audio would come: the wait for a worker, then its chunk."""
         wait = self.backlog_s if self.busy >= self.workers else 0.0
         return wait + self.first_chunk_s
+
+
+def _optional(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 @dataclass(frozen=True)
@@ -74,20 +102,20 @@ class Candidate:
     name: str
     load: LoadReport | None  # None: down (or its load is unknown)
     replies: int = 0  # replies this gateway runs there now
-    slack_s: float | None = None  # the least spare time of their playback (None: no work)
-    slack_clears_s: float = 0.0  # when that reply's known text is all synthesized
+    # (spare time of its playback, seconds of synthesis left for its known text) of each of
+    # those with work left (`ChunkPlan.slack_s`, `ChunkPlan.done_in_s`)
+    spare: tuple[tuple[float, float], ...] = ()
 
 
 def refusal(
     load: LoadReport,
     budget_s: float,
     replies: int = 0,
-    slack_s: float | None = None,
-    slack_clears_s: float = 0.0,
+    spare: Sequence[tuple[float, float]] = (),
 ) -> Refusal | None:
     """Why `load` cannot take a new reply now, or None if it can; `replies`: the ones this
-    gateway already runs there, `slack_s` the least spare time of their playback, and
-    `slack_clears_s` how long until the reply with that least has synthesized all it knows."""
+    gateway already runs there, `spare` the (spare time, synthesis left) of each of them with
+    work left."""
     idle = load.busy == 0 and load.waiting == 0 and load.min_slack_s is None and replies == 0
     if idle and load.first_audio_s <= STALE_ESTIMATE_FACTOR * budget_s:
         # idle, and the estimate only a little past the budget: it may be stale (learned while
@@ -115,13 +143,17 @@ def refusal(
             math.ceil(load.first_chunk_s - load.min_slack_s) + 1,
             deferrable=True,
         )
-    startup = STARTUP_CHUNKS * load.first_chunk_s / load.workers  # what it takes from them
-    if slack_s is not None and slack_s < startup:
-        return Refusal(
-            f"replies in progress would fall behind their listeners (spare {slack_s:.2f} s)",
-            max(1, math.ceil(slack_clears_s)),
-            deferrable=True,
-        )
+    startup = load.first_chunk_s / load.workers  # its first chunk goes ahead of them
+    slower = load.slowdown(replies) - 1.0  # and what they have left runs this much longer
+    for slack, left in spare:
+        needs = startup + slower * left
+        if slack < needs:
+            return Refusal(
+                f"replies in progress would fall behind their listeners (spare {slack:.2f} s, "
+                f"a new reply takes {needs:.2f} s of it)",
+                max(1, math.ceil(left)),  # when it has synthesized the text it knows
+                deferrable=True,
+            )
     return None
 
 
@@ -143,13 +175,7 @@ def choose(candidates: Sequence[Candidate], budget_s: float | None) -> Candidate
     refusals = []
     for candidate in ranked:
         assert candidate.load is not None
-        refused = refusal(
-            candidate.load,
-            budget_s,
-            candidate.replies,
-            candidate.slack_s,
-            candidate.slack_clears_s,
-        )
+        refused = refusal(candidate.load, budget_s, candidate.replies, candidate.spare)
         if refused is None:
             return candidate
         refusals.append(refused)

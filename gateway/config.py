@@ -65,7 +65,7 @@ class Settings:
     queue_size: int = 64  # events buffered per reply before the producers wait
     admission: bool = True  # refuse a reply whose first audio would miss the budget
     first_audio_budget_s: float = 3.0
-    admission_wait_s: float = 1.0  # a new reply may wait this long for spare time, at most
+    admission_wait_s: float = 0.5  # a new reply may wait this long for spare time, at most
     log_level: str = "info"
 
     @property

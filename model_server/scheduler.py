@@ -194,6 +194,8 @@ class Load:
     seconds_per_call: float  # the learned speed: a + b x phonemes
     seconds_per_phoneme: float
     realtime_streams: float  # replies it can voice at once without falling behind (learned)
+    shared_seconds_per_call: float  # the speed of calls that ran beside another (learned)
+    shared_seconds_per_phoneme: float
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:
@@ -311,6 +313,7 @@ class Scheduler:
             slack = waiter.deadline - (now + start + waiter.cost_s)
             min_slack = slack if min_slack is None else min(min_slack, slack)
         a, b = self.speed.line
+        shared_a, shared_b = self.shared_speed.line
         return Load(
             workers=workers,
             busy=self.slots.busy,
@@ -321,6 +324,8 @@ class Scheduler:
             seconds_per_call=round(a, 4),
             seconds_per_phoneme=round(b, 5),
             realtime_streams=round(self.realtime_streams(), 2),
+            shared_seconds_per_call=round(shared_a, 4),
+            shared_seconds_per_phoneme=round(shared_b, 5),
         )
 
     def close(self) -> None:

@@ -17,6 +17,14 @@ def load(
     return LoadReport(workers, busy, 0, backlog_s, min_slack_s, 0.1, 0.9 / FIRST_CHUNK_PHONEMES)
 
 
+def side_by_side(report: LoadReport) -> LoadReport:
+    """`report` with calls side by side at 0.15 s + 30 ms per phoneme: a 60-phoneme segment
+    half as long again as alone (1.95 s against 1.3 s)."""
+    return dataclasses.replace(
+        report, shared_seconds_per_call=0.15, shared_seconds_per_phoneme=0.03
+    )
+
+
 def test_the_published_load_parses() -> None:
     body = {
         "workers": 2,
@@ -30,9 +38,11 @@ def test_the_published_load_parses() -> None:
         "scheduling": "edf",
         "inflight": 2,
     }
-    report = LoadReport.from_json(body)
+    report = LoadReport.from_json(body)  # an older server: no speeds side by side
     assert report == LoadReport(2, 1, 3, 1.5, None, 0.1, 0.02)
     assert report.first_chunk_s == pytest.approx(0.1 + 0.02 * FIRST_CHUNK_PHONEMES)
+    body |= {"shared_seconds_per_call": 0.15, "shared_seconds_per_phoneme": 0.03}
+    assert LoadReport.from_json(body) == side_by_side(report)
 
 
 def test_an_idle_server_takes_the_reply() -> None:
@@ -109,27 +119,49 @@ def test_a_server_whose_real_time_capacity_is_in_use_takes_no_more_replies() -> 
     assert choose([a, b], budget_s=3.0) == b
 
 
+def test_a_reply_joining_others_slows_what_they_have_left() -> None:
+    # a 60-phoneme segment: 1.3 s alone, 1.95 s beside another
+    shared = side_by_side(load())
+    assert shared.slowdown(0) == 1.0  # nothing in progress to slow
+    assert shared.slowdown(1) == pytest.approx(1.5)  # alone on both cores, then side by side
+    assert shared.slowdown(2) == pytest.approx(1.5)  # 3 replies take turns for 2 workers
+    assert load().slowdown(1) == 1.0  # an older server: speeds side by side unknown
+    one_worker = load(workers=1)
+    assert one_worker.slowdown(1) == pytest.approx(2.0)  # two replies take turns
+    assert one_worker.slowdown(2) == pytest.approx(1.5)
+
+
 def test_replies_in_progress_without_the_spare_time_a_new_start_costs_refuse_it() -> None:
-    # a new reply's first two chunks go ahead: 2 x 1.0 s over 2 workers = 1.0 s taken from them
-    refused = refusal(load(), budget_s=3.0, replies=1, slack_s=0.4, slack_clears_s=6.2)
+    shared = side_by_side(load())
+    # the new first chunk takes 1.0 s / 2 workers from it, and the 6.2 s it has left to
+    # synthesize runs half as long again: 0.5 + 3.1 s
+    refused = refusal(shared, budget_s=3.0, replies=1, spare=[(0.4, 6.2)])
     assert refused is not None
     assert refused.code == "overloaded"
-    assert refused.reason == "replies in progress would fall behind their listeners (spare 0.40 s)"
+    assert refused.reason == (
+        "replies in progress would fall behind their listeners "
+        "(spare 0.40 s, a new reply takes 3.60 s of it)"
+    )
     assert refused.retry_after_s == 7  # when that reply has synthesized all it knows
     assert refused.deferrable
-    assert refusal(load(), budget_s=3.0, replies=1, slack_s=1.2, slack_clears_s=6.2) is None
-    assert refusal(load(), budget_s=3.0, replies=1, slack_s=None) is None  # nothing left to do
+    # the same spare time is enough near the end of a reply, not in the middle of it
+    assert refusal(shared, budget_s=3.0, replies=1, spare=[(1.2, 1.0)]) is None
+    assert refusal(shared, budget_s=3.0, replies=1, spare=[(1.2, 2.0)]) is not None
+    assert refusal(shared, budget_s=3.0, replies=1, spare=[]) is None  # nothing left to do
+    # every reply in progress must have room, not only the one with the least spare time
+    two = [(3.0, 1.0), (1.4, 4.0)]
+    assert refusal(dataclasses.replace(shared, realtime_streams=3.0), 3.0, 2, two) is not None
     # a reply just starting has no spare time at all: a second ask waits at least 1 s
-    starting = refusal(load(), budget_s=3.0, replies=1, slack_s=0.0, slack_clears_s=0.0)
+    starting = refusal(shared, budget_s=3.0, replies=1, spare=[(0.0, 0.0)])
     assert starting is not None
     assert starting.retry_after_s == 1
 
 
 def test_routing_skips_a_server_whose_replies_have_no_spare_time() -> None:
-    tight = Candidate("http://a:8080", load(), replies=1, slack_s=0.1, slack_clears_s=3.0)
-    roomy = Candidate("http://b:8080", load(backlog_s=0.5), replies=1, slack_s=2.0)
+    tight = Candidate("http://a:8080", load(), replies=1, spare=((0.1, 3.0),))
+    roomy = Candidate("http://b:8080", load(backlog_s=0.5), replies=1, spare=((2.0, 1.0),))
     assert choose([tight, roomy], budget_s=3.0) == roomy
-    both_tight = dataclasses.replace(roomy, slack_s=0.2, slack_clears_s=9.0)
+    both_tight = dataclasses.replace(roomy, spare=((0.2, 9.0),))
     refused = choose([tight, both_tight], budget_s=3.0)
     assert isinstance(refused, Refusal)
     assert refused.retry_after_s == 3  # the least loaded one's
@@ -140,11 +172,11 @@ def test_a_refusal_time_may_clear_is_given_before_one_it_cannot() -> None:
     # reply in progress without spare time (waiting may): the pool should wait for that one
     backlogged = dataclasses.replace(load(backlog_s=4.5, busy=2), realtime_streams=4.0)
     a = Candidate("http://a:8080", backlogged)
-    b = Candidate("http://b:8080", load(), replies=1, slack_s=0.1, slack_clears_s=3.0)
+    b = Candidate("http://b:8080", load(), replies=1, spare=((0.1, 3.0),))
     refused = choose([a, b], budget_s=3.0)
     assert isinstance(refused, Refusal)
     assert refused.deferrable
-    assert refused.reason == "replies in progress would fall behind their listeners (spare 0.10 s)"
+    assert refused.reason.startswith("replies in progress would fall behind their listeners")
     only_backlogged = choose([a], budget_s=3.0)
     assert isinstance(only_backlogged, Refusal)
     assert not only_backlogged.deferrable

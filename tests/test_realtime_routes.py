@@ -233,7 +233,7 @@ async def test_asks_wait_their_turn_for_spare_time_rather_than_being_refused(
             running = await servers.admit(budget_s=3.0, wait_s=30.0)
             assert isinstance(running, pool.PooledTransport)
             upstream = running.first
-            assert upstream.spare(0.0) == (0.0, 0.0)  # admitted, no plan yet: no spare time
+            assert upstream.spare(0.0) == ((0.0, 0.0),)  # admitted, no plan yet: no spare time
             running.track(ChunkPlan())  # asked, nothing sent yet: it is about to need the engine
             first = asyncio.create_task(servers.admit(budget_s=3.0, wait_s=30.0))
             await until(lambda: servers.waiting == 1)

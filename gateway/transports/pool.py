@@ -44,16 +44,16 @@ class Upstream:
     plans: list[ChunkPlan] = field(default_factory=list)  # the playback plans of those
     starting: int = 0  # replies admitted whose plan is not tracked yet
 
-    def spare(self, now: float) -> tuple[float | None, float]:
-        """The least spare time of the playback of the replies running there (None: none
-        has work left), and how long until that reply's known text is all synthesized."""
+    def spare(self, now: float) -> tuple[tuple[float, float], ...]:
+        """(spare time of its playback, seconds of synthesis left for its known text) of each
+        reply running there with work left."""
         if self.starting:
-            return 0.0, 0.0  # a reply just admitted: its first chunks are about to run
-        spare = [(s, plan) for plan in self.plans if (s := plan.slack_s(now)) is not None]
-        if not spare:
-            return None, 0.0
-        least, plan = min(spare, key=lambda item: item[0])
-        return least, plan.done_in_s(now)
+            return ((0.0, 0.0),)  # a reply just admitted: its first chunks are about to run
+        return tuple(
+            (slack, plan.done_in_s(now))
+            for plan in self.plans
+            if (slack := plan.slack_s(now)) is not None
+        )
 
     @property
     def up(self) -> bool:
@@ -174,7 +174,7 @@ class ModelServerPool:
         await asyncio.gather(*(self._fetch(u) for u in upstreams))
         now = asyncio.get_running_loop().time()  # the plans' clock
         candidates = [
-            Candidate(u.url, u.load if u.up else None, u.replies, *u.spare(now)) for u in upstreams
+            Candidate(u.url, u.load if u.up else None, u.replies, u.spare(now)) for u in upstreams
         ]
         chosen = choose(candidates, budget_s)
         return chosen if isinstance(chosen, Refusal) else self._upstreams[chosen.name]
