@@ -21,7 +21,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-FIRST_CHUNK_PHONEMES = 45  # a typical first chunk: one short sentence or clause
+# a new reply's first chunk as admission counts it: a typical five-word first chunk is 20-28
+# phonemes; counting it as 45 is the margin that kept admitted replies free of gaps on 2 cores
+# (with 25, 2 of 5 served replies had gaps at 3 conversations: docs/measured.md)
+FIRST_CHUNK_PHONEMES = 45
 SEGMENT_PHONEMES = 60  # a typical later chunk, for comparing speeds alone and side by side
 RETRY_WHEN_FULL_S = 5  # a reply in progress needs a few seconds more, typically
 STALE_ESTIMATE_FACTOR = 2.0  # an idle server is given a reply estimated up to this x budget
