@@ -4,15 +4,19 @@ scheduling in the model server, admission control and failover in the gateway.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import socket
+from collections.abc import AsyncIterator
 
 import httpx
 import orjson
 import pytest
 from websockets.asyncio.client import connect
 
+from gateway.admission import Refusal
 from gateway.app import create_app as create_gateway
+from gateway.chunk_plan import ChunkPlan
 from gateway.config import Settings as GatewaySettings
 from gateway.transports import pool
 from kokoro_contract import protocol
@@ -194,114 +198,101 @@ async def test_a_name_with_several_addresses_is_several_servers(
     assert await pool.expand("http://127.0.0.1:8080/") == ["http://127.0.0.1:8080"]
 
 
+@contextlib.asynccontextmanager
+async def model_servers(*urls: str) -> AsyncIterator[pool.ModelServerPool]:
+    """A pool of the gateway's over `urls`, on a client of its own, closed after."""
+    async with httpx.AsyncClient() as client:
+        servers = pool.ModelServerPool(list(urls), client)
+        try:
+            yield servers
+        finally:
+            await servers.aclose()
+
+
 async def test_a_reply_that_has_not_started_keeps_a_second_ask_out_until_it_has(
     own_fake_server: RunningServer,
 ) -> None:
     # a model server of its own: nothing learned, its real-time capacity (2) from the priors
-    from gateway.admission import Refusal
-    from gateway.chunk_plan import ChunkPlan
-
-    async with httpx.AsyncClient() as client:
-        servers = pool.ModelServerPool([own_fake_server.http_url], client)
-        try:
-            first = await servers.pick(budget_s=3.0)
-            assert isinstance(first, pool.Upstream)
-            transport = servers.transport_for(first)
-            plan = ChunkPlan()
-            transport.track(plan)  # asked, nothing sent yet: it is about to need the engine
-            refused = await servers.pick(budget_s=3.0)
-            assert isinstance(refused, Refusal)
-            assert refused.code == "overloaded"
-            assert refused.reason.startswith("replies in progress would fall behind")
-            assert refused.retry_after_s >= 1
-            assert await servers.pick(budget_s=None) == first  # no admission: routed anyway
-            transport.release()  # it ended: its plan no longer counts
-            assert first.plans == []
-            assert await servers.pick(budget_s=3.0) == first
-        finally:
-            await servers.aclose()
+    async with model_servers(own_fake_server.http_url) as servers:
+        first = await servers.pick(budget_s=3.0)
+        assert isinstance(first, pool.Upstream)
+        transport = servers.transport_for(first)
+        plan = ChunkPlan()
+        transport.track(plan)  # asked, nothing sent yet: it is about to need the engine
+        refused = await servers.pick(budget_s=3.0)
+        assert isinstance(refused, Refusal)
+        assert refused.code == "overloaded"
+        assert refused.reason.startswith("replies in progress would fall behind")
+        assert refused.retry_after_s >= 1
+        assert await servers.pick(budget_s=None) == first  # no admission: routed anyway
+        transport.release()  # it ended: its plan no longer counts
+        assert first.plans == []
+        assert await servers.pick(budget_s=3.0) == first
 
 
 async def test_asks_wait_their_turn_for_spare_time_rather_than_being_refused(
     own_fake_server: RunningServer,
 ) -> None:
-    from gateway.chunk_plan import ChunkPlan
+    async with model_servers(own_fake_server.http_url) as servers:
+        running = await servers.admit(budget_s=3.0, wait_s=30.0)
+        assert isinstance(running, pool.PooledTransport)
+        upstream = running.first
+        assert upstream.spare(0.0) == ((0.0, 0.0),)  # admitted, no plan yet: no spare time
+        running.track(ChunkPlan())  # asked, nothing sent yet: it is about to need the engine
+        first = asyncio.create_task(servers.admit(budget_s=3.0, wait_s=30.0))
+        await until(lambda: servers.waiting == 1)
+        second = asyncio.create_task(servers.admit(budget_s=3.0, wait_s=30.0))
+        await until(lambda: servers.waiting == 2)
+        assert not first.done()
+        assert not second.done()
 
-    async with httpx.AsyncClient() as client:
-        servers = pool.ModelServerPool([own_fake_server.http_url], client)
-        try:
-            running = await servers.admit(budget_s=3.0, wait_s=30.0)
-            assert isinstance(running, pool.PooledTransport)
-            upstream = running.first
-            assert upstream.spare(0.0) == ((0.0, 0.0),)  # admitted, no plan yet: no spare time
-            running.track(ChunkPlan())  # asked, nothing sent yet: it is about to need the engine
-            first = asyncio.create_task(servers.admit(budget_s=3.0, wait_s=30.0))
-            await until(lambda: servers.waiting == 1)
-            second = asyncio.create_task(servers.admit(budget_s=3.0, wait_s=30.0))
-            await until(lambda: servers.waiting == 2)
-            assert not first.done()
-            assert not second.done()
+        running.release()  # it ended: the first to ask takes its place, the second waits on
+        taken = await first
+        assert isinstance(taken, pool.PooledTransport)
+        assert taken.first is upstream
+        assert upstream.replies == 1
+        await until(lambda: servers._turn.locked())  # the second looked again, and waits
+        assert not second.done()
+        assert servers.waiting == 1
 
-            running.release()  # it ended: the first to ask takes its place, the second waits on
-            taken = await first
-            assert isinstance(taken, pool.PooledTransport)
-            assert taken.first is upstream
-            assert upstream.replies == 1
-            await until(lambda: servers._turn.locked())  # the second looked again, and waits
-            assert not second.done()
-            assert servers.waiting == 1
-
-            taken.track(None)  # started (a reply with no playback plan: no spare time to give)
-            taken.release()
-            then = await second
-            assert isinstance(then, pool.PooledTransport)
-            assert then.first is upstream
-            assert servers.waiting == 0
-            assert upstream.replies == 1
-            then.release()
-            assert upstream.replies == 0
-            assert upstream.starting == 0
-        finally:
-            await servers.aclose()
+        taken.track(None)  # started (a reply with no playback plan: no spare time to give)
+        taken.release()
+        then = await second
+        assert isinstance(then, pool.PooledTransport)
+        assert then.first is upstream
+        assert servers.waiting == 0
+        assert upstream.replies == 1
+        then.release()
+        assert upstream.replies == 0
+        assert upstream.starting == 0
 
 
 async def test_an_ask_that_waits_too_long_or_leaves_reserves_nothing(
     own_fake_server: RunningServer,
 ) -> None:
-    from gateway.admission import Refusal
-    from gateway.chunk_plan import ChunkPlan
+    async with model_servers(own_fake_server.http_url) as servers:
+        running = await servers.admit(budget_s=3.0)
+        assert isinstance(running, pool.PooledTransport)
+        running.track(ChunkPlan())
+        refused = await servers.admit(budget_s=3.0, wait_s=0.3)  # nothing ends meanwhile
+        assert isinstance(refused, Refusal)
+        assert refused.deferrable
+        assert refused.reason.startswith("replies in progress would fall behind")
+        assert servers.waiting == 0
+        assert running.first.replies == 1
 
-    async with httpx.AsyncClient() as client:
-        servers = pool.ModelServerPool([own_fake_server.http_url], client)
-        try:
-            running = await servers.admit(budget_s=3.0)
-            assert isinstance(running, pool.PooledTransport)
-            running.track(ChunkPlan())
-            refused = await servers.admit(budget_s=3.0, wait_s=0.3)  # nothing ends meanwhile
-            assert isinstance(refused, Refusal)
-            assert refused.deferrable
-            assert refused.reason.startswith("replies in progress would fall behind")
-            assert servers.waiting == 0
-            assert running.first.replies == 1
-
-            left = asyncio.create_task(servers.admit(budget_s=3.0, wait_s=30.0))
-            await until(lambda: servers.waiting == 1)
-            left.cancel()  # its client went away while it waited
-            with pytest.raises(asyncio.CancelledError):
-                await left
-            assert servers.waiting == 0
-            assert running.first.replies == 1
-            running.release()
-        finally:
-            await servers.aclose()
+        left = asyncio.create_task(servers.admit(budget_s=3.0, wait_s=30.0))
+        await until(lambda: servers.waiting == 1)
+        left.cancel()  # its client went away while it waited
+        with pytest.raises(asyncio.CancelledError):
+            await left
+        assert servers.waiting == 0
+        assert running.first.replies == 1
+        running.release()
 
     # no server answers at all: nothing to wait for
-    async with httpx.AsyncClient() as client:
-        gone = pool.ModelServerPool([f"http://127.0.0.1:{free_port()}"], client)
-        try:
-            unavailable = await gone.admit(budget_s=3.0, wait_s=600.0)
-            assert isinstance(unavailable, Refusal)
-            assert unavailable.code == "tts_unavailable"
-            assert not unavailable.deferrable
-        finally:
-            await gone.aclose()
+    async with model_servers(f"http://127.0.0.1:{free_port()}") as gone:
+        unavailable = await gone.admit(budget_s=3.0, wait_s=600.0)
+        assert isinstance(unavailable, Refusal)
+        assert unavailable.code == "tts_unavailable"
+        assert not unavailable.deferrable
