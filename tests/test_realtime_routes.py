@@ -296,3 +296,43 @@ async def test_an_ask_that_waits_too_long_or_leaves_reserves_nothing(
         assert isinstance(unavailable, Refusal)
         assert unavailable.code == "tts_unavailable"
         assert not unavailable.deferrable
+
+
+async def test_a_server_slow_to_report_its_load_keeps_its_last_answer() -> None:
+    """A load probe that times out is a busy moment, not a server gone, if it answered lately
+    (a fault injected in the probe client's transport)."""
+    body = {
+        "workers": 2,
+        "busy": 0,
+        "waiting": 0,
+        "backlog_s": 0.0,
+        "min_slack_s": None,
+        "seconds_per_call": 0.35,
+        "seconds_per_phoneme": 0.028,
+    }
+    answers: list[str] = ["ok", "timeout", "timeout"]
+
+    def load(request: httpx.Request) -> httpx.Response:
+        assert request.url.path == "/load"
+        if answers.pop(0) == "timeout":
+            raise httpx.ReadTimeout("no answer in time", request=request)
+        return httpx.Response(200, json=body)
+
+    url = "http://127.0.0.1:9"  # never dialled: the probe client answers
+    async with httpx.AsyncClient() as client:
+        probe = httpx.AsyncClient(transport=httpx.MockTransport(load))
+        servers = pool.ModelServerPool([url], client, probe=probe, load_ttl_s=0.0)
+        try:
+            assert isinstance(await servers.pick(3.0), pool.Upstream)  # answered
+            slow = await servers.pick(3.0)  # timed out: its answer of a moment ago serves
+            assert isinstance(slow, pool.Upstream)
+            assert slow.up
+            assert slow.load is not None
+            assert slow.load.workers == 2
+            servers.stale_load_s = 0.0  # now that answer is too old: a timeout means down
+            gone = await servers.pick(3.0)
+            assert isinstance(gone, Refusal)
+            assert gone.code == "tts_unavailable"
+            assert answers == []
+        finally:
+            await servers.aclose()

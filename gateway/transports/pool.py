@@ -4,8 +4,9 @@ up, and fails over to another when its server cannot be reached before any audio
 `--model-server-url` takes several URLs (comma-separated), and a host name that resolves to
 several addresses (a Kubernetes headless Service) counts as several servers; names are resolved
 again every `resolve_every_s`. Each server's load (`GET /load`) is fetched on demand, at most
-every `load_ttl_s`, with a short timeout on a client of its own; one that does not answer is
-skipped for `down_for_s` and tried again after.
+every `load_ttl_s`, with a short timeout on a client of its own; one that cannot be reached, or
+answers wrongly, is skipped for `down_for_s` and tried again after; one that is only slow to
+answer keeps the load it gave within `stale_load_s`.
 
 A new reply that no server can take now, for a reason time clears (a reply in progress needs its
 spare time, one is about to end), may wait up to `wait_s` for one that can, while its first audio
@@ -68,6 +69,7 @@ class ModelServerPool:
         default_factory=lambda: httpx.AsyncClient(timeout=httpx.Timeout(0.5))
     )
     load_ttl_s: float = 0.25
+    stale_load_s: float = 5.0  # a load probe that times out reuses an answer this recent
     down_for_s: float = 2.0
     resolve_every_s: float = 10.0
     tts_timeout_s: float | None = None  # a stream silent this long past due: tts_timeout
@@ -118,6 +120,11 @@ class ModelServerPool:
             response.raise_for_status()
             upstream.load = LoadReport.from_json(response.json())
             upstream.fetched_at = now
+        except httpx.TimeoutException:
+            # slow to answer, not gone: a server that answered a moment ago keeps its last
+            # load (a busy machine can be slow for a moment); one that has not is down
+            if upstream.load is None or now - upstream.fetched_at > self.stale_load_s:
+                self.mark_down(upstream)
         except (httpx.HTTPError, ValueError, KeyError, TypeError):
             self.mark_down(upstream)
 
