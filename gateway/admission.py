@@ -74,11 +74,10 @@ class LoadReport:
         """A typical segment's time for each of `replies` replies in progress: alone on all
         cores; beside others, at the speed of calls side by side, and taking turns for the
         workers once there are more replies than workers."""
-        a, b = self.seconds_per_call, self.seconds_per_phoneme
-        if replies > 1 and self.workers > 1 and self.shared_seconds_per_call is not None:
-            a, b = self.shared_seconds_per_call, self.shared_seconds_per_phoneme or b
-        alone = self.seconds_per_call + self.seconds_per_phoneme * SEGMENT_PHONEMES
-        each = max(alone, a + b * SEGMENT_PHONEMES)  # side by side is never faster per call
+        each = self.seconds_per_call + self.seconds_per_phoneme * SEGMENT_PHONEMES  # alone
+        a, b = self.shared_seconds_per_call, self.shared_seconds_per_phoneme
+        if replies > 1 and self.workers > 1 and a is not None and b is not None:
+            each = max(each, a + b * SEGMENT_PHONEMES)  # side by side is never faster per call
         return each * max(1.0, replies / self.workers)
 
     @property
