@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import base64
+
 from hypothesis import given
 from hypothesis import strategies as st
 from sse_starlette import ServerSentEvent
@@ -58,3 +60,16 @@ def test_decodes_what_the_gateway_encodes() -> None:
     raw = ServerSentEvent("a\nb", event="audio_chunk", id="r:3").encode()
     assert raw == b"id: r:3\r\nevent: audio_chunk\r\ndata: a\r\ndata: b\r\n\r\n"
     assert decode([raw]) == [SSEEvent("audio_chunk", "a\nb", "r:3")]
+
+
+def test_a_long_event_cut_into_many_chunks() -> None:
+    """Seconds of base64 audio in one data line, read in transport-sized pieces, the CRLF
+    after it cut between two of them."""
+    payload = base64.b64encode(bytes(range(256)) * 4096).decode()  # 1 MiB of audio
+    raw = ServerSentEvent(payload, event="audio_chunk").encode() + b"data: next\r\n\r\n"
+    assert len(raw) > 1_000_000
+    cut = raw.index(b"\r\n") + 1  # between the CR and the LF ending the long line
+    chunks = [raw[i : i + 16_384] for i in range(0, cut, 16_384)]
+    chunks[-1] = raw[(len(chunks) - 1) * 16_384 : cut]
+    chunks.append(raw[cut:])
+    assert decode(chunks) == [SSEEvent("audio_chunk", payload), SSEEvent("message", "next")]
