@@ -2,9 +2,13 @@
 
 A least-squares line over recent observations, each weighing a little less than the one after
 it, so the estimate follows the machine's real speed (including the slowdown when calls run side
-by side). Until enough have been seen, a prior holds the line. The model server learns seconds
-per engine call from phoneme counts; the gateway learns seconds per chunk from characters,
-as the model server's `synthesis_complete` reports them (queueing included)."""
+by side). Before any is seen, a prior line holds (the int8 ONNX engine on 2 cores); from the
+first one on, the prior only gives the line's shape, scaled to the speed seen, until the sizes
+seen spread enough to fit a line of their own. So a machine 25 times faster than the prior (a
+GPU) is known after one call, not after dozens: a prior counted as observations would weigh
+on the slope long after, from sizes no call has had. The model server learns seconds per engine
+call from phoneme counts; the gateway learns seconds per chunk from characters, as the model
+server's `synthesis_complete` reports them (queueing included)."""
 
 from __future__ import annotations
 
@@ -15,37 +19,45 @@ from dataclasses import dataclass
 class SpeedModel:
     prior_a: float = 0.35  # seconds per call (int8 ONNX, 2 cores)
     prior_b: float = 0.028  # seconds per unit of size (a phoneme token)
-    prior_weight: float = 3.0  # the prior counts as this many calls
     decay: float = 0.95  # each new call scales the weight of the older ones by this
+    # a line of its own once the sizes seen spread this much (standard deviation over mean);
+    # before that, the prior's line scaled to the speed seen
+    min_spread: float = 0.25
 
     def __post_init__(self) -> None:
-        self._w = self._wn = self._wnn = self._wt = self._wnt = 0.0
-        # the prior as two pseudo-observations on its own line (20 and 200 phonemes)
-        for n in (20.0, 200.0):
-            self._add(n, self.prior_a + self.prior_b * n, self.prior_weight / 2)
+        # weighted sums of the observations: w, w n, w n^2, w t, w n t, and w x the prior's
+        # estimate of each (the speed seen against the prior's)
+        self._w = self._wn = self._wnn = self._wt = self._wnt = self._wp = 0.0
         self.calls = 0
 
-    def _add(self, n: float, t: float, w: float) -> None:
-        self._w += w
-        self._wn += w * n
-        self._wnn += w * n * n
-        self._wt += w * t
-        self._wnt += w * n * t
-
     def observe(self, size: float, seconds: float) -> None:
-        for name in ("_w", "_wn", "_wnn", "_wt", "_wnt"):
+        for name in ("_w", "_wn", "_wnn", "_wt", "_wnt", "_wp"):
             setattr(self, name, getattr(self, name) * self.decay)
-        self._add(float(size), seconds, 1.0)
+        n = float(size)
+        self._w += 1.0
+        self._wn += n
+        self._wnn += n * n
+        self._wt += seconds
+        self._wnt += n * seconds
+        self._wp += self.prior_a + self.prior_b * n
         self.calls += 1
 
     @property
     def line(self) -> tuple[float, float]:
         """(a, b): seconds per call and per unit of size, both kept non-negative."""
-        var = self._w * self._wnn - self._wn**2
-        if var <= 1e-9:
+        if self._w <= 0 or self._wp <= 0:
             return self.prior_a, self.prior_b
-        b = max(0.0, (self._w * self._wnt - self._wn * self._wt) / var)
-        a = max(0.0, (self._wt - b * self._wn) / self._w)
+        mean_n, mean_t = self._wn / self._w, self._wt / self._w
+        var = self._wnn / self._w - mean_n**2
+        if var <= (self.min_spread * mean_n) ** 2:
+            scale = self._wt / self._wp
+            return self.prior_a * scale, self.prior_b * scale
+        b = (self._wnt / self._w - mean_n * mean_t) / var
+        if b < 0:  # noise on a flat line
+            return mean_t, 0.0
+        a = mean_t - b * mean_n
+        if a < 0:  # through the origin instead
+            return 0.0, self._wnt / self._wnn
         return a, b
 
     def estimate(self, size: float) -> float:

@@ -16,6 +16,7 @@ backlog in seconds of compute (from the learned speed of the engine), and deadli
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import heapq
 import itertools
 import logging
@@ -279,6 +280,12 @@ class Scheduler:
             self.engine_calls += 1
             del self._running[seq]
             self.slots.release()
+
+    def forget_speed(self) -> None:
+        """Back to the priors: what a warm-up call took (a GPU's first call sets up its
+        kernels) says nothing of the calls after it."""
+        self.speed = dataclasses.replace(self.speed)
+        self.shared_speed = dataclasses.replace(self.shared_speed)
 
     def observe_audio(self, phonemes: int, audio_s: float) -> None:
         """A segment of `phonemes` gave `audio_s` of speech."""

@@ -117,9 +117,16 @@ class ModelService:
             scheduler = Scheduler(self.settings.workers, self.settings.scheduling)
             synthesizer = Synthesizer(engine, g2p, scheduler)
             if self.settings.warmup:
-                warm = SynthesisRequest("Hello there.", rules.default_voice, 1.0, new_request_id())
-                async for _ in synthesizer.stream(warm, key="warmup"):
-                    pass
+                # the first call pays for what an engine sets up once; the second is one like
+                # any other, and the speed learned starts from it
+                for first in (True, False):
+                    warm = SynthesisRequest(
+                        "Hello there.", rules.default_voice, 1.0, new_request_id()
+                    )
+                    async for _ in synthesizer.stream(warm, key="warmup"):
+                        pass
+                    if first:
+                        scheduler.forget_speed()
         except Exception as exc:
             self.failure = f"model failed to load: {exc}"
             log.error("%s", self.failure)

@@ -7,9 +7,12 @@ import time
 import pytest
 
 from kokoro_contract.speed import SpeedModel
+from model_server.config import Settings
 from model_server.engines.base import CancelToken
 from model_server.errors import SynthesisCancelled
 from model_server.scheduler import DeadlineSlots, FairSlots, Scheduler
+from model_server.service import ModelService
+from tests.support.fakes import FakeEngine, identity_g2p
 
 
 async def test_slots_are_granted_round_robin_across_keys() -> None:
@@ -187,6 +190,64 @@ def test_the_speed_model_learns_the_line_from_what_it_sees() -> None:
     a, b = speed.line
     assert a == pytest.approx(0.2, abs=0.01)
     assert b == pytest.approx(0.014, abs=0.0005)
+
+
+def test_a_machine_far_faster_than_the_prior_is_known_after_one_call() -> None:
+    """A GPU: 25 times the prior's speed. The prior gives the line's shape until the sizes seen
+    spread enough for a line of their own; it does not weigh on the slope from sizes no call
+    had (a prior counted as observations at 200 phonemes kept these estimates 20x too high
+    for dozens of calls)."""
+    speed = SpeedModel(prior_a=0.35, prior_b=0.028)  # 1.47 s for 40 phonemes
+    speed.observe(40, 0.042)  # the truth: 0.03 s + 0.3 ms per phoneme
+    assert speed.estimate(40) == pytest.approx(0.042)
+    assert speed.estimate(200) == pytest.approx((0.35 + 0.028 * 200) * 0.042 / 1.47)
+    for n in (42, 38, 41):  # all alike: still the prior's shape, at the speed seen
+        speed.observe(n, 0.03 + 0.0003 * n)
+    a, b = speed.line
+    assert b / a == pytest.approx(0.028 / 0.35)
+    for n in (20, 60, 30, 50):  # spread out: their own line
+        speed.observe(n, 0.03 + 0.0003 * n)
+    assert speed.line == pytest.approx((0.03, 0.0003), rel=0.05)
+    assert speed.estimate(200) == pytest.approx(0.09, rel=0.05)
+
+
+def test_noise_on_a_flat_line_keeps_both_terms_non_negative() -> None:
+    speed = SpeedModel()
+    for n, t in ((10, 0.05), (50, 0.04), (90, 0.03), (10, 0.05), (90, 0.03)):
+        speed.observe(n, t)
+    a, b = speed.line
+    assert b == 0.0
+    assert a == pytest.approx(0.04, abs=0.005)
+    through_origin = SpeedModel()
+    for n, t in ((10, 0.001), (100, 0.5), (10, 0.001), (100, 0.5)):
+        through_origin.observe(n, t)
+    a, b = through_origin.line
+    assert a == 0.0
+    assert b > 0
+
+
+def test_forget_speed_goes_back_to_the_priors() -> None:
+    scheduler = Scheduler(workers=2)
+    scheduler.speed.observe(40, 0.01)
+    scheduler.shared_speed.observe(40, 0.02)
+    scheduler.forget_speed()
+    assert (scheduler.speed.calls, scheduler.shared_speed.calls) == (0, 0)
+    assert scheduler.speed.line == (0.35, 0.028)
+    assert scheduler.shared_speed.line == (0.5, 0.045)
+    scheduler.close()
+
+
+async def test_the_speed_is_learned_from_the_second_warm_up_call() -> None:
+    """The first call pays for what the engine sets up once (a GPU's kernels): not learned."""
+    engine = FakeEngine()
+    service = ModelService(
+        Settings(workers=1, warmup=True), lambda _: engine, g2p_factory=identity_g2p
+    )
+    await service.load()
+    scheduler = service.get().synthesizer.scheduler
+    assert engine.calls == ["Hello there.", "Hello there."]
+    assert scheduler.speed.calls == 1
+    service.close()
 
 
 @pytest.mark.parametrize("scheduling", ["edf", "fair"])
