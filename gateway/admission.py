@@ -1,17 +1,20 @@
-"""Admission control and routing, pure: from each model server's published load (`GET /load`)
-to which one takes a new reply, or a refusal with how long to wait.
+"""Admission control and routing, pure: from each model server's published load (`GET /load`) to
+which one takes a new reply, or a refusal with how long to wait.
 
-A reply is taken only if its first audio can come within the budget (the chosen server's
-backlog plus the first chunk's own synthesis) and taking it leaves the work there on time:
-segments queued there with less slack than its first chunk's cost would be made late under
-EDF, and each reply this gateway runs there must have spare time in its playback
-(`ChunkPlan.slack_s`, from the text it still has to voice) for what the new reply costs it:
-its share of the new first chunk, and the slowdown of all it has left to synthesize now that
-one more reply shares the cores (`LoadReport.slowdown`, from the speeds the server learned for
-calls alone and side by side). What cannot be served in time is refused up front: never
-accepted and then stuttered. A refusal that time clears by itself (a reply in progress gains
-spare time as its synthesis runs ahead, one ends) is `deferrable`: the pool may hold the new
-reply a moment and ask again (`ModelServerPool.admit`) rather than refuse it.
+A reply is taken only if its first audio can come within the budget (the chosen server's backlog
+plus the first chunk's own synthesis) and taking it leaves the work there on time: segments
+queued there with less slack than its first chunk's cost would be made late under EDF, and each
+reply this gateway runs there must have spare time in its playback (`ChunkPlan.slack_s`, from
+the text it still has to voice) for what the new reply costs it: its share of the new first
+chunk, and the slowdown of all it has left to synthesize now that one more reply shares the
+cores (`LoadReport.slowdown`, from the speeds the server learned for calls alone and side by
+side). A reply still starting (nothing sent yet) has the slack its plan gives a first chunk
+under load (`STARTING_SLACK_S`) and, its text unknown, a typical reply's synthesis left
+(`LoadReport.reply_s`): on 2 cores two replies starting together would both fall behind, on a
+GPU dozens may. What cannot be served in time is refused up front: never accepted and then
+stuttered. A refusal that time clears by itself (a reply in progress gains spare time as its
+synthesis runs ahead, one ends) is `deferrable`: the pool may hold the new reply a moment and
+ask again (`ModelServerPool.admit`) rather than refuse it.
 """
 
 from __future__ import annotations
@@ -21,11 +24,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.chunk_plan import PlanConfig
+
 # a new reply's first chunk as admission counts it: a typical five-word first chunk is 20-28
 # phonemes; counting it as 45 is the margin that kept admitted replies free of gaps on 2 cores
 # (with 25, 2 of 5 served replies had gaps at 3 conversations: docs/measured.md)
 FIRST_CHUNK_PHONEMES = 45
 SEGMENT_PHONEMES = 60  # a typical later chunk, for comparing speeds alone and side by side
+# a typical reply, for one still starting (its text unknown): the demo's five sentences,
+# 230 phonemes in 6 chunks
+REPLY_PHONEMES, REPLY_CALLS = 230, 6
+# a starting reply's first chunk may wait this long under load (`PlanConfig.first_slack_s`)
+STARTING_SLACK_S = PlanConfig.first_slack_s
 RETRY_WHEN_FULL_S = 5  # a reply in progress needs a few seconds more, typically
 STALE_ESTIMATE_FACTOR = 2.0  # an idle server is given a reply estimated up to this x budget
 
@@ -81,6 +91,14 @@ class LoadReport:
         return each * max(1.0, replies / self.workers)
 
     @property
+    def reply_s(self) -> float:
+        """A typical reply's synthesis, at the speed of calls side by side when known."""
+        a, b = self.shared_seconds_per_call, self.shared_seconds_per_phoneme
+        if a is None or b is None or self.workers < 2:
+            a, b = self.seconds_per_call, self.seconds_per_phoneme
+        return REPLY_CALLS * a + b * REPLY_PHONEMES
+
+    @property
     def first_audio_s(self) -> float:
         """When a new reply's first audio would come: the wait for a worker, then its chunk."""
         wait = self.backlog_s if self.busy >= self.workers else 0.0
@@ -105,8 +123,9 @@ class Candidate:
     load: LoadReport | None  # None: down (or its load is unknown)
     replies: int = 0  # replies this gateway runs there now
     # (spare time of its playback, seconds of synthesis left for its known text) of each of
-    # those with work left (`ChunkPlan.slack_s`, `ChunkPlan.done_in_s`)
+    # those under way with work left (`ChunkPlan.slack_s`, `ChunkPlan.done_in_s`)
     spare: tuple[tuple[float, float], ...] = ()
+    starting: int = 0  # of `replies`, those that have sent nothing yet
 
 
 def refusal(
@@ -114,10 +133,11 @@ def refusal(
     budget_s: float,
     replies: int = 0,
     spare: Sequence[tuple[float, float]] = (),
+    starting: int = 0,
 ) -> Refusal | None:
     """Why `load` cannot take a new reply now, or None if it can; `replies`: the ones this
-    gateway already runs there, `spare` the (spare time, synthesis left) of each of them with
-    work left."""
+    gateway already runs there, `spare` the (spare time, synthesis left) of each of them under
+    way with work left, `starting` how many of them have sent nothing yet."""
     idle = load.busy == 0 and load.waiting == 0 and load.min_slack_s is None and replies == 0
     if idle and load.first_audio_s <= STALE_ESTIMATE_FACTOR * budget_s:
         # idle, and the estimate only a little past the budget: it may be stale (learned while
@@ -147,7 +167,7 @@ def refusal(
         )
     startup = load.first_chunk_s / load.workers  # its first chunk goes ahead of them
     slower = load.slowdown(replies) - 1.0  # and what they have left runs this much longer
-    for slack, left in spare:
+    for slack, left in [*spare, *[(STARTING_SLACK_S, load.reply_s)] * starting]:
         needs = startup + slower * left
         if slack < needs:
             return Refusal(
@@ -177,7 +197,9 @@ def choose(candidates: Sequence[Candidate], budget_s: float | None) -> Candidate
     refusals = []
     for candidate in ranked:
         assert candidate.load is not None
-        refused = refusal(candidate.load, budget_s, candidate.replies, candidate.spare)
+        refused = refusal(
+            candidate.load, budget_s, candidate.replies, candidate.spare, candidate.starting
+        )
         if refused is None:
             return candidate
         refusals.append(refused)

@@ -157,6 +157,11 @@ class ChunkPlan:
                 later.finish = max(before.finish, later.sent_at) + self._synth_s(later.chars)
             before = later
 
+    @property
+    def started(self) -> bool:
+        """Whether a chunk has gone to the engine."""
+        return bool(self._sent)
+
     def slack_s(self, now: float) -> float | None:
         """How much later than planned this reply's synthesis could run and still play with
         no gap, as far as its text known tells (None: nothing left to synthesize): none before

@@ -151,10 +151,25 @@ def test_replies_in_progress_without_the_spare_time_a_new_start_costs_refuse_it(
     # every reply in progress must have room, not only the one with the least spare time
     two = [(3.0, 1.0), (1.4, 4.0)]
     assert refusal(dataclasses.replace(shared, realtime_streams=3.0), 3.0, 2, two) is not None
-    # a reply just starting has no spare time at all: a second ask waits at least 1 s
-    starting = refusal(shared, budget_s=3.0, replies=1, spare=[(0.0, 0.0)])
+    # a reply just starting may wait 1 s for its first chunk, but has a typical reply ahead of
+    # it (6 calls and 230 phonemes side by side: 7.8 s here), half as long again beside a new one
+    assert shared.reply_s == pytest.approx(6 * 0.15 + 0.03 * 230)
+    starting = refusal(shared, budget_s=3.0, replies=1, starting=1)
     assert starting is not None
-    assert starting.retry_after_s == 1
+    assert starting.reason.endswith("(spare 1.00 s, a new reply takes 4.40 s of it)")
+    assert starting.retry_after_s == 8
+
+
+def test_at_a_gpus_speed_replies_starting_together_are_all_taken() -> None:
+    """Kokoro-82M on one H200 (docs/measured.md): 40 ms + 0.37 ms per phoneme a call alone, 15 %
+    slower beside others, on 4 workers. A typical reply is 0.4 s of synthesis, so sixteen replies
+    starting or under way leave room for one more; at 2 cores' speed one starting reply does not."""
+    gpu = LoadReport(4, 2, 0, 0.05, None, 0.04, 0.00037, 60.0, 0.046, 0.000426)
+    assert gpu.reply_s == pytest.approx(6 * 0.046 + 0.000426 * 230)
+    under_way = [(1.0, 0.3)] * 8
+    assert refusal(gpu, budget_s=3.0, replies=16, spare=under_way, starting=8) is None
+    cpu = side_by_side(load(workers=4))
+    assert refusal(cpu, budget_s=3.0, replies=1, starting=1) is not None
 
 
 def test_routing_skips_a_server_whose_replies_have_no_spare_time() -> None:

@@ -237,8 +237,10 @@ async def test_asks_wait_their_turn_for_spare_time_rather_than_being_refused(
         running = await servers.admit(budget_s=3.0, wait_s=30.0)
         assert isinstance(running, pool.PooledTransport)
         upstream = running.first
-        assert upstream.spare(0.0) == ((0.0, 0.0),)  # admitted, no plan yet: no spare time
-        running.track(ChunkPlan())  # asked, nothing sent yet: it is about to need the engine
+        # admitted, no plan yet: starting, with a typical reply's work ahead of it
+        assert (upstream.spare(0.0), upstream.starting_now()) == ((), 1)
+        running.track(ChunkPlan())  # asked, nothing sent yet: still starting
+        assert (upstream.spare(0.0), upstream.starting_now()) == ((), 1)
         first = asyncio.create_task(servers.admit(budget_s=3.0, wait_s=30.0))
         await until(lambda: servers.waiting == 1)
         second = asyncio.create_task(servers.admit(budget_s=3.0, wait_s=30.0))

@@ -43,18 +43,20 @@ class Upstream:
     down_until: float = -1e9
     replies: int = 0  # replies this gateway runs on it now (admitted and not yet ended)
     plans: list[ChunkPlan] = field(default_factory=list)  # the playback plans of those
-    starting: int = 0  # replies admitted whose plan is not tracked yet
+    starting: int = 0  # replies admitted whose plan is not tracked yet (nothing sent)
 
     def spare(self, now: float) -> tuple[tuple[float, float], ...]:
         """(spare time of its playback, seconds of synthesis left for its known text) of each
-        reply running there with work left."""
-        if self.starting:
-            return ((0.0, 0.0),)  # a reply just admitted: its first chunks are about to run
+        reply under way there with work left."""
         return tuple(
             (slack, plan.done_in_s(now))
             for plan in self.plans
-            if (slack := plan.slack_s(now)) is not None
+            if plan.started and (slack := plan.slack_s(now)) is not None
         )
+
+    def starting_now(self) -> int:
+        """Replies admitted there that have sent nothing yet (tracked or not)."""
+        return self.starting + sum(not plan.started for plan in self.plans)
 
     @property
     def up(self) -> bool:
@@ -181,7 +183,8 @@ class ModelServerPool:
         await asyncio.gather(*(self._fetch(u) for u in upstreams))
         now = asyncio.get_running_loop().time()  # the plans' clock
         candidates = [
-            Candidate(u.url, u.load if u.up else None, u.replies, u.spare(now)) for u in upstreams
+            Candidate(u.url, u.load if u.up else None, u.replies, u.spare(now), u.starting_now())
+            for u in upstreams
         ]
         chosen = choose(candidates, budget_s)
         return chosen if isinstance(chosen, Refusal) else self._upstreams[chosen.name]
@@ -209,7 +212,7 @@ class PooledTransport:
         self.pool = pool
         self.first = first
         first.replies += 1  # reserved from admission on, until `release`
-        first.starting += 1  # no spare time until its plan is tracked
+        first.starting += 1  # starting (a typical reply's work ahead) until its plan is tracked
         self._starting = True
         self._released = False
         self._plan: ChunkPlan | None = None
