@@ -25,6 +25,7 @@ import os
 import random
 import shlex
 import statistics
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +44,12 @@ POLICIES: dict[str, tuple[list[str], list[str]]] = {
     ),
     "realtime": ([], []),
 }
+
+
+def clients_apart(conversations: int) -> list[str]:
+    """Every conversation comes from this one address, but stands for a client of its own:
+    the per-client limits (8 sessions, 60 replies a minute) must not refuse them."""
+    return ["--max-sessions-per-client", str(max(8, conversations)), "--replies-per-minute", "0"]
 
 
 @dataclass
@@ -170,6 +177,11 @@ def main() -> None:
         "--model-args", default="", help="more model server flags, for every policy (a GPU box)"
     )
     parser.add_argument("--gateway-args", default="", help="more gateway flags, for every policy")
+    parser.add_argument(
+        "--simulate-gpu",
+        action="store_true",
+        help="engine calls take an H200's measured time (bench/sim_engine.py): a GPU's scale",
+    )
     parser.add_argument("--plot", type=Path, default=Path("docs/bench-load.png"))
     parser.add_argument(
         "--timelines",
@@ -182,8 +194,10 @@ def main() -> None:
     batches: dict[str, float] = {}
     for policy in args.policies.split(","):
         model_flags, gateway_flags = POLICIES[policy]
-        gateway_flags = [*gateway_flags, *shlex.split(args.gateway_args)]
-        with stack([*model_flags, *shlex.split(args.model_args)], gateway_flags) as urls:
+        gateway_flags = [*gateway_flags, *clients_apart(max(ns)), *shlex.split(args.gateway_args)]
+        model_command = [sys.executable, "-m", "bench.sim_engine"] if args.simulate_gpu else None
+        model_flags = [*model_flags, *shlex.split(args.model_args)]
+        with stack(model_flags, gateway_flags, model_command=model_command) as urls:
             base = urls.gateway
             asyncio.run(load(base, 1, 1, args.seed, args.mode, 60))  # warm up
             batches[policy] = one_batch_s(urls.model_server)

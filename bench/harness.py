@@ -171,8 +171,11 @@ def stack(
     *,
     internal_port: int = 0,
     log_dir: Path | None = None,
+    model_command: list[str] | None = None,
 ) -> Iterator[Stack]:
     """A model server and a gateway in front of it, each its own process, on free ports.
+    `model_command`: what runs as the model server (default `model-server`; the load
+    benchmark's `--simulate-gpu` gives `bench.sim_engine`), with the same flags.
 
     `internal_port`: the gateway's internal listener (/metrics) there; 0, none (the default
     port would take 9101 from a `make dev`). `log_dir`: each service's output goes to
@@ -196,7 +199,7 @@ def stack(
         procs.append(
             subprocess.Popen(
                 [
-                    BIN / "model-server",
+                    *(model_command or [str(BIN / "model-server")]),
                     "--port",
                     str(model_port),
                     "--log-level",
