@@ -114,6 +114,14 @@ async def one_reply(http: httpx.AsyncClient, mode: str, hang_up: bool = False) -
     """One paced reply over `POST /v1/speak`, timed as a listener hears it; `hang_up`: close
     the stream (the connection) at the first audio, as a browser tab that goes away."""
     result = ReplyResult()
+    try:
+        await _hear(http, mode, hang_up, result)
+    except httpx.TransportError as exc:  # the connection broke: this reply's error, not the run's
+        result.error = f"connection: {type(exc).__name__} {exc}"
+    return result
+
+
+async def _hear(http: httpx.AsyncClient, mode: str, hang_up: bool, result: ReplyResult) -> None:
     started = time.perf_counter()
     async with http.stream("POST", "/v1/speak", json=paced_answer(mode)) as response:
         result.status = response.status_code
@@ -124,12 +132,12 @@ async def one_reply(http: httpx.AsyncClient, mode: str, hang_up: bool = False) -
             result.refused_after_s = time.perf_counter() - started
             result.refused = True
             result.retry_after_s = float(response.headers.get("retry-after", "1"))
-            return result
+            return
         if response.status_code != 200:
             body = await response.aread()
             result.code = error_code(body)
             result.error = f"HTTP {response.status_code}: {body[:200]!r}"
-            return result
+            return
         decoder = SSEDecoder()
         listener = Listener(result)
         async for raw in response.aiter_raw():
@@ -152,7 +160,6 @@ async def one_reply(http: httpx.AsyncClient, mode: str, hang_up: bool = False) -
                 result.hung_up = True
                 break  # leaving `stream` closes the connection mid-body
         result.play_end_s = listener.play_end
-    return result
 
 
 @dataclass(frozen=True)
