@@ -23,7 +23,7 @@ help:
 	@echo "make bench-quality  MOS and word error rate by voice, format, chunk plan, joins"
 	@echo "make bench-timings  word timings against where the waveform's energy puts them"
 	@echo "make soak         conversations for DURATION (30m): memory, descriptors, tasks, threads, errors"
-	@echo "make gpu-check    on a GPU box: torch engine tests on CUDA, bench-model, bench-load"
+	@echo "make gpu-check    on a GPU box: bench-load, bench-model, torch engine tests on CUDA"
 	@echo "make dev-docker   the same stack in containers, CPU (docker compose)"
 	@echo "make dev-gpu      containers on a GPU box: KOKORO_MODEL_DIR=/path/to/Kokoro-82M"
 	@echo "make images       build the model server (gpu, cpu) and gateway images"
@@ -103,7 +103,7 @@ CONVERSATIONS ?= auto
 soak: setup
 	$(PY) -m bench.soak --duration $(DURATION) --conversations $(CONVERSATIONS) $(BENCH_ARGS)
 
-# On a machine with an NVIDIA GPU: KOKORO_MODEL_DIR=/path/to/Kokoro-82M make gpu-check
+# On a machine with an NVIDIA GPU: KOKORO_MODEL_DIR=/path/to/Kokoro-82M (or =random) make gpu-check
 gpu-check: setup
 	scripts/gpu-check
 

@@ -144,5 +144,6 @@ def test_the_gpu_check_script_parses() -> None:
     result = subprocess.run(["bash", "-n", str(ROOT / "scripts" / "gpu-check")], check=False)
     assert result.returncode == 0
     text = (ROOT / "scripts" / "gpu-check").read_text()
-    for step in ("KOKORO_TEST_DEVICE=cuda", "bench.bench_model --engine torch", "bench.bench_load"):
+    steps = ("KOKORO_TEST_DEVICE=cuda", "bench.bench_model --engine torch", "bench.bench_load")
+    for step in (*steps, 'tests.support.kokoro_checkpoint "$dir" --full'):
         assert step in text

@@ -24,7 +24,12 @@ from model_server.config import Settings
 from model_server.engines.base import CancelToken
 from model_server.engines.kmodel import TorchEngine, TorchOptions, torch_version_ok
 from model_server.errors import ModelUnavailable, SynthesisCancelled
-from tests.support.kokoro_checkpoint import SAMPLES_PER_FRAME, VOICE, write_checkpoint
+from tests.support.kokoro_checkpoint import (
+    SAMPLES_PER_FRAME,
+    VOICE,
+    full_config,
+    write_checkpoint,
+)
 from tests.support.model_server_client import read_until_terminal, synth
 from tests.support.servers import RunningServer, serve
 
@@ -294,3 +299,39 @@ def test_a_legacy_format_checkpoint_loads(checkpoint_dir: Path, tmp_path: Path) 
     torch.save(state, path, _use_new_zipfile_serialization=False)  # cannot be memory-mapped
     engine = TorchEngine(TorchOptions(model_dir=directory, device=DEVICE))
     assert _infer(engine).size % SAMPLES_PER_FRAME == 0
+
+
+def test_a_checkpoint_of_fixed_durations_gives_them_to_every_token(tmp_path: Path) -> None:
+    """`frames_per_token` (scripts/gpu-check's random weights): the audio's length is known."""
+    write_checkpoint(tmp_path, frames_per_token=2)
+    fixed = TorchEngine(TorchOptions(model_dir=tmp_path, device=DEVICE))
+    timed = fixed.infer_timed(HELLO, VOICE, 1.0, CancelToken())
+    assert timed.durations.tolist() == [2] * (len(HELLO) + 2)
+    assert timed.audio.size == 2 * (len(HELLO) + 2) * SAMPLES_PER_FRAME
+    with pytest.raises(ValueError, match=r"frames_per_token must be 1\.\.8"):
+        write_checkpoint(tmp_path / "bad", frames_per_token=9)
+
+
+def test_the_full_config_has_every_shape_of_the_registry_model(tmp_path: Path) -> None:
+    """`full_config()` is Kokoro-82M: 81.8 M parameters, and each weight the registry's int8
+    model carries (named after the module it came from) has the same shape here."""
+    import onnx
+    from kokoro import KModel
+
+    from model_server.engines.weights import assemble_model, default_cache_dir
+
+    empty = tmp_path / "empty.pt"
+    torch.save({}, empty)  # random init
+    model = KModel(repo_id="hexgrad/Kokoro-82M", config=full_config(), model=str(empty))
+    assert sum(p.numel() for p in model.parameters()) == 81_810_022
+    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    graph = onnx.load(str(assemble_model(default_cache_dir())), load_external_data=False).graph
+    matched = 0
+    for tensor in graph.initializer:
+        name = tensor.name.removesuffix("_quantized")
+        for prefix in ("encoder.", "decoder."):
+            key = name.removeprefix(prefix)
+            if name.startswith(prefix) and key in shapes:
+                matched += 1
+                assert tuple(tensor.dims) in (shapes[key], shapes[key][::-1]), key
+    assert matched >= 300
