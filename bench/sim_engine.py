@@ -26,9 +26,7 @@ import uvicorn
 from model_server.app import create_app
 from model_server.config import Settings
 from model_server.engines.base import CancelToken, FloatAudio, Timed
-
-FRAMES_PER_PHONEME = 3
-FRAME_SAMPLES = 600
+from tests.support.kokoro_checkpoint import REAL_FRAMES_PER_TOKEN, SAMPLES_PER_FRAME
 
 
 class SimulatedGpu:
@@ -61,10 +59,10 @@ class SimulatedGpu:
         finally:
             with self._lock:
                 self._running -= 1
-        frames = np.array([0, *([FRAMES_PER_PHONEME] * len(phonemes)), 0], np.int64)
-        samples = int(frames.sum()) * FRAME_SAMPLES
+        frames = np.array([0, *([REAL_FRAMES_PER_TOKEN] * len(phonemes)), 0], np.int64)
+        samples = int(frames.sum()) * SAMPLES_PER_FRAME
         audio = (0.3 * np.sin(np.arange(samples) * 2 * np.pi * 220 / 24_000)).astype(np.float32)
-        return Timed(audio, frames, FRAME_SAMPLES)
+        return Timed(audio, frames, SAMPLES_PER_FRAME)
 
 
 def main() -> None:
