@@ -25,9 +25,9 @@ import httpx
 import orjson
 from websockets.asyncio.client import connect
 
-from gateway.chunk_plan import ChunkPlan, PlanConfig
+from gateway.reply.chunk_plan import ChunkPlan, PlanConfig
 from gateway.sources.echo import tokens
-from gateway.sse import SSEDecoder
+from gateway.sources.sse import SSEDecoder
 
 ANSWER = (
     "Sure, I can help you with that right away. Your order shipped yesterday from our "

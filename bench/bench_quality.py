@@ -43,7 +43,7 @@ import orjson
 
 from bench.bench_gateway import FIRST_MS, TPS
 from bench.bench_load import stack
-from gateway.sse import SSEDecoder
+from gateway.sources.sse import SSEDecoder
 from kokoro_contract.formats import FORMATS
 from quality import corpus, judges
 from quality.baseline import Baseline

@@ -18,7 +18,7 @@ import httpx
 import orjson
 
 from bench.bench_gateway import ANSWER, FIRST_MS, TPS
-from gateway.sse import SSEDecoder
+from gateway.sources.sse import SSEDecoder
 from scripts.dev import stop, wait_ready
 from tests.support.servers import free_port
 

@@ -11,8 +11,8 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.staticfiles import StaticFiles
 
-from gateway.access import LOCAL_ORIGIN, LOOPBACK_HOSTS, AccessPolicy, is_loopback
-from gateway.access_middleware import AccessMiddleware
+from gateway.access.middleware import AccessMiddleware
+from gateway.access.policy import LOCAL_ORIGIN, LOOPBACK_HOSTS, AccessPolicy, is_loopback
 from gateway.config import Settings
 from gateway.routes import health, openai_speech, pages, speak_sse, speak_ws, tokens
 from gateway.service import GatewayService

@@ -25,7 +25,7 @@ def server_options(settings: Settings) -> dict[str, Any]:
     return {
         "ws": "websockets-sansio",
         "ws_max_size": settings.max_message_bytes,  # larger messages: closed with 1009
-        "access_log": False,  # `gateway.access` logs requests without query strings
+        "access_log": False,  # `gateway.access.policy` logs requests without query strings
         "log_level": settings.log_level,
     }
 

@@ -38,26 +38,57 @@ def is_retryable(exc: BaseException) -> bool:
     return isinstance(exc, ServiceError) and exc.retryable
 
 
+@dataclass
+class RetryBudget:
+    """One reply's tries at one edge: how many are left, until when the next may start (the
+    reply's first-audio deadline, on the running loop's clock) and whether anything was said
+    (then none). Every retry path asks it: `retrying`, the resuming TTS stream, its batch call
+    and the pool's failover, so none re-derives attempts, lateness or "already started"."""
+
+    policy: RetryPolicy
+    deadline: float | None = None
+    on_retry: OnRetry | None = None
+    failures: int = 0
+    started: bool = False  # text shown or audio played: nothing may be retried now
+
+    def retry_after(
+        self, exc: BaseException, retryable: Callable[[BaseException], bool] = is_retryable
+    ) -> float | None:
+        """Counts the failure `exc`; the wait before the next try, or None when the caller
+        must fail with `exc` now (it is final, something was said, no tries or time left)."""
+        self.failures += 1
+        if self.started or not retryable(exc) or self.failures >= self.policy.attempts:
+            return None
+        wait = self.policy.delay(self.failures)
+        if self.deadline is not None and asyncio.get_running_loop().time() + wait >= self.deadline:
+            return None
+        if self.on_retry is not None:
+            self.on_retry(exc, wait)
+        return wait
+
+    def may_fail_over(self, exc: BaseException) -> bool:
+        """Whether another server may take over at once after `exc` (unreachable before
+        anything was said): no wait, no try counted, since nothing reached the listener."""
+        return not self.started and isinstance(exc, ServiceError)
+
+
 async def retrying[T](
     attempt: Callable[[], Awaitable[T]],
-    policy: RetryPolicy,
+    policy: RetryPolicy | RetryBudget,
     *,
     deadline: float | None = None,
     retryable: Callable[[BaseException], bool] = is_retryable,
     on_retry: OnRetry | None = None,
 ) -> T:
     """`attempt()` until it succeeds, fails for good, runs out of tries, or the next try could
-    not start before `deadline` (the running loop's clock); the last error is raised."""
-    loop = asyncio.get_running_loop()
-    for n in range(1, policy.attempts + 1):
+    not start before `deadline` (the running loop's clock); the last error is raised. A
+    `RetryBudget` given instead of a policy is shared with the caller's other tries."""
+    budget = policy if isinstance(policy, RetryBudget) else RetryBudget(policy, deadline, on_retry)
+    while True:
         try:
             return await attempt()
         except Exception as exc:
-            wait = policy.delay(n)
-            late = deadline is not None and loop.time() + wait >= deadline
-            if n == policy.attempts or late or not retryable(exc):
+            wait = budget.retry_after(exc, retryable)
+            if wait is None:
                 raise
-            if on_retry is not None:
-                on_retry(exc, wait)
             await asyncio.sleep(wait)
-    raise AssertionError("unreachable")

@@ -8,10 +8,10 @@ import re
 import orjson
 import pytest
 
-from gateway.access import AccessPolicy, Denial, RequestFacts, host_name, is_loopback
-from gateway.auth import AuthError, Client, KeyRing, bearer
+from gateway.access.keys import AuthError, Client, KeyRing, bearer
+from gateway.access.policy import AccessPolicy, Denial, RequestFacts, host_name, is_loopback
+from gateway.access.quotas import PerMinute, RateLimited, Sessions, TooManySessions
 from gateway.errors import Overloaded
-from gateway.quotas import PerMinute, RateLimited, Sessions, TooManySessions
 
 KEY = "k" * 24
 OTHER = "o" * 24

@@ -1,4 +1,4 @@
-"""Admission control and routing (`gateway.admission`), pure: published loads in, the chosen
+"""Admission control and routing (`gateway.routing.admission`), pure: published loads in, the chosen
 model server or a refusal out."""
 
 from __future__ import annotations
@@ -7,7 +7,14 @@ import dataclasses
 
 import pytest
 
-from gateway.admission import FIRST_CHUNK_PHONEMES, Candidate, LoadReport, Refusal, choose, refusal
+from gateway.routing.admission import (
+    FIRST_CHUNK_PHONEMES,
+    Candidate,
+    LoadReport,
+    Refusal,
+    choose,
+    refusal,
+)
 
 
 def load(

@@ -1,12 +1,12 @@
-"""The playback-aware chunk plan (`gateway.chunk_plan`) and the chunker's first cut: literal
+"""The playback-aware chunk plan (`gateway.reply.chunk_plan`) and the chunker's first cut: literal
 texts and timelines in, cuts and deadlines out. No clock, no server."""
 
 from __future__ import annotations
 
 import pytest
 
-from gateway.chunk_plan import Chunk, ChunkPlan, PlanConfig, SpeechRate
-from gateway.chunker import ChunkerConfig, IncrementalSentenceChunker
+from gateway.reply.chunk_plan import Chunk, ChunkPlan, PlanConfig, SpeechRate
+from gateway.reply.chunker import ChunkerConfig, IncrementalSentenceChunker
 from gateway.sources.echo import tokens
 from kokoro_contract.speed import SpeedModel
 
@@ -222,6 +222,7 @@ def test_each_chunk_fits_before_its_deadline() -> None:
     sent = paced(plan_of(config, speed), ANSWER)
     busy = 0.0
     for when, chunk in sent[1:]:
+        assert chunk.deadline_ms is not None
         start = max(when, busy)
         busy = start + speed.estimate(len(chunk.text))
         assert busy + config.margin_s <= when + chunk.deadline_ms / 1000 + 1e-9

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.chunker import ChunkerConfig, IncrementalSentenceChunker
+from gateway.reply.chunker import ChunkerConfig, IncrementalSentenceChunker
 
 
 def one_shot(text: str, config: ChunkerConfig | None = None) -> list[str]:

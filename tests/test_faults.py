@@ -21,7 +21,7 @@ from websockets.exceptions import ConnectionClosed
 
 from gateway.app import create_app as create_gateway
 from gateway.config import Settings as GatewaySettings
-from gateway.sse import SSEDecoder, SSEEvent
+from gateway.sources.sse import SSEDecoder, SSEEvent
 from kokoro_contract import protocol
 from tests.support.fakes import FakeEngine
 from tests.support.gateway_client import metric, sse_get

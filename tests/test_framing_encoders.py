@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.encoders import create_encoder
-from gateway.framing import Mp4FragmentSplitter, WebmClusterSplitter
+from gateway.encoders.framing import Mp4FragmentSplitter, WebmClusterSplitter
 from kokoro_contract import formats
 from kokoro_contract.formats import FORMATS
 from tests.support.codec_checks import mp3_frame_length, mp4_boxes, split_mp3_frames

@@ -28,7 +28,7 @@ from websockets.sync.client import ClientConnection, connect
 
 from gateway.app import create_app as create_gateway
 from gateway.config import Settings as GatewaySettings
-from gateway.speak_protocol import Cancel, Invalid, Speak, parse_client_message
+from gateway.speak_ws.protocol import Cancel, Invalid, Speak, parse_client_message
 from model_server.drain import wait_drained
 from tests.support.servers import RunningServer, serve
 

@@ -10,7 +10,7 @@ import pytest
 from openai import AsyncOpenAI
 from websockets.asyncio.client import connect
 
-from gateway.sse import SSEDecoder
+from gateway.sources.sse import SSEDecoder
 from tests.support.codec_checks import mp4_boxes, split_mp3_frames
 from tests.support.gateway_client import decode_seconds, split_audio_frame, sse_get, sse_post
 from tests.support.servers import RunningServer

@@ -13,7 +13,7 @@ from websockets.exceptions import InvalidStatus
 
 from gateway.app import create_app as create_gateway
 from gateway.config import Settings as GatewaySettings
-from gateway.sse import SSEDecoder
+from gateway.sources.sse import SSEDecoder
 from model_server.drain import wait_drained
 from tests.support.fakes import FakeEngine
 from tests.support.gateway_client import metric, split_audio_frame, sse_get, sse_post

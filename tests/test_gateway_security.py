@@ -322,7 +322,7 @@ async def test_client_text_past_the_limit_is_refused_and_the_rest_is_spoken(
 
 
 def test_the_chunker_cuts_text_without_spaces() -> None:
-    from gateway.chunker import IncrementalSentenceChunker
+    from gateway.reply.chunker import IncrementalSentenceChunker
 
     chunker = IncrementalSentenceChunker()
     chunks = chunker.push("a" * 700) + chunker.flush()
@@ -555,7 +555,7 @@ async def test_an_abandoned_reply_leaves_nothing_behind(
 async def test_access_logs_carry_no_query_or_body(
     gateway_on_fake: RunningServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="gateway.access")
+    caplog.set_level(logging.INFO, logger="gateway.access.policy")
     secret = "my card number is 4242"
     async with httpx.AsyncClient(base_url=gateway_on_fake.http_url, timeout=15) as http:
         async with http.stream("GET", "/v1/speak/sse", params={**HI, "text": secret}) as r:
@@ -570,7 +570,7 @@ async def test_access_logs_carry_no_query_or_body(
 
 
 def access_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "gateway.access"]
+    return [r.getMessage() for r in caplog.records if r.name == "gateway.access.policy"]
 
 
 async def test_metrics_and_details_only_on_the_internal_listener(

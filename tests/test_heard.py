@@ -1,5 +1,5 @@
-"""What a listener heard before a barge-in (`gateway.heard`), and word timings across a reply's
-chunks (`FramedTTSStream`), pure."""
+"""What a listener heard before a barge-in (`gateway.reply.heard`), and word timings across a
+reply's chunks (`FramedTTSStream`), pure."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from gateway.heard import heard_text, heard_words
+from gateway.reply.heard import heard_text, heard_words
 from gateway.transports.base import TimedWords
 from gateway.transports.framed_stream import FramedTTSStream
 from kokoro_contract import protocol

@@ -6,11 +6,11 @@ import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator
 
-from gateway.chunk_plan import ChunkPlan, PlanConfig, SpeechRate
 from gateway.encoders import create_encoder
-from gateway.events import AgentEnd, AudioChunk, ErrorEvent, Event, TextDelta
 from gateway.params import Mode
-from gateway.pipeline import Reply, ReplySpec
+from gateway.reply.chunk_plan import ChunkPlan, PlanConfig, SpeechRate
+from gateway.reply.events import AgentEnd, AudioChunk, ErrorEvent, Event, TextDelta
+from gateway.reply.pipeline import Reply, ReplySpec
 from gateway.transports.base import OnComplete
 from kokoro_contract.formats import FORMATS
 from kokoro_contract.speed import SpeedModel
@@ -206,8 +206,7 @@ async def test_the_first_audio_waits_until_the_chunk_after_it_is_ready_in_time()
     # so the first audio is held (up to an hour here) until the second is there
     config = PlanConfig(first_hold_s=3600.0)
 
-    def plan() -> ChunkPlan:
-        return ChunkPlan(config, SpeedModel(prior_a=5.0, prior_b=0.0), SpeechRate())
+    plan = ChunkPlan(config, SpeedModel(prior_a=5.0, prior_b=0.0), SpeechRate())
 
     source = GatedSource(["Sure, I can help you with that right away."], [])
     source.gate.set()
@@ -221,7 +220,10 @@ async def test_the_first_audio_waits_until_the_chunk_after_it_is_ready_in_time()
     assert stream is not None
     assert stream.sent == ["Sure, I can help you"]  # the next waits for the engine (5 s)
     stream.gates[0].set()  # the first chunk is done, sooner: the next goes at once
-    await until(lambda: len(stream.sent) == 2 and stream.waiting.is_set() and _drained(reply))
+    held = len(PCM_PER_CHUNK)  # the first chunk's audio, taken from the stream and held
+    await until(
+        lambda: len(stream.sent) == 2 and stream.waiting.is_set() and reply.held_bytes == held
+    )
     assert stream.sent == ["Sure, I can help you", "with that right away."]
     assert not any(isinstance(e, AudioChunk) for e in drain(out))  # its audio is held
     stream.gates[1].set()  # the second is ready: both play, the first first
@@ -229,8 +231,3 @@ async def test_the_first_audio_waits_until_the_chunk_after_it_is_ready_in_time()
     audio = [e for e in drain(out) if isinstance(e, AudioChunk)]
     assert b"".join(e.data for e in audio) == PCM_PER_CHUNK * 2
     assert reply.metrics.pcm_bytes == 2 * len(PCM_PER_CHUNK)
-
-
-def _drained(reply: Reply) -> bool:
-    """The reply has taken every audio piece the stream gave it."""
-    return reply._pieces is not None and reply._pieces.empty()

@@ -14,11 +14,11 @@ import orjson
 import pytest
 from websockets.asyncio.client import connect
 
-from gateway.admission import Refusal
 from gateway.app import create_app as create_gateway
-from gateway.chunk_plan import ChunkPlan
 from gateway.config import Settings as GatewaySettings
-from gateway.transports import pool
+from gateway.reply.chunk_plan import ChunkPlan
+from gateway.routing import pool
+from gateway.routing.admission import Refusal
 from kokoro_contract import protocol
 from model_server.app import create_app
 from tests.conftest import FAKE_SETTINGS
@@ -158,10 +158,20 @@ async def test_a_reply_fails_over_from_a_stopped_model_server(
             assert isinstance(await servers.pick(3.0), pool.Upstream)  # both are up now
             chosen = next(u for u in servers.upstreams if u.url == doomed.http_url)
         # the doomed server has stopped after it was chosen: the reply goes to the other one
-        async with servers.transport_for(chosen).open(None, 1.0) as tts:
+        transport = servers.transport_for(chosen)
+        plan = ChunkPlan()
+        transport.track(plan)
+        assert (chosen.replies, chosen.plans) == (1, [plan])
+        async with transport.open(None, 1.0) as tts:
+            # and counts there, once, with its plan: admission there sees it, here nothing
+            other = transport.upstream
+            assert other.url == fake_server.http_url
+            assert (chosen.replies, chosen.plans, other.replies, other.plans) == (0, [], 1, [plan])
             await tts.send("After the stop.")
             await tts.end_input()
             pcm = b"".join([chunk async for chunk in tts.audio() if isinstance(chunk, bytes)])
+        transport.release()
+        assert (chosen.replies, other.replies, other.plans, other.starting_now()) == (0, 0, [], 0)
         await servers.aclose()
     assert len(pcm) > 0
     assert fake_engine.calls == ["After the stop."]
@@ -236,7 +246,7 @@ async def test_asks_wait_their_turn_for_spare_time_rather_than_being_refused(
     async with model_servers(own_fake_server.http_url) as servers:
         running = await servers.admit(budget_s=3.0, wait_s=30.0)
         assert isinstance(running, pool.PooledTransport)
-        upstream = running.first
+        upstream = running.upstream
         # admitted, no plan yet: starting, with a typical reply's work ahead of it
         assert (upstream.spare(0.0), upstream.starting_now()) == ((), 1)
         running.track(ChunkPlan())  # asked, nothing sent yet: still starting
@@ -251,7 +261,7 @@ async def test_asks_wait_their_turn_for_spare_time_rather_than_being_refused(
         running.release()  # it ended: the first to ask takes its place, the second waits on
         taken = await first
         assert isinstance(taken, pool.PooledTransport)
-        assert taken.first is upstream
+        assert taken.upstream is upstream
         assert upstream.replies == 1
         await until(lambda: servers._turn.locked())  # the second looked again, and waits
         assert not second.done()
@@ -261,7 +271,7 @@ async def test_asks_wait_their_turn_for_spare_time_rather_than_being_refused(
         taken.release()
         then = await second
         assert isinstance(then, pool.PooledTransport)
-        assert then.first is upstream
+        assert then.upstream is upstream
         assert servers.waiting == 0
         assert upstream.replies == 1
         then.release()
@@ -281,7 +291,7 @@ async def test_an_ask_that_waits_too_long_or_leaves_reserves_nothing(
         assert refused.deferrable
         assert refused.reason.startswith("replies in progress would fall behind")
         assert servers.waiting == 0
-        assert running.first.replies == 1
+        assert running.upstream.replies == 1
 
         left = asyncio.create_task(servers.admit(budget_s=3.0, wait_s=30.0))
         await until(lambda: servers.waiting == 1)
@@ -289,7 +299,7 @@ async def test_an_ask_that_waits_too_long_or_leaves_reserves_nothing(
         with pytest.raises(asyncio.CancelledError):
             await left
         assert servers.waiting == 0
-        assert running.first.replies == 1
+        assert running.upstream.replies == 1
         running.release()
 
     # no server answers at all: nothing to wait for

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from gateway.errors import TTSError
-from gateway.retry import RetryPolicy, retrying
+from gateway.retry import RetryBudget, RetryPolicy, retrying
 from gateway.transports.base import OnComplete, Piece
 from gateway.transports.resuming import ResumingTransport
 
@@ -148,9 +148,8 @@ async def speak(transport: ScriptedTransport, chunks: list[str], deadline_s: flo
     """What a reply does with its TTS: send every chunk, then read all the audio."""
     retries: list[BaseException] = []
     deadline = asyncio.get_running_loop().time() + deadline_s
-    resuming = ResumingTransport(
-        transport, transport, FAST, deadline, lambda exc, _: retries.append(exc)
-    )
+    budget = RetryBudget(FAST, deadline, lambda exc, _: retries.append(exc))
+    resuming = ResumingTransport(transport, transport, budget)
     async with resuming.open(None, 1.0) as tts:
 
         async def send_all() -> None:
@@ -217,12 +216,12 @@ async def test_final_errors_and_spent_budgets_are_not_retried() -> None:
 
 async def test_a_batch_call_is_made_again_only_before_its_audio() -> None:
     transport = ScriptedTransport(Attempt(fail=TTSError("throttled", retryable=True)), Attempt())
-    resuming = ResumingTransport(transport, transport, FAST, None)
+    resuming = ResumingTransport(transport, transport, RetryBudget(FAST))
     assert await collect(resuming.synthesize("Hi.", None, 1.0)) == b"Hi."
     assert len(transport.opened) == 2
     late = Attempt(fail=TTSError("stream error", retryable=True), audio_frames=1)
     transport = ScriptedTransport(late, Attempt())
-    resuming = ResumingTransport(transport, transport, FAST, None)
+    resuming = ResumingTransport(transport, transport, RetryBudget(FAST))
     with pytest.raises(TTSError, match="stream error"):
         await collect(resuming.synthesize("Hi.", None, 1.0))
     assert len(transport.opened) == 1

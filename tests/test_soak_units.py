@@ -142,7 +142,7 @@ def test_log_problems() -> None:
     log = "\n".join(
         [
             "model-server: listening on http://127.0.0.1:8080",
-            "2026-11-30 13:01:03,336 WARNING gateway.pipeline: request ended early",
+            "2026-11-30 13:01:03,336 WARNING gateway.reply.pipeline: request ended early",
             "2026-11-30 13:01:03,336 ERROR asyncio: Future exception was never retrieved",
             "Traceback (most recent call last):",
             '  File "x.py", line 1, in <module>',

@@ -1,5 +1,5 @@
-"""The gateway's speak WebSocket: its wire format (`gateway.speak_protocol`) and its rules
-(`gateway.speak_session`), with literal messages and no server: busy, no open utterance,
+"""The gateway's speak WebSocket: its wire format (`gateway.speak_ws.protocol`) and its rules
+(`gateway.speak_ws.session`), with literal messages and no server: busy, no open utterance,
 client-streamed text, cancel, history, close."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import orjson
 import pytest
 
 from gateway.errors import BadRequest
-from gateway.events import AgentStart
 from gateway.params import Mode
-from gateway.speak_protocol import (
+from gateway.reply.events import AgentStart
+from gateway.speak_ws.protocol import (
     Cancel,
     Close,
     Flush,
@@ -23,7 +23,7 @@ from gateway.speak_protocol import (
     event_frame,
     parse_client_message,
 )
-from gateway.speak_session import (
+from gateway.speak_ws.session import (
     Action,
     CancelUtterance,
     CloseConnection,

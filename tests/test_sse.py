@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sse_starlette import ServerSentEvent
 
-from gateway.sse import SSEDecoder, SSEEvent
+from gateway.sources.sse import SSEDecoder, SSEEvent
 
 STREAM = (
     b": keep-alive\n\n"

@@ -15,8 +15,8 @@ import orjson
 from websockets.asyncio.client import ClientConnection, connect
 
 from gateway.app import create_app as create_gateway
-from gateway.speak_session import INTERRUPTED
-from gateway.sse import SSEDecoder
+from gateway.sources.sse import SSEDecoder
+from gateway.speak_ws.session import INTERRUPTED
 from tests.support.gateway_client import sse_get
 from tests.support.openai_stub import create_stub, llm_gateway_settings
 from tests.support.servers import RunningServer, serve

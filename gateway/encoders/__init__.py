@@ -3,7 +3,7 @@
 What to build for a format is read from its entry in `kokoro_contract.formats`: PCM and WAV
 pass the samples through; a codec without a container (MP3) yields its packets, which are whole
 frames; a codec in a container goes through PyAV's muxer, cut into whole units (fMP4
-fragments, WebM clusters) by `gateway.framing`."""
+fragments, WebM clusters) by `gateway.encoders.framing`."""
 
 from __future__ import annotations
 

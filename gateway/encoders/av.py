@@ -14,7 +14,7 @@ import av
 import numpy as np
 
 from gateway.encoders.base import EncoderError, PcmAligner
-from gateway.framing import Mp4FragmentSplitter, WebmClusterSplitter
+from gateway.encoders.framing import Mp4FragmentSplitter, WebmClusterSplitter
 from kokoro_contract.audio import SAMPLE_RATE
 from kokoro_contract.formats import AudioFormat
 

@@ -21,7 +21,7 @@ async def healthz() -> JSONResponse:
 
 @router.get("/readyz")
 async def readyz(request: Request) -> JSONResponse:
-    ready, _ = await service_of(request).tts_ready()
+    ready, _ = await service_of(request).runtime.tts_ready()
     return JSONResponse({"status": "ready" if ready else "not_ready"}, 200 if ready else 503)
 
 
@@ -31,7 +31,7 @@ internal.add_api_route("/healthz", healthz, methods=["GET"])
 @internal.get("/readyz")
 async def readyz_detail(request: Request) -> JSONResponse:
     service = service_of(request)
-    ready, tts = await service.tts_ready()
+    ready, tts = await service.runtime.tts_ready()
     if ready:
         return JSONResponse({"status": "ready", "tts": tts})
     return JSONResponse({"status": "not_ready", "tts": tts}, status_code=503)

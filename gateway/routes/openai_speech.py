@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -13,9 +14,9 @@ from fastapi import APIRouter, Request, Response
 from sse_starlette import ServerSentEvent
 
 from gateway import openapi
-from gateway.access_middleware import client_of
-from gateway.events import AgentEnd, AudioChunk, ErrorEvent, Event
+from gateway.access.middleware import client_of
 from gateway.params import Mode, OpenAISpeechParams, SpeakParams, parse
+from gateway.reply.events import AgentEnd, AudioChunk, ErrorEvent, Event
 from gateway.routes.common import json_body, service_of
 from gateway.routes.responses import ReplyEventSource, TimedStreamingResponse
 
@@ -38,46 +39,48 @@ async def speech(request: Request) -> Response:
     # OpenAI's voice names speak with the default voice; any model-server voice by its name
     voice = None if params.voice in OPENAI_VOICES else params.voice
     speak = SpeakParams(text=params.input, mode=Mode.BIDI, voice=voice, speed=params.speed)
-    source = service.source_for(speak)
+    source = service.replies.source_for(speak)
     assert source is not None
-    client = client_of(request.scope)
-    lease = service.open_session(client)  # 503 overloaded / 429 before anything is streamed
-    try:
-        transports = await service.admit(client, prompt=False)
-    except BaseException:
-        lease.release()
-        raise
-    queue: asyncio.Queue[Event | None] = asyncio.Queue(service.settings.queue_size)
     fmt = params.audio_format
-    reply = service.reply(
-        speak, source, queue, audio_format=fmt, transports=transports, client=client, lease=lease
-    )
     timeout = service.settings.send_timeout_s
+    async with contextlib.AsyncExitStack() as stack:
+        # 503 overloaded / 429 before anything is streamed, holding nothing
+        admitted = await stack.enter_async_context(
+            service.gate.start(client_of(request.scope), prompt=False)
+        )
+        queue: asyncio.Queue[Event | None] = asyncio.Queue(service.settings.queue_size)
+        reply = service.replies.build(speak, source, queue, admitted, audio_format=fmt)
 
-    if params.stream_format == "sse":
-        words = len(params.input.split())
+        if params.stream_format == "sse":
+            words = len(params.input.split())
 
-        async def sse() -> AsyncIterator[ServerSentEvent]:
-            async with service.running(reply, "openai"):
+            async def sse() -> AsyncIterator[ServerSentEvent]:
+                async with service.replies.running(reply, "openai"):
+                    while (event := await queue.get()) is not None:
+                        if isinstance(event, AudioChunk):
+                            audio = base64.b64encode(event.data).decode()
+                            yield _sse({"type": "speech.audio.delta", "audio": audio})
+                        elif isinstance(event, ErrorEvent):
+                            error = {"code": event.code, "message": event.message}
+                            yield _sse({"type": "error", "error": error})
+                        elif isinstance(event, AgentEnd):
+                            usage = {
+                                "input_tokens": words,
+                                "output_tokens": 0,
+                                "total_tokens": words,
+                            }
+                            yield _sse({"type": "speech.audio.done", "usage": usage})
+
+            return ReplyEventSource(sse(), ping=0, send_timeout=timeout, closing=stack.pop_all())
+
+        async def audio() -> AsyncIterator[bytes]:
+            async with service.replies.running(reply, "openai"):
                 while (event := await queue.get()) is not None:
                     if isinstance(event, AudioChunk):
-                        audio = base64.b64encode(event.data).decode()
-                        yield _sse({"type": "speech.audio.delta", "audio": audio})
-                    elif isinstance(event, ErrorEvent):
-                        error = {"code": event.code, "message": event.message}
-                        yield _sse({"type": "error", "error": error})
-                    elif isinstance(event, AgentEnd):
-                        usage = {"input_tokens": words, "output_tokens": 0, "total_tokens": words}
-                        yield _sse({"type": "speech.audio.done", "usage": usage})
+                        yield event.data
+                    elif isinstance(event, ErrorEvent):  # headers are sent: end the stream short
+                        log.warning("speech %s ended early: %s", reply.spec.utterance_id, event)
 
-        return ReplyEventSource(sse(), ping=0, send_timeout=timeout)
-
-    async def audio() -> AsyncIterator[bytes]:
-        async with service.running(reply, "openai"):
-            while (event := await queue.get()) is not None:
-                if isinstance(event, AudioChunk):
-                    yield event.data
-                elif isinstance(event, ErrorEvent):  # headers are sent: end the stream short
-                    log.warning("speech %s ended early: %s", reply.spec.utterance_id, event)
-
-    return TimedStreamingResponse(audio(), media_type=fmt.mime, send_timeout=timeout)
+        return TimedStreamingResponse(
+            audio(), media_type=fmt.mime, send_timeout=timeout, closing=stack.pop_all()
+        )

@@ -22,4 +22,4 @@ async def index() -> FileResponse:
 @router.get("/v1/voices", responses=openapi.VOICES)
 async def voices(request: Request) -> JSONResponse:
     """The model server's voices, for pickers."""
-    return JSONResponse(await service_of(request).voices())
+    return JSONResponse(await service_of(request).runtime.voices())

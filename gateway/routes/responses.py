@@ -1,6 +1,10 @@
 """Streamed responses that drop a client which stops reading: each send must be taken within
 `--send-timeout-s`, or the response ends (its generator closes, which cancels the reply and
-its upstreams), so a stalled client costs a bounded buffer, never a whole reply in memory."""
+its upstreams), so a stalled client costs a bounded buffer, never a whole reply in memory.
+
+Each holds the reply's place (`closing`: the `Gate.start` it was admitted in) and gives it back
+when the response ends, however it ends: streamed to the end, the client gone, or the client
+gone before the body was even started (its generator then never runs)."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Iterator
+from typing import Any
 
 from sse_starlette import EventSourceResponse
 from sse_starlette.sse import SendTimeoutError
@@ -37,15 +42,29 @@ def _dropping_stalled(what: str, timeout: float | None) -> Iterator[None]:
 class ReplyEventSource(EventSourceResponse):
     """`EventSourceResponse` that ends quietly (one log line) when its send times out."""
 
+    def __init__(
+        self, *args: Any, closing: contextlib.AsyncExitStack | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.closing = closing or contextlib.AsyncExitStack()
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        with _dropping_stalled("event", self.send_timeout):
-            await super().__call__(scope, receive, send)
+        async with self.closing:
+            with _dropping_stalled("event", self.send_timeout):
+                await super().__call__(scope, receive, send)
 
 
 class TimedStreamingResponse(StreamingResponse):
-    def __init__(self, *args: object, send_timeout: float, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    def __init__(
+        self,
+        *args: Any,
+        send_timeout: float,
+        closing: contextlib.AsyncExitStack | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
         self.send_timeout = send_timeout
+        self.closing = closing or contextlib.AsyncExitStack()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         async def timed(message: Message) -> None:
@@ -55,5 +74,6 @@ class TimedStreamingResponse(StreamingResponse):
             except TimeoutError as exc:
                 raise SendTimeoutError() from exc
 
-        with _dropping_stalled("audio", self.send_timeout):
-            await super().__call__(scope, receive, timed)
+        async with self.closing:
+            with _dropping_stalled("audio", self.send_timeout):
+                await super().__call__(scope, receive, timed)

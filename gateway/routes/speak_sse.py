@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,14 +15,15 @@ from fastapi.responses import JSONResponse
 from sse_starlette import ServerSentEvent
 
 from gateway import openapi
-from gateway.access_middleware import client_of
+from gateway.access.middleware import client_of
 from gateway.aio import cancel_and_wait
 from gateway.errors import BadRequest, GatewayError
-from gateway.events import AudioChunk, Cancelled, Event, payload
 from gateway.params import CancelParams, SpeakParams, parse
+from gateway.reply.events import AudioChunk, Cancelled, Event, payload
 from gateway.routes.common import json_body, service_of
 from gateway.routes.responses import ReplyEventSource
-from gateway.service import LiveReply
+from gateway.service.gate import LiveReply
+from gateway.speak_ws.session import new_utterance_id
 
 router = APIRouter()
 
@@ -38,31 +40,23 @@ async def _speak(request: Request, params: SpeakParams) -> Response:
     if request.headers.get("last-event-id"):
         # EventSource reconnects even after a clean end; a reply is never replayed
         return Response(status_code=204)
-    source = service.source_for(params)
+    source = service.replies.source_for(params)
     if source is None:
         raise BadRequest("give 'text' or 'prompt'", code="missing_text")
-    client = client_of(request.scope)
-    lease = service.open_session(client)  # 503 overloaded / 429 before anything is streamed
-    try:
-        transports = await service.admit(client, params.prompt is not None)
-    except BaseException:
-        lease.release()
-        raise
-    queue: asyncio.Queue[Event | None] = asyncio.Queue(service.settings.queue_size)
-    reply = service.reply(params, source, queue, transports=transports, client=client, lease=lease)
-    uid = reply.spec.utterance_id
+    uid = params.utterance_id or new_utterance_id()
+    prompt = params.prompt is not None
+    async with contextlib.AsyncExitStack() as stack:
+        # 503 overloaded / 429 / 400 busy before anything is streamed, holding nothing
+        admitted = await stack.enter_async_context(
+            service.gate.start(client_of(request.scope), prompt=prompt, cancellable=uid)
+        )
+        queue: asyncio.Queue[Event | None] = asyncio.Queue(service.settings.queue_size)
+        reply = service.replies.build(params, source, queue, admitted, utterance_id=uid)
+        live = admitted.live
+        assert live is not None
 
-    key = (client.name, uid)
-    if key in service.live:
-        lease.release()
-        raise BadRequest(f"utterance {uid!r} is already playing", code="busy")
-    live = LiveReply(reply)
-
-    async def events() -> AsyncIterator[ServerSentEvent]:
-        # registered only once it streams: a reply whose client left before holds nothing
-        service.live[key] = live
-        try:
-            async with service.running(reply, "sse") as task:
+        async def events() -> AsyncIterator[ServerSentEvent]:
+            async with service.replies.running(reply, "sse") as task:
                 n = 0
                 while (event := await next_event(queue, live)) is not None:
                     yield sse_event(event, uid, n)
@@ -74,15 +68,12 @@ async def _speak(request: Request, params: SpeakParams) -> Response:
                     live.heard.set_result(heard)
                     service.metrics.cancels.inc()
                     yield sse_event(Cancelled(uid, played, heard), uid, n)
-        finally:
-            if service.live.get(key) is live:
-                del service.live[key]
-            if not live.heard.done():
-                live.heard.set_result(None)
 
-    headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no", "X-Utterance-Id": uid}
-    timeout = service.settings.send_timeout_s
-    return ReplyEventSource(events(), headers=headers, ping=0, send_timeout=timeout)
+        headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no", "X-Utterance-Id": uid}
+        timeout = service.settings.send_timeout_s
+        return ReplyEventSource(
+            events(), headers=headers, ping=0, send_timeout=timeout, closing=stack.pop_all()
+        )
 
 
 async def next_event(queue: asyncio.Queue[Event | None], live: LiveReply) -> Event | None:
@@ -112,7 +103,7 @@ async def cancel(utterance_id: str, request: Request) -> JSONResponse:
     service = service_of(request)
     body = await json_body(request) if await request.body() else {}
     played = parse(CancelParams, body).played_ms
-    live = service.live.get((client_of(request.scope).name, utterance_id))
+    live = service.gate.live.get((client_of(request.scope).name, utterance_id))
     if live is None:
         raise GatewayError(
             f"no reply {utterance_id!r} of yours is playing", code="unknown_utterance", status=404

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from gateway import openapi
-from gateway.access_middleware import client_of
+from gateway.access.middleware import client_of
 from gateway.errors import GatewayError
 from gateway.routes.common import json_body, service_of
 

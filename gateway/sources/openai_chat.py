@@ -14,7 +14,7 @@ import orjson
 
 from gateway.errors import LLMError
 from gateway.retry import NO_RETRY, OnRetry, RetryPolicy, retrying
-from gateway.sse import SSEDecoder
+from gateway.sources.sse import SSEDecoder
 
 
 class OpenAIChatSource:

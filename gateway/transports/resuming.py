@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from types import TracebackType
 
 from gateway.errors import TTSError
-from gateway.retry import OnRetry, RetryPolicy, is_retryable, retrying
+from gateway.retry import RetryBudget, retrying
 from gateway.transports.base import (
     BatchTransport,
     BidiTransport,
@@ -36,20 +36,11 @@ class _Sent:
 
 
 class ResumingTransport:
-    def __init__(
-        self,
-        bidi: BidiTransport,
-        batch: BatchTransport,
-        policy: RetryPolicy,
-        deadline: float | None,
-        on_retry: OnRetry | None = None,
-    ) -> None:
-        """`deadline`: the loop time by which the reply's first audio is due."""
+    def __init__(self, bidi: BidiTransport, batch: BatchTransport, budget: RetryBudget) -> None:
+        """`budget`: the reply's tries, until its first-audio deadline (`RetryBudget`)."""
         self.bidi = bidi
         self.batch = batch
-        self.policy = policy
-        self.deadline = deadline
-        self.on_retry = on_retry
+        self.budget = budget
 
     def open(
         self,
@@ -63,24 +54,20 @@ class ResumingTransport:
     async def synthesize(
         self, text: str, voice: str | None, speed: float, timestamps: bool = False
     ) -> AsyncGenerator[Piece]:
-        loop = asyncio.get_running_loop()
-        for attempt in range(1, self.policy.attempts + 1):
-            started = False
+        budget = self.budget
+        while True:
             try:
                 async with contextlib.aclosing(
                     self.batch.synthesize(text, voice, speed, timestamps)
                 ) as pieces:
                     async for piece in pieces:
-                        started = started or isinstance(piece, bytes)
+                        budget.started = budget.started or isinstance(piece, bytes)
                         yield piece
                 return
             except TTSError as exc:
-                wait = self.policy.delay(attempt)
-                late = self.deadline is not None and loop.time() + wait >= self.deadline
-                if started or late or attempt == self.policy.attempts or not exc.retryable:
+                wait = budget.retry_after(exc)
+                if wait is None:
                     raise
-                if self.on_retry is not None:
-                    self.on_retry(exc, wait)
                 await asyncio.sleep(wait)
 
 
@@ -102,8 +89,6 @@ class _ResumingStream:
         self._on_complete = on_complete
         self._sent: list[_Sent] = []
         self._ended = False
-        self._heard = False  # audio came back: no more retries
-        self._retries = 0
         self._lock = asyncio.Lock()  # sends wait while the stream is opened again
         self._stack: contextlib.AsyncExitStack | None = None
         self._stream: TTSStream | None = None
@@ -135,14 +120,7 @@ class _ResumingStream:
             self._stream = await stack.enter_async_context(opened)
             self._stack = stack
 
-        policy = owner.policy
-        left = max(1, policy.attempts - self._retries)
-        await retrying(
-            attempt,
-            RetryPolicy(left, policy.base_s, policy.max_s),
-            deadline=owner.deadline,
-            on_retry=owner.on_retry,
-        )
+        await retrying(attempt, owner.budget)
         for sent in self._sent:  # what the failed attempt was asked, again
             left_ms = None
             if sent.deadline_ms is not None:
@@ -157,17 +135,9 @@ class _ResumingStream:
         """Open the stream again after `error`, unless the reply must fail now: audio was
         heard, the error is final, or no tries or time are left."""
         async with self._lock:  # sends wait, then go to the new stream
-            owner = self._owner
-            self._retries += 1
-            wait = owner.policy.delay(self._retries)
-            loop = asyncio.get_running_loop()
-            late = owner.deadline is not None and loop.time() + wait >= owner.deadline
-            if self._heard or late or self._retries >= owner.policy.attempts:
+            wait = self._owner.budget.retry_after(error)
+            if wait is None:
                 raise error
-            if not is_retryable(error):
-                raise error
-            if owner.on_retry is not None:
-                owner.on_retry(error, wait)
             stack, self._stack = self._stack, None
             if stack is not None:  # the failed attempt: cancel whatever is left of it
                 with contextlib.suppress(Exception):
@@ -184,7 +154,7 @@ class _ResumingStream:
             try:
                 await self._stream.send(text, deadline_ms)
             except TTSError as exc:
-                if self._heard or not is_retryable(exc):
+                if self._owner.budget.started or not exc.retryable:
                     raise
                 # the session is gone: its audio side fails too, and resumes with this chunk
 
@@ -204,11 +174,12 @@ class _ResumingStream:
             held: list[TimedWords] = []
             try:
                 async for piece in self._stream.audio():
-                    if isinstance(piece, TimedWords) and not self._heard:
+                    budget = self._owner.budget
+                    if isinstance(piece, TimedWords) and not budget.started:
                         held.append(piece)
                         continue
-                    if not self._heard:
-                        self._heard = True
+                    if not budget.started:
+                        budget.started = True
                         for words in held:
                             yield words
                         held.clear()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.framing import mp4_box_at
+from gateway.encoders.framing import mp4_box_at
 
 # --- MP3 ----------------------------------------------------------------------------------------
 

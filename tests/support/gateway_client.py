@@ -12,7 +12,7 @@ import httpx
 import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.sse import SSEDecoder, SSEEvent
+from gateway.sources.sse import SSEDecoder, SSEEvent
 from tests.support.servers import RunningServer
 
 

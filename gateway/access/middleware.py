@@ -16,11 +16,11 @@ from urllib.parse import parse_qsl
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.access import AccessPolicy, Denial, RequestFacts
-from gateway.auth import Client
+from gateway.access.keys import Client
+from gateway.access.policy import AccessPolicy, Denial, RequestFacts
 from kokoro_contract.errors import error_body
 
-log = logging.getLogger("gateway.access")
+log = logging.getLogger("gateway.access.policy")
 DENIAL_EXTENSION = "websocket.http.response"
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from gateway.errors import BadRequest
 from gateway.params import SpeakParams
-from gateway.speak_protocol import (
+from gateway.speak_ws.protocol import (
     Cancel,
     ClientMessage,
     Close,

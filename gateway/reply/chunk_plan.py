@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gateway.chunker import (
+from gateway.reply.chunker import (
     CLAUSE_MARKS,
     PHRASE_STARTS,
     ChunkerConfig,
@@ -74,7 +74,39 @@ class SpeechRate:
 @dataclass(frozen=True)
 class Chunk:
     text: str
-    deadline_ms: float  # from now: when its first audio is needed
+    deadline_ms: float | None  # from now: when its first audio is needed (None: no deadline)
+
+
+class SentencePlan:
+    """The `sentences` plan: every sentence (the first clause early) goes out the moment the
+    chunker has it, with no deadline; playback is never held. The same inputs as `ChunkPlan`,
+    so a reply runs either without knowing which."""
+
+    def __init__(self, config: ChunkerConfig | None = None) -> None:
+        self._chunker = IncrementalSentenceChunker(config)
+
+    def push(self, text: str, now: float) -> list[Chunk]:
+        return [Chunk(s, None) for s in self._chunker.push(text)]
+
+    def flush(self, now: float) -> list[Chunk]:
+        return [Chunk(s, None) for s in self._chunker.flush()]
+
+    def tick(self, now: float) -> list[Chunk]:
+        return []
+
+    def wake_at(self) -> float | None:
+        return None
+
+    def audio_started(self, now: float) -> None:
+        pass
+
+    def release_at(self, now: float) -> float | None:
+        return None
+
+    def completed(
+        self, index: int, audio_s: float, now: float, synth_s: float | None = None
+    ) -> None:
+        pass
 
 
 @dataclass
@@ -89,8 +121,8 @@ class _Sent:
 @dataclass(eq=False)  # one plan per reply: compared (and found in lists) by identity
 class ChunkPlan:
     config: PlanConfig = field(default_factory=PlanConfig)
-    # seconds of synthesis per chunk against its characters, queueing included: learned by
-    # the caller from the model server's synthesis_complete events, shared across replies
+    # seconds of synthesis per chunk against its characters, queueing included: learned here
+    # from the model server's synthesis_complete reports (`completed`), shared across replies
     speed: SpeedModel = field(default_factory=lambda: SpeedModel(0.35, 0.032))
     speech: SpeechRate = field(default_factory=SpeechRate)  # shared across replies, learned
     speed_factor: float = 1.0  # reply speed: audio is this much shorter
@@ -146,11 +178,16 @@ class ChunkPlan:
             return None
         return self._planned_start(now)
 
-    def completed(self, index: int, audio_s: float, now: float) -> None:
-        """Chunk `index` finished: how long it plays."""
+    def completed(
+        self, index: int, audio_s: float, now: float, synth_s: float | None = None
+    ) -> None:
+        """Chunk `index` finished: how long it plays, and how long it took to synthesize (the
+        shared speeds learn both; `synth_s` None: not reported)."""
         sent = self._sent[index]
         sent.done, sent.finish, sent.audio_s = True, now, audio_s
         self.speech.observe(sent.chars, audio_s, self.speed_factor)
+        if synth_s is not None:
+            self.speed.observe(sent.chars, synth_s)
         before = sent
         for later in self._sent[index + 1 :]:  # the ones behind it start when it is done
             if not later.done:
@@ -326,3 +363,6 @@ class ChunkPlan:
             del self._units[:taken]
             out.append(self._send(group, now))
         return out
+
+
+Plan = ChunkPlan | SentencePlan  # what a reply's text goes through

@@ -22,9 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-from gateway.chunk_plan import PlanConfig
+from typing import Any, Protocol
 
 # a new reply's first chunk as admission counts it: a typical five-word first chunk is 20-28
 # phonemes; counting it as 45 is the margin that kept admitted replies free of gaps on 2 cores
@@ -34,10 +32,27 @@ SEGMENT_PHONEMES = 60  # a typical later chunk, for comparing speeds alone and s
 # a typical reply, for one still starting (its text unknown): the demo's five sentences,
 # 230 phonemes in 6 chunks
 REPLY_PHONEMES, REPLY_CALLS = 230, 6
-# a starting reply's first chunk may wait this long under load (`PlanConfig.first_slack_s`)
-STARTING_SLACK_S = PlanConfig.first_slack_s
+# a starting reply's first chunk may wait this long under load (the chunk plan's default
+# `first_slack_s`; the gate gives the pool the configured one)
+STARTING_SLACK_S = 1.0
 RETRY_WHEN_FULL_S = 5  # a reply in progress needs a few seconds more, typically
 STALE_ESTIMATE_FACTOR = 2.0  # an idle server is given a reply estimated up to this x budget
+
+
+class InProgress(Protocol):
+    """What admission needs of a reply in progress (its chunk plan, for one): whether it has
+    started, its spare time, and how much synthesis it has left."""
+
+    @property
+    def started(self) -> bool: ...
+
+    def slack_s(self, now: float) -> float | None:
+        """Seconds its next audio could come later without a gap (None: nothing left)."""
+        ...
+
+    def done_in_s(self, now: float) -> float:
+        """Seconds of synthesis left for the text it knows."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -126,6 +141,7 @@ class Candidate:
     # those under way with work left (`ChunkPlan.slack_s`, `ChunkPlan.done_in_s`)
     spare: tuple[tuple[float, float], ...] = ()
     starting: int = 0  # of `replies`, those that have sent nothing yet
+    starting_slack_s: float = STARTING_SLACK_S  # the spare time each of those has
 
 
 def refusal(
@@ -134,6 +150,7 @@ def refusal(
     replies: int = 0,
     spare: Sequence[tuple[float, float]] = (),
     starting: int = 0,
+    starting_slack_s: float = STARTING_SLACK_S,
 ) -> Refusal | None:
     """Why `load` cannot take a new reply now, or None if it can; `replies`: the ones this
     gateway already runs there, `spare` the (spare time, synthesis left) of each of them under
@@ -167,7 +184,7 @@ def refusal(
         )
     startup = load.first_chunk_s / load.workers  # its first chunk goes ahead of them
     slower = load.slowdown(replies) - 1.0  # and what they have left runs this much longer
-    for slack, left in [*spare, *[(STARTING_SLACK_S, load.reply_s)] * starting]:
+    for slack, left in [*spare, *[(starting_slack_s, load.reply_s)] * starting]:
         needs = startup + slower * left
         if slack < needs:
             return Refusal(
@@ -198,7 +215,12 @@ def choose(candidates: Sequence[Candidate], budget_s: float | None) -> Candidate
     for candidate in ranked:
         assert candidate.load is not None
         refused = refusal(
-            candidate.load, budget_s, candidate.replies, candidate.spare, candidate.starting
+            candidate.load,
+            budget_s,
+            candidate.replies,
+            candidate.spare,
+            candidate.starting,
+            candidate.starting_slack_s,
         )
         if refused is None:
             return candidate

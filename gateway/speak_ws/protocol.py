@@ -22,8 +22,8 @@ from typing import Any
 import orjson
 
 from gateway.errors import BadRequest
-from gateway.events import Cancelled, Event, payload
 from gateway.params import SpeakParams, parse
+from gateway.reply.events import Cancelled, Event, payload
 from kokoro_contract.errors import ServiceError
 from kokoro_contract.limits import MAX_PLAYED_MS
 

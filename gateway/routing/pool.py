@@ -27,9 +27,16 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from gateway.admission import Candidate, LoadReport, Refusal, choose
-from gateway.chunk_plan import ChunkPlan
 from gateway.errors import TTSError
+from gateway.retry import RetryBudget
+from gateway.routing.admission import (
+    STARTING_SLACK_S,
+    Candidate,
+    InProgress,
+    LoadReport,
+    Refusal,
+    choose,
+)
 from gateway.transports.base import OnComplete, Piece, TTSStream
 from gateway.transports.model_server import ModelServerTransport
 
@@ -42,7 +49,7 @@ class Upstream:
     fetched_at: float = -1e9
     down_until: float = -1e9
     replies: int = 0  # replies this gateway runs on it now (admitted and not yet ended)
-    plans: list[ChunkPlan] = field(default_factory=list)  # the playback plans of those
+    plans: list[InProgress] = field(default_factory=list)  # the playback plans of those
     starting: int = 0  # replies admitted whose plan is not tracked yet (nothing sent)
 
     def spare(self, now: float) -> tuple[tuple[float, float], ...]:
@@ -77,6 +84,7 @@ class ModelServerPool:
     tts_timeout_s: float | None = None  # a stream silent this long past due: tts_timeout
     ready_ttl_s: float = 1.0  # readiness answers are reused this long
     max_waiting: int = 16  # new replies waiting for a server with spare time, at most
+    starting_slack_s: float = STARTING_SLACK_S  # a starting reply's first chunk may wait this
 
     def __post_init__(self) -> None:
         self._upstreams: dict[str, Upstream] = {}
@@ -139,19 +147,22 @@ class ModelServerPool:
         self._changed.set()
         self._changed = asyncio.Event()
 
-    async def admit(self, budget_s: float | None, wait_s: float = 0.0) -> PooledTransport | Refusal:
+    async def admit(
+        self, budget_s: float | None, wait_s: float = 0.0, retries: RetryBudget | None = None
+    ) -> PooledTransport | Refusal:
         """A new reply's transport, its place reserved on the server that takes it (`pick`);
         when none can take it for a reason time clears, it waits up to `wait_s` for one that
-        can, behind the replies already waiting, its budget shrinking by the time waited."""
+        can, behind the replies already waiting, its budget shrinking by the time waited.
+        `retries`: the reply's tries, which its failover follows."""
         loop = asyncio.get_running_loop()
         start = loop.time()
         chosen = await self.pick(budget_s)
         if isinstance(chosen, Upstream) and not self.waiting:
-            return self.transport_for(chosen)
+            return self.transport_for(chosen, retries)
         if isinstance(chosen, Refusal) and not chosen.deferrable:
             return chosen
         if budget_s is None or wait_s <= 0 or self.waiting >= self.max_waiting:
-            return chosen if isinstance(chosen, Refusal) else self.transport_for(chosen)
+            return chosen if isinstance(chosen, Refusal) else self.transport_for(chosen, retries)
         self.waiting += 1
         try:
             async with asyncio.timeout_at(start + wait_s), self._turn:
@@ -159,7 +170,7 @@ class ModelServerPool:
                     changed = self._changed
                     chosen = await self.pick(budget_s - (loop.time() - start))
                     if isinstance(chosen, Upstream):
-                        return self.transport_for(chosen)  # reserved before the next looks
+                        return self.transport_for(chosen, retries)  # reserved before the next looks
                     if not chosen.deferrable:
                         return chosen
                     with contextlib.suppress(TimeoutError):
@@ -167,7 +178,7 @@ class ModelServerPool:
                             await changed.wait()
         except TimeoutError:
             last = await self.pick(budget_s - (loop.time() - start))
-            return last if isinstance(last, Refusal) else self.transport_for(last)
+            return last if isinstance(last, Refusal) else self.transport_for(last, retries)
         finally:
             self.waiting -= 1
 
@@ -183,14 +194,21 @@ class ModelServerPool:
         await asyncio.gather(*(self._fetch(u) for u in upstreams))
         now = asyncio.get_running_loop().time()  # the plans' clock
         candidates = [
-            Candidate(u.url, u.load if u.up else None, u.replies, u.spare(now), u.starting_now())
+            Candidate(
+                u.url,
+                u.load if u.up else None,
+                u.replies,
+                u.spare(now),
+                u.starting_now(),
+                self.starting_slack_s,
+            )
             for u in upstreams
         ]
         chosen = choose(candidates, budget_s)
         return chosen if isinstance(chosen, Refusal) else self._upstreams[chosen.name]
 
-    def transport_for(self, first: Upstream) -> PooledTransport:
-        return PooledTransport(self, first)
+    def transport_for(self, first: Upstream, budget: RetryBudget | None = None) -> PooledTransport:
+        return PooledTransport(self, first, budget)
 
     async def ready(self) -> bool:
         """Whether any model server answers `/ping`, on the probe client (never queued behind
@@ -206,29 +224,34 @@ class ModelServerPool:
 
 
 class PooledTransport:
-    """One reply's transport: its chosen server first, then the others that are up."""
+    """One reply's place in the pool and its transport: its chosen server first, then the
+    others that are up. The reply counts (one reply, its plan once tracked) on the server that
+    serves it now: a failover moves it there."""
 
-    def __init__(self, pool: ModelServerPool, first: Upstream) -> None:
+    def __init__(
+        self, pool: ModelServerPool, first: Upstream, budget: RetryBudget | None = None
+    ) -> None:
         self.pool = pool
-        self.first = first
+        self.upstream = first  # where the reply is counted now
+        self.budget = budget  # the reply's tries: no failover once something was said
         first.replies += 1  # reserved from admission on, until `release`
         first.starting += 1  # starting (a typical reply's work ahead) until its plan is tracked
         self._starting = True
         self._released = False
-        self._plan: ChunkPlan | None = None
+        self._plan: InProgress | None = None
 
     def _started(self) -> None:
         if self._starting:
             self._starting = False
-            self.first.starting -= 1
+            self.upstream.starting -= 1
 
-    def track(self, plan: ChunkPlan | None) -> None:
+    def track(self, plan: InProgress | None) -> None:
         """The reply's playback plan (None: it has none): admission asks it how much spare
         time the reply has."""
         self._started()
         if plan is not None and not self._released:
             self._plan = plan
-            self.first.plans.append(plan)
+            self.upstream.plans.append(plan)
         self.pool.changed()
 
     def release(self) -> None:
@@ -236,10 +259,29 @@ class PooledTransport:
         if not self._released:
             self._released = True
             self._started()
-            self.first.replies -= 1
+            self.upstream.replies -= 1
             if self._plan is not None:
-                self.first.plans.remove(self._plan)
+                self.upstream.plans.remove(self._plan)
             self.pool.changed()
+
+    def _move(self, to: Upstream) -> None:
+        """The reply is served by `to` now: it counts there, and no longer where it was."""
+        was = self.upstream
+        if to is was or self._released:
+            return
+        was.replies -= 1
+        to.replies += 1
+        if self._starting:
+            was.starting -= 1
+            to.starting += 1
+        if self._plan is not None:
+            was.plans.remove(self._plan)
+            to.plans.append(self._plan)
+        self.upstream = to
+        self.pool.changed()
+
+    def _may_fail_over(self, exc: TTSError) -> bool:
+        return self.budget is None or self.budget.may_fail_over(exc)
 
     def _completed(self, on_complete: OnComplete | None) -> OnComplete:
         def completed(index: int, chars: int, audio_bytes: int, elapsed_s: float) -> None:
@@ -250,8 +292,11 @@ class PooledTransport:
         return completed
 
     def _order(self) -> list[Upstream]:
-        others = [u for u in self.pool.upstreams if u is not self.first and u.up]
-        return [self.first, *sorted(others, key=lambda u: u.load.first_audio_s if u.load else 9e9)]
+        others = [u for u in self.pool.upstreams if u is not self.upstream and u.up]
+        return [
+            self.upstream,
+            *sorted(others, key=lambda u: u.load.first_audio_s if u.load else 9e9),
+        ]
 
     @contextlib.asynccontextmanager
     async def open(
@@ -270,8 +315,11 @@ class PooledTransport:
                 stream = await opened.__aenter__()
             except TTSError as exc:  # unreachable before anything was sent: try another
                 self.pool.mark_down(upstream)
+                if not self._may_fail_over(exc):
+                    raise
                 error = exc
                 continue
+            self._move(upstream)
             try:
                 yield stream
             except BaseException as exc:
@@ -289,17 +337,19 @@ class PooledTransport:
     ) -> AsyncGenerator[Piece]:
         error: TTSError | None = None
         for upstream in self._order():
-            started = False
+            started = False  # this server has given something: it is the one now
             try:
                 async with contextlib.aclosing(
                     upstream.transport.synthesize(text, voice, speed, timestamps)
                 ) as pcm:
                     async for chunk in pcm:
-                        started = True
+                        if not started:
+                            started = True
+                            self._move(upstream)
                         yield chunk
                 return
             except TTSError as exc:
-                if started:
+                if started or not self._may_fail_over(exc):
                     raise  # audio went out: never retry silently
                 self.pool.mark_down(upstream)
                 error = exc

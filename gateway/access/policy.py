@@ -19,7 +19,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gateway.auth import AuthError, Client, KeyRing, bearer, looks_like_token
+from gateway.access.keys import AuthError, Client, KeyRing, bearer, looks_like_token
 
 LOCAL_ORIGIN = re.compile(r"^https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?$")
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})

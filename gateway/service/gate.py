@@ -1,0 +1,211 @@
+"""The gate: who may start a reply now, and the one owner of what a reply holds while it runs.
+
+`Gate.start()` is a reply's lifecycle: in one step it takes the session (an HTTP reply's own;
+a WebSocket brings the connection's), checks that the client has no reply of that id playing
+and registers it (so a cancel can find it), charges the per-minute rate, waits for admission
+(the model server that can serve it in time, or a refusal) and reserves its place there; on
+every exit it gives all of it back, in one place (`Admitted.close`), and charges an LLM
+answer's tokens. A refusal at any step gives back what the steps before it took.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+from gateway.access.keys import Client
+from gateway.access.quotas import Lease, PerMinute, Sessions
+from gateway.config import Settings
+from gateway.errors import BadRequest, Overloaded
+from gateway.metrics import GatewayMetrics
+from gateway.retry import RetryBudget
+from gateway.routing.admission import InProgress, Refusal
+from gateway.routing.pool import PooledTransport
+from gateway.service.runtime import Runtime
+from gateway.transports.base import BatchTransport, BidiTransport
+from gateway.transports.resuming import ResumingTransport
+
+
+@dataclass
+class LiveReply:
+    """An SSE reply that `POST /v1/speak/{id}/cancel` can stop: the cancel hands over
+    `played_ms`; the stream answers with what was heard."""
+
+    cancel: asyncio.Future[float | None] = field(default_factory=asyncio.Future)
+    heard: asyncio.Future[str | None] = field(default_factory=asyncio.Future)
+
+
+class Admitted:
+    """A reply's place from admission to its end. `transports` are its TTS (retried until its
+    first audio, on the server admission chose); `live` its cancel handle when it has one."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self.transports: ResumingTransport | None = None
+        self.live: LiveReply | None = None
+        self.text_chars: Callable[[], int] = lambda: 0  # the answer's text so far (the reply's)
+        self._placement: PooledTransport | None = None
+        self._releases: list[Callable[[], None]] = []
+        self._closed = False
+
+    @property
+    def tts(self) -> ResumingTransport:
+        assert self.transports is not None, "not admitted yet"
+        return self.transports
+
+    def track(self, plan: InProgress | None) -> None:
+        """The reply's playback plan: admission reads its spare time from now on."""
+        if self._placement is not None:
+            self._placement.track(plan)
+
+    def close(self) -> None:
+        """Give back everything the reply holds (once; any later call does nothing)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.live is not None and not self.live.heard.done():
+            self.live.heard.set_result(None)  # a cancel waiting for it hears nothing more
+        for release in reversed(self._releases):
+            release()
+
+
+class Gate:
+    def __init__(self, settings: Settings, metrics: GatewayMetrics, runtime: Runtime) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.runtime = runtime
+        self._no_sessions = asyncio.Event()
+        self.sessions = Sessions(
+            settings.max_sessions, settings.max_sessions_per_client, self._no_sessions.set
+        )
+        self.draining = asyncio.Event()  # set on SIGTERM (gateway.cli)
+        self.live: dict[tuple[str, str], LiveReply] = {}  # (client, utterance id) -> SSE reply
+        self.reply_rate = PerMinute(settings.replies_per_minute, "replies")
+        self.token_rate = PerMinute(settings.llm_tokens_per_minute, "LLM tokens")
+        self.clock: Callable[[], float] = time.monotonic
+        metrics.sessions.set_function(lambda: self.sessions.total)
+        pool = runtime.pool
+        if pool is not None:
+            metrics.admission_waiting.set_function(lambda: pool.waiting)
+
+    def _check_open(self) -> None:
+        if self.draining.is_set():
+            raise Overloaded("the gateway is restarting: retry", code="restarting", retry_after_s=1)
+
+    def open_session(self, client: Client) -> Lease:
+        """A session (a WebSocket, or one HTTP reply) for `client`; raises `Overloaded` (the
+        gateway is full or restarting) or `TooManySessions` (this client has its share)."""
+        self._check_open()
+        return self.sessions.open(client.name)
+
+    async def drain(self, timeout_s: float) -> int:
+        """Stop taking new sessions and wait (at most `timeout_s`) for the open ones to end:
+        replies finish, idle WebSockets close with 1012 at once and busy ones after their
+        reply. Returns how many were still open."""
+        self.draining.set()
+        if self.sessions.total:
+            self._no_sessions.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout_s):
+                    await self._no_sessions.wait()
+        return self.sessions.total
+
+    @contextlib.asynccontextmanager
+    async def start(
+        self,
+        client: Client,
+        *,
+        prompt: bool,
+        session: Lease | None = None,
+        cancellable: str | None = None,
+    ) -> AsyncIterator[Admitted]:
+        """A new reply's place, held until the block ends. `session`: the WebSocket's own (an
+        HTTP reply takes one); `cancellable`: the utterance id a cancel names (SSE). Raises,
+        before anything is streamed and holding nothing: `Overloaded` (restarting, full, or no
+        model server can serve it in time), `TooManySessions`, `BadRequest` (`busy`: that id
+        is playing), `RateLimited`."""
+        admitted = await self._admit(client, prompt, session, cancellable)
+        try:
+            yield admitted
+        finally:
+            admitted.close()
+
+    async def _admit(
+        self, client: Client, prompt: bool, session: Lease | None, cancellable: str | None
+    ) -> Admitted:
+        self._check_open()  # a WebSocket's next reply, while restarting
+        admitted = Admitted(client)
+        try:
+            if session is None:
+                lease = self.sessions.open(client.name)
+                admitted._releases.append(lease.release)
+            if cancellable is not None:
+                key = (client.name, cancellable)
+                if key in self.live:
+                    raise BadRequest(f"utterance {cancellable!r} is already playing", code="busy")
+                live = admitted.live = self.live[key] = LiveReply()
+                admitted._releases.append(lambda: self._unregister(key, live))
+            self._charge_rates(client, prompt)
+            if prompt:
+                admitted._releases.append(lambda: self._charge_tokens(admitted))
+            admitted.transports = await self._route(admitted)
+        except BaseException:
+            admitted.close()
+            raise
+        return admitted
+
+    def _unregister(self, key: tuple[str, str], live: LiveReply) -> None:
+        if self.live.get(key) is live:
+            del self.live[key]
+
+    def _charge_rates(self, client: Client, prompt: bool) -> None:
+        """Raises `RateLimited` when `client` has used its replies (or, for a prompt, its LLM
+        tokens) of the last minute; counts the reply otherwise."""
+        now = self.clock()
+        self.reply_rate.check(client.name, now)
+        if prompt:
+            self.token_rate.check(client.name, now)
+        self.reply_rate.charge(client.name, 1, now)
+
+    def _charge_tokens(self, admitted: Admitted) -> None:
+        # an LLM answer's tokens, estimated as 4 characters each (no usage reaches here)
+        tokens = math.ceil(admitted.text_chars() / 4)
+        self.token_rate.charge(admitted.client.name, tokens, self.clock())
+
+    async def _route(self, admitted: Admitted) -> ResumingTransport:
+        """The reply's TTS on the model server that should take it, its place reserved there
+        until the reply ends; raises `Overloaded` when none can serve it in time."""
+        budget = RetryBudget(
+            self.runtime.retry, on_retry=lambda *_: self.metrics.retries.labels("tts").inc()
+        )
+        bidi: BidiTransport
+        batch: BatchTransport
+        pool = self.runtime.pool
+        if pool is None:  # SageMaker routes and scales by itself
+            bidi, batch = self.runtime.bidi, self.runtime.batch
+        else:
+            settings = self.settings
+            wait_budget = settings.first_audio_budget_s if settings.admission else None
+            loop = asyncio.get_running_loop()
+            asked = loop.time()
+            chosen = await pool.admit(wait_budget, settings.admission_wait_s, budget)
+            if wait_budget is not None:
+                self.metrics.admission_wait.observe(loop.time() - asked)
+            if isinstance(chosen, Refusal):
+                self.metrics.refused.labels(chosen.code).inc()
+                what = "at capacity" if chosen.code == "overloaded" else "unavailable"
+                raise Overloaded(
+                    f"the speech service is {what}: {chosen.reason}; retry shortly",
+                    code=chosen.code,
+                    retry_after_s=chosen.retry_after_s,
+                )
+            admitted._placement = chosen
+            admitted._releases.append(chosen.release)
+            bidi = batch = chosen
+        loop = asyncio.get_running_loop()
+        budget.deadline = loop.time() + self.settings.first_audio_budget_s
+        return ResumingTransport(bidi, batch, budget)

@@ -1,0 +1,166 @@
+"""The reply factory: a request's text source, its chunk plan (over the speeds every reply
+learns together, owned here), its encoder, and the running of a reply as a task for as long as
+its client listens."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+
+from gateway.aio import cancel_and_wait
+from gateway.config import Settings
+from gateway.encoders import create_encoder
+from gateway.metrics import GatewayMetrics
+from gateway.params import SpeakParams
+from gateway.reply.chunk_plan import ChunkPlan, Plan, PlanConfig, SentencePlan, SpeechRate
+from gateway.reply.chunker import ChunkerConfig
+from gateway.reply.events import Event
+from gateway.reply.pipeline import Reply, ReplySpec
+from gateway.service.gate import Admitted
+from gateway.service.runtime import Runtime
+from gateway.sources.base import TextSource
+from gateway.sources.bedrock import BedrockOptions, BedrockSource
+from gateway.sources.client import ClientTextSource
+from gateway.sources.echo import EchoSource
+from gateway.sources.openai_chat import OpenAIChatSource
+from gateway.speak_ws.session import new_utterance_id
+from kokoro_contract import limits
+from kokoro_contract.formats import AudioFormat
+from kokoro_contract.speed import SpeedModel
+
+
+def plan_config(settings: Settings) -> PlanConfig:
+    return PlanConfig(
+        first_hold_s=settings.first_hold_s,
+        first_min_words=settings.first_min_words,
+        first_max_words=settings.first_max_words,
+        first_wait_words=max(settings.first_wait_words, settings.first_max_words),
+    )
+
+
+class ReplyFactory:
+    def __init__(self, settings: Settings, metrics: GatewayMetrics, runtime: Runtime) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.runtime = runtime
+        self.chunker = ChunkerConfig(
+            first_min_words=settings.first_min_words, first_max_words=settings.first_max_words
+        )
+        self.plan = plan_config(settings)
+        # what every reply's plan learns and reads (they share the engine): seconds per chunk
+        # against its characters, as the model server reports them (prior: int8 ONNX on 2
+        # cores, through the stack: 0.35 s a call, 0.032 s a character), and characters
+        # spoken per second
+        self.speed = SpeedModel(prior_a=0.35, prior_b=0.032)
+        self.speech = SpeechRate()
+
+    def source_for(
+        self, params: SpeakParams, history: Sequence[dict[str, str]] = ()
+    ) -> TextSource | None:
+        """The text source a request asks for; None when the client streams its own text."""
+        settings = self.settings
+        if params.text is not None:
+            text = limits.check_text(params.text, settings.max_text_chars, "text")
+            return EchoSource(text, params.echo_tps, params.echo_first_ms)
+        if params.prompt is None:
+            return None
+        limits.check_text(params.prompt, settings.max_text_chars, "prompt")
+        if settings.llm == "echo":
+            return EchoSource(params.prompt, params.echo_tps, params.echo_first_ms)
+        turns = [*history, {"role": "user", "content": params.prompt}]
+        if settings.llm == "bedrock":
+            options = BedrockOptions(
+                settings.bedrock_model_id,
+                max_tokens=settings.max_tokens,
+                temperature=settings.temperature,
+                retry=self.runtime.retry,
+                first_token_budget_s=settings.first_audio_budget_s,
+                on_retry=self._llm_retried,
+            )
+            return BedrockSource(self.runtime.bedrock, options, settings.system_prompt, turns)
+        messages = [{"role": "system", "content": settings.system_prompt}, *turns]
+        return OpenAIChatSource(
+            self.runtime.client,
+            settings.openai_base_url,
+            settings.openai_model,
+            messages,
+            settings.openai_api_key,
+            max_tokens=settings.max_tokens,
+            temperature=settings.temperature,
+            retry=self.runtime.retry,
+            first_token_budget_s=settings.first_audio_budget_s,
+            on_retry=self._llm_retried,
+        )
+
+    def _llm_retried(self, _error: BaseException, _wait: float) -> None:
+        self.metrics.retries.labels("llm").inc()
+
+    def build(
+        self,
+        params: SpeakParams,
+        source: TextSource,
+        out: asyncio.Queue[Event | None],
+        admitted: Admitted,
+        *,
+        utterance_id: str | None = None,
+        audio_format: AudioFormat | None = None,
+    ) -> Reply:
+        """A reply to `params` in the place `admitted` holds for it; `audio_format` overrides
+        the browser format they name (the OpenAI route's formats)."""
+        spec = ReplySpec(
+            utterance_id=utterance_id or params.utterance_id or new_utterance_id(),
+            mode=params.mode,
+            format=audio_format or params.audio_format,
+            voice=params.voice or self.settings.default_voice or None,
+            speed=params.speed,
+            # timings from the TTS when asked for, and for LLM answers: what a listener who
+            # interrupts has heard is what the conversation keeps
+            timestamps=params.timestamps or params.prompt is not None,
+            words_events=params.timestamps,
+        )
+        self.metrics.replies.labels(spec.mode, spec.format.name).inc()
+        plan: Plan
+        if self.settings.chunk_plan == "playback":
+            plan = ChunkPlan(self.plan, self.speed, self.speech, speed_factor=spec.speed)
+        else:
+            plan = SentencePlan(self.chunker)
+        stall = None if isinstance(source, ClientTextSource) else self.settings.llm_timeout_s
+        tts = admitted.tts
+        reply = Reply(
+            spec,
+            source,
+            create_encoder(spec.format),
+            tts,
+            tts,
+            out,
+            plan,
+            max_s=self.settings.max_reply_s,
+            text_stall_s=stall,
+        )
+        admitted.text_chars = lambda: reply.metrics.text_chars
+        # a plan with deadlines gives admission its spare time; the sentences plan has none
+        admitted.track(plan if isinstance(plan, ChunkPlan) else None)
+        return reply
+
+    def _record(self, reply: Reply) -> None:
+        if reply.metrics.ttfa_ms is not None:
+            self.metrics.ttfa.labels(reply.spec.mode, reply.spec.format.name).observe(
+                reply.metrics.ttfa_ms / 1000
+            )
+        if reply.error is not None:
+            self.metrics.errors.labels(reply.error.code).inc()
+
+    @contextlib.asynccontextmanager
+    async def running(self, reply: Reply, transport: str) -> AsyncIterator[asyncio.Task[None]]:
+        """Run a reply as a task for as long as the caller listens; cancel it when they stop."""
+        self.metrics.active.labels(transport).inc()
+        task = asyncio.create_task(reply.run(), name=f"reply-{reply.spec.utterance_id}")
+        try:
+            yield task
+        finally:
+            try:
+                await cancel_and_wait(task)
+            finally:
+                self.metrics.active.labels(transport).dec()
+                self._record(reply)

@@ -1,0 +1,124 @@
+"""What the gateway runs on: the shared HTTP client, the model-server pool or the SageMaker
+transports, the AWS clients, and their start and stop."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any
+
+import httpx
+
+from gateway.config import Settings
+from gateway.errors import TTSError
+from gateway.retry import RetryPolicy
+from gateway.routing.admission import Refusal
+from gateway.routing.pool import ModelServerPool
+from gateway.transports.base import BatchTransport, BidiTransport
+from gateway.transports.sagemaker_bidi import SageMakerBidiTransport
+from gateway.transports.sagemaker_stream import SageMakerStreamTransport
+
+
+class Runtime:
+    def __init__(
+        self, settings: Settings, first_slack_s: float, sagemaker_http2_transport: Any = None
+    ) -> None:
+        """`first_slack_s`: the chunk plan's slack for a first chunk, which admission gives a
+        reply still starting; `sagemaker_http2_transport` replaces the HTTP/2 SDK's CRT client
+        (tests)."""
+        self.settings = settings
+        # one connection per session at most, waited for at most 5 s (then a clean error)
+        self.client = httpx.AsyncClient(
+            timeout=httpx.Timeout(30.0, connect=5.0, pool=5.0),
+            limits=httpx.Limits(
+                max_connections=settings.max_sessions + 16,
+                max_keepalive_connections=min(64, settings.max_sessions),
+            ),
+        )
+        self.retry = RetryPolicy(attempts=max(1, settings.retry_attempts))
+        self.pool: ModelServerPool | None = None
+        self.bidi: BidiTransport  # SageMaker's (the pool gives each reply its own)
+        self.batch: BatchTransport
+        if settings.tts_transport == "sagemaker":
+            if not settings.sagemaker_endpoint:
+                raise ValueError(
+                    "--tts-transport sagemaker needs --sagemaker-endpoint "
+                    "(GATEWAY_SAGEMAKER_ENDPOINT)"
+                )
+            self.bidi = SageMakerBidiTransport(
+                settings.sagemaker_endpoint,
+                self.aws_region(),
+                settings.sagemaker_http2_endpoint_uri or None,
+                sagemaker_http2_transport,
+                settings.tts_timeout_s,
+            )
+        else:
+            urls = [u.strip() for u in settings.model_server_url.split(",") if u.strip()]
+            self.pool = ModelServerPool(
+                urls,
+                self.client,
+                tts_timeout_s=settings.tts_timeout_s,
+                starting_slack_s=first_slack_s,
+            )
+        self._exits = contextlib.AsyncExitStack()
+        self.bedrock: Any = None  # an aioboto3 bedrock-runtime client, for --llm bedrock
+
+    def aws_region(self) -> str:
+        region = (
+            self.settings.aws_region
+            or os.environ.get("AWS_REGION")
+            or os.environ.get("AWS_DEFAULT_REGION")
+        )
+        if not region:
+            raise ValueError(
+                "SageMaker needs a region: --aws-region (GATEWAY_AWS_REGION) or AWS_REGION"
+            )
+        return region
+
+    async def start(self) -> None:
+        import aioboto3
+        from botocore.config import Config
+
+        # Retries happen above the SDK, only where nothing was said yet (gateway.retry); a
+        # connection per session, waited for at most 5 s
+        config = Config(
+            retries={"total_max_attempts": 1},
+            connect_timeout=5,
+            read_timeout=60,
+            max_pool_connections=self.settings.max_sessions,
+        )
+        region = self.settings.aws_region or None
+        if self.settings.llm == "bedrock":
+            self.bedrock = await self._exits.enter_async_context(
+                aioboto3.Session().client("bedrock-runtime", region_name=region, config=config)
+            )
+        if self.settings.tts_transport == "sagemaker":
+            runtime = await self._exits.enter_async_context(
+                aioboto3.Session().client(
+                    "sagemaker-runtime", region_name=self.aws_region(), config=config
+                )
+            )
+            self.batch = SageMakerStreamTransport(runtime, self.settings.sagemaker_endpoint)
+            assert isinstance(self.bidi, SageMakerBidiTransport)
+            self._exits.push_async_callback(self.bidi.close)
+
+    async def aclose(self) -> None:
+        await self._exits.aclose()
+        if self.pool is not None:
+            await self.pool.aclose()
+        await self.client.aclose()
+
+    async def tts_ready(self) -> tuple[bool, str]:
+        """(ready, what) for /readyz: the model server answers /ping; a SageMaker endpoint is
+        not probed (that needs the control-plane API), only configured."""
+        if self.pool is not None:
+            return await self.pool.ready(), self.settings.model_server_url
+        return True, f"sagemaker:{self.settings.sagemaker_endpoint}"
+
+    async def voices(self) -> dict[str, Any]:
+        if self.pool is not None:
+            chosen = await self.pool.pick(None)
+            if isinstance(chosen, Refusal):
+                raise TTSError(f"model server unreachable: {chosen.reason}")
+            return await chosen.transport.voices()
+        return {"default": self.settings.default_voice, "voices": []}

@@ -1,0 +1,105 @@
+"""A reply's lifecycle (`gateway.service.gate.Gate.start`): one owner takes its session, its
+cancel handle, its rate and its place on a model server, and gives every one of them back on
+every exit path; a refusal at any step holds nothing. Over the real pool and a fake model
+server on loopback."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+import pytest
+
+from gateway.access.keys import Client
+from gateway.config import Settings
+from gateway.errors import BadRequest, Overloaded
+from gateway.metrics import GatewayMetrics
+from gateway.service.gate import Gate
+from gateway.service.runtime import Runtime
+from tests.support.servers import RunningServer, free_port
+
+WEB = Client("web")
+
+
+@contextlib.asynccontextmanager
+async def gate_on(url: str, **settings: object) -> AsyncIterator[Gate]:
+    config = Settings(model_server_url=url, **settings)  # type: ignore[arg-type]
+    runtime = Runtime(config, first_slack_s=1.0)
+    try:
+        yield Gate(config, GatewayMetrics(), runtime)
+    finally:
+        await runtime.aclose()
+
+
+def held(gate: Gate) -> tuple[int, int, int]:
+    """(sessions open, cancellable replies, replies counted on model servers)."""
+    assert gate.runtime.pool is not None
+    return gate.sessions.total, len(gate.live), sum(u.replies for u in gate.runtime.pool.upstreams)
+
+
+async def test_everything_a_reply_holds_comes_back_on_every_exit(
+    own_fake_server: RunningServer,
+) -> None:
+    async with gate_on(own_fake_server.http_url, admission=False) as gate:
+        async with gate.start(WEB, prompt=False, cancellable="u1") as admitted:
+            assert held(gate) == (1, 1, 1)
+            assert admitted.live is gate.live[("web", "u1")]
+            assert admitted.tts.budget.deadline is not None
+        assert held(gate) == (0, 0, 0)
+        assert admitted.live is not None
+        assert admitted.live.heard.result() is None  # a cancel waiting for it hears nothing
+
+        with pytest.raises(RuntimeError, match="the route failed"):
+            async with gate.start(WEB, prompt=False, cancellable="u1"):
+                raise RuntimeError("the route failed")
+        assert held(gate) == (0, 0, 0)
+
+        # closed twice (the block, and a task that never ran): given back once
+        async with gate.start(WEB, prompt=False) as admitted:
+            admitted.close()
+            assert held(gate) == (0, 0, 0)
+        assert held(gate) == (0, 0, 0)
+        assert gate.sessions.of("web") == 0
+
+
+async def test_a_busy_utterance_is_refused_before_the_rate_is_charged(
+    own_fake_server: RunningServer,
+) -> None:
+    async with gate_on(own_fake_server.http_url, admission=False) as gate:
+        async with gate.start(WEB, prompt=False, cancellable="u1"):
+            with pytest.raises(BadRequest) as busy:
+                async with gate.start(WEB, prompt=False, cancellable="u1"):
+                    pass
+            assert busy.value.code == "busy"
+            # only the reply that plays was counted and placed; the refused one holds nothing
+            assert gate.reply_rate.used("web", gate.clock()) == 1
+            assert held(gate) == (1, 1, 1)
+        assert held(gate) == (0, 0, 0)
+
+
+async def test_a_refused_reply_gives_back_its_session_and_its_cancel_handle() -> None:
+    async with gate_on(f"http://127.0.0.1:{free_port()}") as gate:  # nothing listens there
+        with pytest.raises(Overloaded) as refused:
+            async with gate.start(WEB, prompt=False, cancellable="u1"):
+                pass
+        assert refused.value.code == "tts_unavailable"
+        assert held(gate) == (0, 0, 0)
+        gate.draining.set()
+        with pytest.raises(Overloaded) as restarting:
+            async with gate.start(WEB, prompt=False):
+                pass
+        assert restarting.value.code == "restarting"
+        assert held(gate) == (0, 0, 0)
+
+
+async def test_an_llm_answer_is_charged_its_tokens_when_it_ends(
+    own_fake_server: RunningServer,
+) -> None:
+    async with gate_on(own_fake_server.http_url, admission=False) as gate:
+        async with gate.start(WEB, prompt=True) as admitted:
+            admitted.text_chars = lambda: 41  # the answer so far
+            assert gate.token_rate.used("web", gate.clock()) == 0
+        assert gate.token_rate.used("web", gate.clock()) == 11  # 4 characters a token
+        async with gate.start(WEB, prompt=False) as admitted:
+            admitted.text_chars = lambda: 400  # text the client gave: no tokens
+        assert gate.token_rate.used("web", gate.clock()) == 11
