@@ -21,6 +21,7 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
+from gateway.access.keys import Client, KeyRing
 from gateway.app import create_app as create_gateway
 from gateway.config import Settings as GatewaySettings
 from model_server.app import create_app as create_model_server
@@ -136,10 +137,21 @@ async def test_a_page_uses_a_token_minted_by_its_backend(fake_server: RunningSer
             assert code_of(again) == (403, "key_required")
             in_query = await http.get("/v1/speak/sse", params={**HI, "token": KEY})
             assert code_of(in_query) == (401, "unauthorized")
-            # forged: another key's name under this signature
+            # corrupted: the payload changed under its signature
             payload, signature = token.split(".")
-            forged = await http.get("/v1/voices", params={"token": payload[:-2] + "x." + signature})
-            assert code_of(forged) == (401, "unauthorized")
+            corrupted = payload[:-2] + "x." + signature
+            corrupt = await http.get("/v1/voices", params={"token": corrupted})
+            assert code_of(corrupt) == (401, "unauthorized")
+            # forged: well formed, unexpired, for a name this gateway knows, signed by a key it
+            # does not hold (another gateway's "web")
+            elsewhere = KeyRing([("web", "not-this-gateways-key-0123456789")])
+            forged = elsewhere.mint(Client("web"), time.time(), 120)
+            refused = await http.get("/v1/voices", params={"token": forged})
+            assert code_of(refused) == (401, "unauthorized")
+            assert refused.json()["error"]["message"] == "invalid token"
+            # the same claims signed with this gateway's key are let in: only the key differs
+            genuine = KeyRing.parse(KEYS.split(",")).mint(Client("web"), time.time(), 120)
+            assert (await http.get("/v1/voices", params={"token": genuine})).status_code == 200
         # a browser WebSocket: the token in the query too
         async with connect(f"{gw.ws_url}/v1/speak/ws?token={token}") as ws:
             audio, _ = await speak_once(ws)
