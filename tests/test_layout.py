@@ -1,9 +1,10 @@
 """The architecture as the code shows it: the two services are siblings that share only
-`kokoro_contract`, and the contract depends on neither."""
+`kokoro_contract`, and the contract depends on neither; the docs name every module."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -46,3 +47,59 @@ def test_the_check_sees_a_cross_import(tmp_path: Path) -> None:
     (tmp_path / "gateway").mkdir()
     (tmp_path / "gateway" / "bad.py").write_text("import os\nfrom model_server.audio import x\n")
     assert imported_packages("gateway", tmp_path) == {"gateway/bad.py": {"os", "model_server"}}
+
+
+DOCUMENTED = ("kokoro_contract", "model_server", "gateway")
+
+
+def documented_modules(text: str) -> set[str]:
+    """The module paths docs/architecture.md's Modules tree names: one `name.py` a line, its
+    folders the lines above it with less indentation that end in `/`."""
+    section = text.split("## Modules", 1)[1]
+    tree = section.split("```", 2)[1]
+    folders: list[tuple[int, str]] = []
+    found: set[str] = set()
+    for line in tree.splitlines():
+        if not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip())
+        name = line.split()[0]
+        if not (name.endswith("/") or name.endswith(".py")):
+            continue  # a description carried over from the line above
+        while folders and folders[-1][0] >= indent:
+            folders.pop()
+        path = "".join(folder for _, folder in folders) + name
+        if name.endswith("/"):
+            folders.append((indent, name))
+        elif path.split("/")[0] in DOCUMENTED:
+            found.add(path)
+    return found
+
+
+def test_every_module_has_its_line_in_the_architecture_doc() -> None:
+    modules = {
+        str(path.relative_to(ROOT))
+        for package in DOCUMENTED
+        for path in (ROOT / package).rglob("*.py")
+        if path.name != "__init__.py"
+    }
+    documented = documented_modules((ROOT / "docs" / "architecture.md").read_text())
+    assert sorted(modules - documented) == [], "modules without their line in the doc"
+    assert sorted(documented - modules) == [], "lines in the doc for modules that are gone"
+
+
+def test_the_module_tree_is_read_by_its_indentation() -> None:
+    doc = "## Modules\n```\ngateway/  the gateway\n  app.py  x\n  reply/\n    plan.py  y\n" + (
+        "                  more of y\n  cli.py  z\nbench/  b.py\n```\n"
+    )
+    assert documented_modules(doc) == {"gateway/app.py", "gateway/reply/plan.py", "gateway/cli.py"}
+
+
+def test_the_readme_is_a_front_door() -> None:
+    """At most 200 lines (history lives in docs/measured.md), and every link stays inside the
+    repository and points at a file that exists."""
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 200
+    for target in re.findall(r"\]\(([^)]+)\)", readme):
+        assert "://" not in target, target
+        assert (ROOT / target.split("#")[0]).exists(), target
