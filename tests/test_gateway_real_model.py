@@ -124,7 +124,7 @@ async def test_websocket_two_utterances_and_client_streamed_text(
                     audio += units
                     continue
                 event = orjson.loads(frame)
-                assert event["utterance_id"] == uid
+                assert event.get("utterance_id") == uid, event
                 events.append(event["type"])
                 if event["type"] == "agent_end":
                     break
