@@ -25,7 +25,8 @@
 // Inside: `Speaker` keeps one transport (`EventSourceTransport`, `SseFetchTransport` or
 // `WebSocketTransport`, one interface, below) and makes one `Reply` per `speak()`: the reply
 // owns its id, state, figures, player and the gateway's events; the transport only carries
-// them.
+// them. `SseDecoder` is the one SSE parser (pure, text in and events out), what fetch SSE reads
+// with; EventSource parses in the browser.
 
 export const MSE_TYPES = {
   mp3: "audio/mpeg",
@@ -267,32 +268,88 @@ class WebCodecsMp3Player {
   }
 }
 
-// --- SSE over fetch --------------------------------------------------------------------------
+// --- Server-Sent Events, decoded incrementally ------------------------------------------------
 
-async function* sseEvents(body, signal) {
-  const reader = body.getReader();
-  const decoder = new TextDecoder();
-  let buffer = "";
-  try {
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) return;
-      buffer += decoder.decode(value, { stream: true }).replace(/\r\n?/g, "\n");
-      let cut;
-      while ((cut = buffer.indexOf("\n\n")) >= 0) { // event boundaries never align with chunks
-        const block = buffer.slice(0, cut);
-        buffer = buffer.slice(cut + 2);
-        let event = "message";
-        const data = [];
-        for (const line of block.split("\n")) {
-          if (line.startsWith("event:")) event = line.slice(6).trim();
-          else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
-        }
-        if (data.length) yield { event, data: data.join("\n") };
-      }
+// The one SSE decoder: pure (text in, events out, no I/O), following the WHATWG event-stream
+// rules. A line ends with CRLF, LF or CR; a push that ends with a CR may be the first half of a
+// CRLF, so the decoder remembers it and a LF at the start of the next push ends nothing. A
+// blank line dispatches the event being built, if it has data. Events are `{event, data, id}`
+// (`event` is "message" when the stream named none; `id` is the last event id seen). Feed it
+// the text of each read as it comes (decode bytes with one streaming TextDecoder first); the
+// events do not depend on where the reads were cut. `end()` at the end of the stream drops an
+// event no blank line finished, as EventSource does.
+export class SseDecoder {
+  constructor() {
+    this.line = ""; // the line still open at the end of the last push
+    this.afterCr = false; // the last push ended with a CR
+    this.started = false; // a byte-order mark is skipped at the very start only
+    this.type = "";
+    this.data = [];
+    this.lastEventId = "";
+    this.retryMs = null; // the stream's `retry:` advice, if any
+  }
+
+  push(text) {
+    const events = [];
+    let i = 0;
+    if (!this.started && text.length) {
+      this.started = true;
+      if (text.charCodeAt(0) === 0xfeff) i = 1;
     }
-  } finally {
-    if (!signal.aborted) reader.releaseLock();
+    if (this.afterCr && i < text.length) {
+      this.afterCr = false;
+      if (text[i] === "\n") i++; // the LF of a CRLF cut between two reads
+    }
+    const eol = /[\r\n]/g;
+    while (i < text.length) {
+      eol.lastIndex = i;
+      const found = eol.exec(text);
+      if (!found) {
+        this.line += text.slice(i);
+        break;
+      }
+      const line = this.line + text.slice(i, found.index);
+      this.line = "";
+      i = found.index + 1;
+      if (found[0] === "\r") {
+        if (i === text.length) this.afterCr = true;
+        else if (text[i] === "\n") i++;
+      }
+      const event = this.onLine(line);
+      if (event) events.push(event);
+    }
+    return events;
+  }
+
+  end() {
+    this.line = "";
+    this.afterCr = false;
+    this.type = "";
+    this.data = [];
+    return [];
+  }
+
+  onLine(line) {
+    if (line === "") {
+      if (!this.data.length) {
+        this.type = "";
+        return null;
+      }
+      const event = { event: this.type || "message", data: this.data.join("\n"), id: this.lastEventId };
+      this.type = "";
+      this.data = [];
+      return event;
+    }
+    if (line[0] === ":") return null; // a comment
+    const colon = line.indexOf(":");
+    const field = colon < 0 ? line : line.slice(0, colon);
+    let value = colon < 0 ? "" : line.slice(colon + 1);
+    if (value[0] === " ") value = value.slice(1);
+    if (field === "event") this.type = value;
+    else if (field === "data") this.data.push(value);
+    else if (field === "id" && !value.includes("\0")) this.lastEventId = value;
+    else if (field === "retry" && /^[0-9]+$/.test(value)) this.retryMs = Number(value);
+    return null;
   }
 }
 
@@ -548,7 +605,7 @@ export class EventSourceTransport extends SseTransport {
   }
 }
 
-// `POST /v1/speak` through fetch, its body read as it arrives
+// `POST /v1/speak` through fetch, its body read as it arrives and decoded by `SseDecoder`
 // (POST, an Authorization header, and a refusal's status, body and Retry-After can be read).
 export class SseFetchTransport extends SseTransport {
   async start(reply, query) {
@@ -577,7 +634,21 @@ export class SseFetchTransport extends SseTransport {
       }
       return;
     }
-    for await (const { event, data } of sseEvents(response.body, signal)) this.deliver(reply, event, data);
+    const reader = response.body.getReader();
+    const text = new TextDecoder();
+    const sse = new SseDecoder();
+    try {
+      for (;;) {
+        const { value, done } = await reader.read();
+        const events = done ? [...sse.push(text.decode()), ...sse.end()]
+          : sse.push(text.decode(value, { stream: true }));
+        for (const { event, data } of events) this.deliver(reply, event, data);
+        if (done) break;
+      }
+    } finally {
+      if (!signal.aborted) reader.releaseLock();
+    }
+    if (!reply.ended && !reply.stopped) reply.fail("event stream ended before the reply did");
   }
 }
 
