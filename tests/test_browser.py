@@ -392,6 +392,63 @@ async def test_every_audio_chunk_arrives_when_each_crlf_is_split_across_reads(
         assert split["crReads"] > 0  # the split did reach the reader
 
 
+# --- a format the browser cannot play leaves the speaker usable -----------------------------
+
+SPEAK_AN_UNPLAYABLE_FORMAT_THEN_PCM = """
+async ([transport, format, refuseMse]) => {
+  const { Speaker } = await import("/static/speak.js");
+  if (refuseMse) MediaSource.isTypeSupported = () => false;  // as a browser without it would
+  const speaker = new Speaker({ transport });
+  const errors = [];
+  const states = [];
+  speaker.addEventListener("error", (e) => errors.push(e.detail));
+  speaker.addEventListener("state", (e) => states.push(e.detail.state));
+  const refused = await speaker.speak({ text: "Hello there.", format });
+  const stopped = await speaker.stop();
+  const next = await speaker.speak({ text: "Hello there.", format: "pcm" });
+  speaker.close();
+  return { errors, states, stopped,
+           refused: { state: refused.state, error: refused.error, bytes: refused.bytes },
+           next: { state: next.state, error: next.error, bytes: next.bytes, player: next.player } };
+}
+"""
+
+
+@pytest.mark.parametrize(
+    ("transport", "fmt", "refuse_mse"),
+    [
+        ("sse", "wav", False),
+        ("sse-fetch", "wav", False),
+        ("ws", "wav", False),
+        ("sse-fetch", "aac", True),
+    ],
+)
+async def test_a_format_that_cannot_play_is_an_error_and_the_speaker_stays_usable(
+    browser: Browser, gateway_on_fake: RunningServer, transport: str, fmt: str, refuse_mse: bool
+) -> None:
+    """`wav` is a browser format of the gateway that no player here takes (MSE has no
+    audio/wav); `aac` with MSE refusing it is a browser without that type. Either way the
+    caller hears of it through an `error` event and the resolved stats, and the next `stop()`,
+    `speak()` and `close()` work."""
+    page, console = await open_demo(browser, gateway_on_fake.http_url)
+    result = await page.evaluate(SPEAK_AN_UNPLAYABLE_FORMAT_THEN_PCM, [transport, fmt, refuse_mse])
+    assert [e["message"] for e in result["errors"]] == [f"format {fmt} cannot play here"]
+    assert result["refused"] == {
+        "state": "error",
+        "error": f"format {fmt} cannot play here",
+        "bytes": 0,
+    }
+    assert result["stopped"] is None  # nothing was playing
+    assert result["next"]["state"] == "done"
+    assert result["next"]["error"] is None
+    assert result["next"]["bytes"] > 0
+    assert result["next"]["player"] == "WorkletPlayer"
+    assert result["states"][0] == "error"
+    assert result["states"][-1] == "done"
+    assert console.errors == []
+    await page.close()
+
+
 # --- the SSE decoder, pure, in the browser ---------------------------------------------------
 
 SSE_CASES: list[tuple[str, list[dict[str, str]]]] = [

@@ -811,7 +811,9 @@ export class Speaker extends EventTarget {
     this.dispatchEvent(new CustomEvent(type, { detail }));
   }
 
-  // Resolves to the reply's stats once it has played out, been stopped or failed.
+  // Resolves to the reply's stats once it has played out, been stopped or failed; a failure
+  // (a refusal, a broken stream, a format this browser cannot play) is an `error` event and
+  // `stats.error`, and leaves the speaker ready for the next reply.
   async speak(params) {
     if (this.current) this.stop();
     if (this.lastPlayer) this.lastPlayer.release(); // the previous reply's output, now silent
@@ -821,16 +823,16 @@ export class Speaker extends EventTarget {
     this.current = reply;
     const query = { mode: "bidi", ...params, format };
     let clock = null;
-    const player = await makePlayer(format, this, reply.stats, () => reply.firstSampleHeard());
-    if (this.current !== reply) { // stopped and replaced while the player was made
-      player.release();
-    } else {
-      reply.player = this.lastPlayer = player;
-      reply.stats.player = player.constructor.name;
-      reply.emit("player", { player: reply.stats.player });
-      clock = setInterval(() => reply.tick(), 25);
-    }
     try {
+      const player = await makePlayer(format, this, reply.stats, () => reply.firstSampleHeard());
+      if (this.current !== reply) { // stopped and replaced while the player was made
+        player.release();
+      } else {
+        reply.player = this.lastPlayer = player;
+        reply.stats.player = player.constructor.name;
+        reply.emit("player", { player: reply.stats.player });
+        clock = setInterval(() => reply.tick(), 25);
+      }
       if (!reply.ended) await this.link.start(reply, query);
     } catch (err) {
       reply.fail(err.message || String(err));
