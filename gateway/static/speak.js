@@ -368,7 +368,8 @@ export class Reply {
       state: "idle", format, transport: speaker.transport, t0: performance.now(),
       firstTextMs: null, firstAudioBytesMs: null, ttfaMs: null, bytes: 0, chunks: 0,
       audioSeconds: 0, maxRms: 0, playingEvent: false, bufferedEnd: 0, player: null,
-      serverMetrics: null, cancelled: false, error: null, playedMs: 0, heardText: null,
+      serverMetrics: null, serverChunks: null, cancelled: false, error: null, playedMs: 0,
+      heardText: null,
     };
     this.player = null;
     this.words = [];
@@ -434,6 +435,7 @@ export class Reply {
         break;
       case "audio_stream_end":
         stats.audioSeconds = body.duration_s;
+        stats.serverChunks = body.total_chunks; // what the gateway sent, against `chunks`
         break;
       case "error":
         // the server has ended this reply itself: nothing to cancel
