@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 import pytest_asyncio
-from playwright.async_api import Browser, ConsoleMessage, Page, async_playwright
+from playwright.async_api import Browser, ConsoleMessage, Page, Route, async_playwright
 
 from gateway.app import create_app as create_gateway
 from gateway.config import Settings as GatewaySettings
@@ -24,6 +24,7 @@ from tests.support.fakes import FakeEngine
 from tests.support.gateway_client import metric
 from tests.support.processes import gateway_process
 from tests.support.servers import RunningServer, free_port, serve
+from tests.support.split_proxy import split_proxy
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 LONG = " ".join(["This sentence is here to keep the voice busy for a little while."] * 6)
@@ -328,3 +329,250 @@ async def test_the_demo_says_when_the_service_is_at_capacity(
         assert await page.get_attribute("#error", "data-code") == "overloaded"
         await page.close()
     assert not [e for e in console.errors if "503" not in e]  # only the refused request itself
+
+
+# --- the fetch-SSE reader against reads that end between CR and LF -------------------------
+
+# Counts the body reads whose last byte is a CR, so a test can show that the browser really saw
+# reads end between a CR and its LF (and not only that the proxy wrote them apart).
+COUNT_CR_READS = """
+(() => {
+  const read = ReadableStreamDefaultReader.prototype.read;
+  window.crEndedReads = 0;
+  ReadableStreamDefaultReader.prototype.read = async function (...args) {
+    const result = await read.apply(this, args);
+    const v = result.value;
+    if (v instanceof Uint8Array && v.length && v[v.length - 1] === 13) window.crEndedReads++;
+    return result;
+  };
+})();
+"""
+
+
+async def reply_figures(page: Page) -> dict[str, Any]:
+    figures: dict[str, Any] = await page.evaluate(
+        """() => { const s = window.demo.stats;
+                   return { state: s.state, error: s.error, bytes: s.bytes, chunks: s.chunks,
+                            serverBytes: s.serverMetrics && s.serverMetrics.audio_bytes,
+                            serverChunks: s.serverChunks }; }"""
+    )
+    return figures
+
+
+@pytest.mark.parametrize("transport", ["sse-fetch", "sse", "ws"])
+async def test_every_audio_chunk_arrives_when_each_crlf_is_split_across_reads(
+    browser: Browser, gateway_on_fake: RunningServer, transport: str
+) -> None:
+    """sse-starlette ends lines with CRLF; a read may end between the CR and the LF. Through a
+    proxy that writes every CR apart from what follows it, the reply arrives whole: the same
+    audio chunks and bytes as on the direct path, all the gateway says it sent. In batch mode:
+    one synthesis call, so both paths get the same audio (in bidi the chunk plan adapts to
+    timing, and the two replies may differ by a chunk). EventSource and the WebSocket parse
+    inside the browser; they are here as the control."""
+    text = "Hello there. " + LONG[:120]
+    seen: list[dict[str, Any]] = []
+    with split_proxy(gateway_on_fake.port) as proxy:
+        for base in (gateway_on_fake.http_url, proxy.http_url):
+            page = await browser.new_page()
+            await page.add_init_script(COUNT_CR_READS)
+            console = Console(page)
+            await page.goto(f"{base}/")
+            await page.wait_for_function("window.demo !== undefined")
+            await speak(page, transport=transport, fmt="mp3", text=text, mode="batch")
+            await wait_until_settled(page)
+            seen.append(
+                {**await reply_figures(page), "crReads": await page.evaluate("crEndedReads")}
+            )
+            assert console.errors == []
+            await page.close()
+        assert proxy.split_writes > 0
+    direct, split = seen
+    assert (direct["state"], direct["error"]) == ("done", None)
+    assert (split["state"], split["error"]) == ("done", None)
+    # every audio chunk the gateway sent arrived, with all its bytes, as on the direct path
+    assert split["chunks"] == split["serverChunks"] > 0, seen
+    assert split["bytes"] == split["serverBytes"], seen
+    assert direct["chunks"] == direct["serverChunks"], seen
+    assert split["bytes"] == direct["bytes"], seen
+    assert split["chunks"] == direct["chunks"], seen
+    if transport == "sse-fetch":  # the page's own reads (EventSource reads inside the browser)
+        assert split["crReads"] > 0  # reads did end between a CR and its LF
+
+
+# --- a format the browser cannot play leaves the speaker usable -----------------------------
+
+SPEAK_AN_UNPLAYABLE_FORMAT_THEN_PCM = """
+async ([transport, format, refuseMse]) => {
+  const { Speaker } = await import("/static/speak.js");
+  if (refuseMse) MediaSource.isTypeSupported = () => false;  // as a browser without it would
+  const speaker = new Speaker({ transport });
+  const errors = [];
+  const states = [];
+  speaker.addEventListener("error", (e) => errors.push(e.detail));
+  speaker.addEventListener("state", (e) => states.push(e.detail.state));
+  const refused = await speaker.speak({ text: "Hello there.", format });
+  const stopped = await speaker.stop();
+  const next = await speaker.speak({ text: "Hello there.", format: "pcm" });
+  speaker.close();
+  return { errors, states, stopped,
+           refused: { state: refused.state, error: refused.error, bytes: refused.bytes },
+           next: { state: next.state, error: next.error, bytes: next.bytes, player: next.player } };
+}
+"""
+
+
+@pytest.mark.parametrize(
+    ("transport", "fmt", "refuse_mse"),
+    [
+        ("sse", "wav", False),
+        ("sse-fetch", "wav", False),
+        ("ws", "wav", False),
+        ("sse-fetch", "aac", True),
+    ],
+)
+async def test_a_format_that_cannot_play_is_an_error_and_the_speaker_stays_usable(
+    browser: Browser, gateway_on_fake: RunningServer, transport: str, fmt: str, refuse_mse: bool
+) -> None:
+    """`wav` is a browser format of the gateway that no player here takes (MSE has no
+    audio/wav); `aac` with MSE refusing it is a browser without that type. Either way the
+    caller hears of it through an `error` event and the resolved stats, and the next `stop()`,
+    `speak()` and `close()` work."""
+    page, console = await open_demo(browser, gateway_on_fake.http_url)
+    result = await page.evaluate(SPEAK_AN_UNPLAYABLE_FORMAT_THEN_PCM, [transport, fmt, refuse_mse])
+    assert [e["message"] for e in result["errors"]] == [f"format {fmt} cannot play here"]
+    assert result["refused"] == {
+        "state": "error",
+        "error": f"format {fmt} cannot play here",
+        "bytes": 0,
+    }
+    assert result["stopped"] is None  # nothing was playing
+    assert result["next"]["state"] == "done"
+    assert result["next"]["error"] is None
+    assert result["next"]["bytes"] > 0
+    assert result["next"]["player"] == "WorkletPlayer"
+    assert result["states"][0] == "error"
+    assert result["states"][-1] == "done"
+    assert console.errors == []
+    await page.close()
+
+
+# --- the SSE decoder, pure, in the browser ---------------------------------------------------
+
+SSE_CASES: list[tuple[str, list[dict[str, str]]]] = [
+    (  # as sse-starlette writes it
+        'event: audio_chunk\r\ndata: {"seq":0}\r\nid: u:1\r\n\r\n'
+        "event: agent_end\r\ndata: {}\r\nid: u:2\r\n\r\n",
+        [
+            {"event": "audio_chunk", "data": '{"seq":0}', "id": "u:1"},
+            {"event": "agent_end", "data": "{}", "id": "u:2"},
+        ],
+    ),
+    (  # LF, CR and CRLF line ends mixed; a comment; a field with no colon
+        "data: a\ndata: b\n\nevent: x\rdata: c\r\r: a comment\r\ndata\r\n\r\n",
+        [
+            {"event": "message", "data": "a\nb", "id": ""},
+            {"event": "x", "data": "c", "id": ""},
+            {"event": "message", "data": "", "id": ""},
+        ],
+    ),
+    (  # a BOM; no space after the colon; an event with no data is none; an unfinished one
+        "\ufeffdata:one\r\n\r\n\r\nevent: lonely\r\n\r\ndata: two\r\nid: 7\r\n\r\ndata: cut",
+        [
+            {"event": "message", "data": "one", "id": ""},
+            {"event": "message", "data": "two", "id": "7"},
+        ],
+    ),
+    (  # CR CR LF: a line, then a blank line; ids persist, one with NUL is ignored
+        "id: 1\r\ndata: a\r\r\nid: x\x00y\r\ndata: b: é 🎵\r\n\r\ndata:  two spaces\r\n\r\n",
+        [
+            {"event": "message", "data": "a", "id": "1"},
+            {"event": "message", "data": "b: é 🎵", "id": "1"},
+            {"event": "message", "data": " two spaces", "id": "1"},
+        ],
+    ),
+]
+
+DECODE_EVERY_WAY = """
+async (cases) => {
+  const { SseDecoder } = await import("/static/speak.js");
+  const decode = (pieces) => {
+    const d = new SseDecoder();
+    return [...pieces.flatMap((p) => d.push(p)), ...d.end()];
+  };
+  const decodeBytes = (bytes, cuts) => {  // as fetch SSE reads: one streaming TextDecoder
+    const d = new SseDecoder();
+    const text = new TextDecoder();
+    const events = [];
+    let at = 0;
+    for (const cut of [...cuts, bytes.length]) {
+      events.push(...d.push(text.decode(bytes.subarray(at, cut), { stream: true })));
+      at = cut;
+    }
+    return [...events, ...d.push(text.decode()), ...d.end()];
+  };
+  const results = [];
+  for (const input of cases) {
+    const whole = decode([input]);
+    const want = JSON.stringify(whole);
+    const differ = [];
+    const n = input.length;
+    for (let i = 0; i <= n; i++) {
+      for (let j = i; j <= n; j++) {  // every cut in two or three pieces
+        const got = JSON.stringify(decode([input.slice(0, i), input.slice(i, j), input.slice(j)]));
+        if (got !== want) differ.push(`text cut at ${i},${j}: ${got}`);
+      }
+    }
+    const oneByOne = JSON.stringify(decode([...input]));
+    if (oneByOne !== want) differ.push(`one character at a time: ${oneByOne}`);
+    const bytes = new TextEncoder().encode(input);
+    for (let i = 0; i <= bytes.length; i++) {
+      const got = JSON.stringify(decodeBytes(bytes, [i]));
+      if (got !== want) differ.push(`bytes cut at ${i}: ${got}`);
+    }
+    results.push({ whole, differ: differ.slice(0, 5), tried: (n + 1) * (n + 2) / 2 });
+  }
+  return results;
+}
+"""
+
+
+async def test_the_sse_decoder_gives_the_same_events_wherever_the_reads_are_cut(
+    browser: Browser, gateway_on_fake: RunningServer
+) -> None:
+    """SseDecoder (speak.js) against the WHATWG event-stream rules: each input decoded whole
+    gives the events expected, and cut in two or three pieces at every position (as text, and
+    as UTF-8 bytes through a streaming TextDecoder, as fetch SSE reads it), or fed one
+    character at a time, gives the same events."""
+    page, console = await open_demo(browser, gateway_on_fake.http_url)
+    results = await page.evaluate(DECODE_EVERY_WAY, [text for text, _ in SSE_CASES])
+    for (text, expected), result in zip(SSE_CASES, results, strict=True):
+        assert result["whole"] == expected, text
+        assert result["differ"] == [], text
+        assert result["tried"] > 100
+    assert console.errors == []
+    await page.close()
+
+
+async def test_a_fetch_sse_stream_that_ends_before_the_reply_did_is_an_error(
+    browser: Browser, gateway_on_fake: RunningServer
+) -> None:
+    """A stream that stops before `agent_end` (a proxy or the network cut it) ends the reply
+    with an error instead of leaving it waiting; the next reply plays."""
+    page, console = await open_demo(browser, gateway_on_fake.http_url)
+    cut = 'event: agent_start\r\ndata: {"mode": "bidi", "utterance_id": "u1"}\r\nid: u1:0\r\n\r\n'
+
+    async def cut_short(route: Route) -> None:
+        await route.fulfill(status=200, content_type="text/event-stream", body=cut)
+
+    await page.route("**/v1/speak", cut_short)
+    await speak(page, transport="sse-fetch", fmt="pcm", text="Hello there.")
+    await wait_until_settled(page)
+    proof = await played_proof(page)
+    assert (proof["state"], proof["error"]) == ("error", "event stream ended before the reply did")
+    await page.unroute("**/v1/speak", cut_short)
+    await speak(page, transport="sse-fetch", fmt="pcm", text="Hello there.")
+    await page.wait_for_function("document.querySelector('#metrics').dataset.state === 'done'")
+    proof = await played_proof(page)
+    assert (proof["error"], proof["bytes"] > 0) == (None, True)
+    assert console.errors == []
+    await page.close()

@@ -21,6 +21,12 @@
 // Extensions, or, where MSE lacks the type (Firefox has no MP3 in MSE), WebCodecs'
 // AudioDecoder feeding the same worklet. `stats.ttfaMs` is the time to the first sample the
 // listener hears, not to the first byte.
+//
+// Inside: `Speaker` keeps one transport (`EventSourceTransport`, `SseFetchTransport` or
+// `WebSocketTransport`, one interface, below) and makes one `Reply` per `speak()`: the reply
+// owns its id, state, figures, player and the gateway's events; the transport only carries
+// them. `SseDecoder` is the one SSE parser (pure, text in and events out), what fetch SSE reads
+// with; EventSource parses in the browser.
 
 export const MSE_TYPES = {
   mp3: "audio/mpeg",
@@ -262,49 +268,541 @@ class WebCodecsMp3Player {
   }
 }
 
-// --- SSE over fetch --------------------------------------------------------------------------
+// --- Server-Sent Events, decoded incrementally ------------------------------------------------
 
-async function* sseEvents(body, signal) {
-  const reader = body.getReader();
-  const decoder = new TextDecoder();
-  let buffer = "";
-  try {
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) return;
-      buffer += decoder.decode(value, { stream: true }).replace(/\r\n?/g, "\n");
-      let cut;
-      while ((cut = buffer.indexOf("\n\n")) >= 0) { // event boundaries never align with chunks
-        const block = buffer.slice(0, cut);
-        buffer = buffer.slice(cut + 2);
-        let event = "message";
-        const data = [];
-        for (const line of block.split("\n")) {
-          if (line.startsWith("event:")) event = line.slice(6).trim();
-          else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
-        }
-        if (data.length) yield { event, data: data.join("\n") };
-      }
+// The one SSE decoder: pure (text in, events out, no I/O), following the WHATWG event-stream
+// rules. A line ends with CRLF, LF or CR; a push that ends with a CR may be the first half of a
+// CRLF, so the decoder remembers it and a LF at the start of the next push ends nothing. A
+// blank line dispatches the event being built, if it has data. Events are `{event, data, id}`
+// (`event` is "message" when the stream named none; `id` is the last event id seen). Feed it
+// the text of each read as it comes (decode bytes with one streaming TextDecoder first); the
+// events do not depend on where the reads were cut. `end()` at the end of the stream drops an
+// event no blank line finished, as EventSource does.
+export class SseDecoder {
+  constructor() {
+    this.line = ""; // the line still open at the end of the last push
+    this.afterCr = false; // the last push ended with a CR
+    this.started = false; // a byte-order mark is skipped at the very start only
+    this.type = "";
+    this.data = [];
+    this.lastEventId = "";
+    this.retryMs = null; // the stream's `retry:` advice, if any
+  }
+
+  push(text) {
+    const events = [];
+    let i = 0;
+    if (!this.started && text.length) {
+      this.started = true;
+      if (text.charCodeAt(0) === 0xfeff) i = 1;
     }
-  } finally {
-    if (!signal.aborted) reader.releaseLock();
+    if (this.afterCr && i < text.length) {
+      this.afterCr = false;
+      if (text[i] === "\n") i++; // the LF of a CRLF cut between two reads
+    }
+    const eol = /[\r\n]/g;
+    while (i < text.length) {
+      eol.lastIndex = i;
+      const found = eol.exec(text);
+      if (!found) {
+        this.line += text.slice(i);
+        break;
+      }
+      const line = this.line + text.slice(i, found.index);
+      this.line = "";
+      i = found.index + 1;
+      if (found[0] === "\r") {
+        if (i === text.length) this.afterCr = true;
+        else if (text[i] === "\n") i++;
+      }
+      const event = this.onLine(line);
+      if (event) events.push(event);
+    }
+    return events;
+  }
+
+  end() {
+    this.line = "";
+    this.afterCr = false;
+    this.type = "";
+    this.data = [];
+    return [];
+  }
+
+  onLine(line) {
+    if (line === "") {
+      if (!this.data.length) {
+        this.type = "";
+        return null;
+      }
+      const event = { event: this.type || "message", data: this.data.join("\n"), id: this.lastEventId };
+      this.type = "";
+      this.data = [];
+      return event;
+    }
+    if (line[0] === ":") return null; // a comment
+    const colon = line.indexOf(":");
+    const field = colon < 0 ? line : line.slice(0, colon);
+    let value = colon < 0 ? "" : line.slice(colon + 1);
+    if (value[0] === " ") value = value.slice(1);
+    if (field === "event") this.type = value;
+    else if (field === "data") this.data.push(value);
+    else if (field === "id" && !value.includes("\0")) this.lastEventId = value;
+    else if (field === "retry" && /^[0-9]+$/.test(value)) this.retryMs = Number(value);
+    return null;
   }
 }
 
+// --- one reply -------------------------------------------------------------------------------
+
+// One reply from `speak()` to its end: its utterance id, its state and figures (`stats`), its
+// player, the gateway's events applied to it (`receive`), and barge-in (`stop`, `cancel`).
+// What it emits goes out as the speaker's events while it is the speaker's current reply, so
+// a reply that was stopped and replaced cannot speak over its successor.
+export class Reply {
+  constructor(speaker, transport, format) {
+    this.speaker = speaker;
+    this.transport = transport;
+    this.id = null; // the utterance id: the gateway's (SSE) or the speaker's own (WebSocket)
+    this.stats = {
+      state: "idle", format, transport: speaker.transport, t0: performance.now(),
+      firstTextMs: null, firstAudioBytesMs: null, ttfaMs: null, bytes: 0, chunks: 0,
+      audioSeconds: 0, maxRms: 0, playingEvent: false, bufferedEnd: 0, player: null,
+      serverMetrics: null, serverChunks: null, cancelled: false, error: null, playedMs: 0,
+      heardText: null,
+    };
+    this.player = null;
+    this.words = [];
+    this.word = -1; // the index of the word being heard
+    this.stopped = false;
+    this.ended = false;
+    this.cancelling = null; // a barge-in's question to the gateway, until it is answered
+    this.done = new Promise((resolve) => { this.resolveDone = resolve; });
+    this.whenHeard = new Promise((resolve) => { this.resolveHeard = resolve; });
+  }
+
+  get state() {
+    return this.stats.state;
+  }
+
+  emit(type, detail) {
+    if (this.speaker.current === this) this.speaker.emit(type, detail);
+  }
+
+  setState(state) {
+    this.stats.state = state;
+    this.emit("state", { state });
+  }
+
+  finish() {
+    this.ended = true;
+    this.resolveDone();
+  }
+
+  // the first sample reached the listener
+  firstSampleHeard() {
+    if (this.stats.ttfaMs !== null) return;
+    this.stats.ttfaMs = Math.round(performance.now() - this.stats.t0);
+    this.setState("playing");
+    this.emit("heard", { ttfaMs: this.stats.ttfaMs });
+  }
+
+  // One event of the gateway (SSE event or WebSocket frame), by name, with its JSON body.
+  receive(name, body) {
+    const stats = this.stats;
+    const now = Math.round(performance.now() - stats.t0);
+    switch (name) {
+      case "agent_start":
+        if (body.utterance_id) this.id = body.utterance_id;
+        break;
+      case "text_delta":
+        if (stats.firstTextMs === null) stats.firstTextMs = now;
+        this.emit("text", { ...body, t: now });
+        break;
+      case "audio_chunk": {
+        if (this.stopped || !this.player) return; // late audio of a cancelled utterance
+        const bytes = body.bytes || b64ToBytes(body.data);
+        if (stats.firstAudioBytesMs === null) stats.firstAudioBytesMs = now;
+        stats.bytes += bytes.length;
+        stats.chunks += 1;
+        this.player.push(bytes);
+        this.emit("audio", { seq: stats.chunks - 1, bytes: bytes.length, t: now });
+        break;
+      }
+      case "words":
+        this.words.push(...body.words);
+        this.emit("words", { words: body.words, first: this.words.length - body.words.length });
+        break;
+      case "audio_stream_end":
+        stats.audioSeconds = body.duration_s;
+        stats.serverChunks = body.total_chunks; // what the gateway sent, against `chunks`
+        break;
+      case "error":
+        // the server has ended this reply itself: nothing to cancel
+        this.fail(`${body.code}: ${body.message}`, {
+          code: body.code, retryable: body.retryable, retryAfterS: body.retry_after_s ?? null,
+          ended: true,
+        });
+        break;
+      case "cancelled":
+        stats.cancelled = true;
+        if (body.heard_text !== undefined) this.heard(body.played_ms, body.heard_text);
+        break;
+      case "agent_end":
+        stats.serverMetrics = body.metrics;
+        this.emit("metrics", body.metrics);
+        this.finish();
+        break;
+    }
+  }
+
+  // `error` events carry {message, code, retryable, retryAfterS}; a refusal up front because
+  // the service is at capacity (code "overloaded", HTTP 503 with Retry-After) says when to
+  // retry. `ended`: the gateway has ended the reply itself, so there is nothing to abort.
+  fail(message, { code = null, retryable = false, retryAfterS = null, ended = false } = {}) {
+    if (this.stats.error) return; // the first failure is the one to report
+    this.stats.error = message;
+    this.stats.errorCode = code;
+    this.setState(code === "overloaded" ? "overloaded" : "error");
+    this.emit("error", { message, code, retryable, retryAfterS });
+    if (!ended) this.transport.abort(this);
+    this.finish();
+  }
+
+  heard(playedMs, heardText) {
+    if (this.stats.heardText !== null) return;
+    this.stats.heardText = heardText;
+    this.emit("cancelled", { playedMs, heardText });
+    this.resolveHeard(heardText);
+  }
+
+  // Ask the gateway to stop the reply, saying how much was heard; `cancelling` settles once it
+  // has answered (or given up). A transport with nothing to ask (the reply never started)
+  // answers null; one that got no answer resolves undefined, and no `cancelled` event follows.
+  cancel(playedMs) {
+    const asked = this.transport.cancel(this, playedMs);
+    if (!asked) return;
+    this.cancelling = asked.then((heardText) => {
+      if (heardText !== undefined) this.heard(playedMs, heardText);
+    });
+  }
+
+  // Barge-in: silence at once, and tell the server how much was heard (`played_ms`, from the
+  // audio clock); resolves to what the listener heard of it (`heard_text`), or null.
+  async stop() {
+    const playedMs = Math.round(this.player ? this.player.playedMs() : 0);
+    this.stats.playedMs = playedMs;
+    this.stopped = true;
+    if (this.player) this.player.stop(); // silence at once (short fade)
+    this.cancel(playedMs);
+    this.setState("stopped");
+    this.finish();
+    if (this.cancelling) await this.cancelling;
+    return this.stats.heardText;
+  }
+
+  // The playback clock: "progress" {playedMs} as the listener hears it, and "word" {index,
+  // word, start_ms, end_ms, playedMs} when the word being heard changes (from the audio clock,
+  // not from when the timings arrived).
+  tick() {
+    if (!this.player) return;
+    const played = this.player.playedMs();
+    if (played === this.stats.playedMs) return;
+    this.stats.playedMs = played;
+    this.emit("progress", { playedMs: played });
+    let index = this.word;
+    while (index + 1 < this.words.length && this.words[index + 1].start_ms <= played) index++;
+    if (index !== this.word) {
+      this.word = index;
+      this.emit("word", { index, ...this.words[index], playedMs: played });
+    }
+  }
+}
+
+// --- transports ------------------------------------------------------------------------------
+//
+// Three transports behind one interface; the speaker holds one, chosen by its `transport`:
+//
+//   start(reply, query)      send the request; the gateway's events go to reply.receive(name,
+//                            body), a failure to reply.fail(message, {code, retryable, ...})
+//   cancel(reply, playedMs)  barge-in: ask the gateway to stop it, saying how much was heard;
+//                            a promise of its heard_text (null: no answer to read; undefined:
+//                            none came), or null when there was nothing to ask
+//   abort(reply)             drop the reply without asking what was heard (after an error)
+//   release(reply)           the reply is over: let go of what the transport held for it
+//   close()                  the speaker is closing
+
+// What both SSE transports share: events by name into the reply, and barge-in over HTTP
+// (EventSource cannot send anything back; `POST /v1/speak/{id}/cancel`).
+class SseTransport {
+  constructor(speaker) {
+    this.speaker = speaker;
+    this.streams = new Map(); // reply -> how to stop reading its stream
+  }
+
+  deliver(reply, event, data) {
+    if (EVENT_NAMES.includes(event)) reply.receive(event, JSON.parse(data));
+  }
+
+  cancel(reply, playedMs) {
+    if (reply.id === null) { // the gateway has not named it yet: only stop reading
+      this.abort(reply);
+      return null;
+    }
+    return this.cancelHttp(reply, playedMs).finally(() => this.abort(reply));
+  }
+
+  async cancelHttp(reply, playedMs) {
+    const url = new URL(`/v1/speak/${encodeURIComponent(reply.id)}/cancel`, this.speaker.baseUrl);
+    const headers = { "Content-Type": "application/json" };
+    const token = await this.speaker.credential();
+    if (token) headers.Authorization = `Bearer ${token}`;
+    try {
+      const r = await fetch(url, { method: "POST", headers, body: JSON.stringify({ played_ms: playedMs }) });
+      const body = r.ok ? await r.json() : null;
+      return body ? body.heard_text : null;
+    } catch {
+      return null;
+    }
+  }
+
+  abort(reply) {
+    const stop = this.streams.get(reply);
+    this.streams.delete(reply);
+    if (stop) stop();
+  }
+
+  release(reply) {
+    this.abort(reply); // a stream that ended by itself is closed already; this only forgets it
+  }
+
+  close() {
+    for (const reply of [...this.streams.keys()]) this.abort(reply);
+  }
+}
+
+// `GET /v1/speak/sse` through the browser's EventSource (which decodes the stream itself).
+export class EventSourceTransport extends SseTransport {
+  async start(reply, query) {
+    const url = new URL("/v1/speak/sse", this.speaker.baseUrl);
+    const params = { ...query, token: await this.speaker.credential() };
+    for (const [k, v] of Object.entries(params)) if (v !== undefined && v !== null && v !== "") url.searchParams.set(k, v);
+    const es = new EventSource(url);
+    this.streams.set(reply, () => es.close());
+    for (const name of EVENT_NAMES) {
+      es.addEventListener(name, (e) => {
+        if (name === "error" && !e.data) return; // a transport error, handled below
+        if (name === "agent_end") this.abort(reply); // before EventSource can reconnect and replay
+        this.deliver(reply, name, e.data);
+      });
+    }
+    es.onerror = () => {
+      if (es.readyState === EventSource.CLOSED && reply.stats.serverMetrics === null && !reply.stopped) {
+        // EventSource cannot read a refusal's status or body: fetch SSE and the WebSocket can
+        const early = reply.id === null;
+        reply.fail(early ? "event stream refused (the service may be at capacity; retry shortly)"
+          : "event stream failed", { retryable: early });
+      }
+    };
+  }
+}
+
+// `POST /v1/speak` through fetch, its body read as it arrives and decoded by `SseDecoder`
+// (POST, an Authorization header, and a refusal's status, body and Retry-After can be read).
+export class SseFetchTransport extends SseTransport {
+  async start(reply, query) {
+    const token = await this.speaker.credential();
+    const controller = new AbortController();
+    this.streams.set(reply, () => controller.abort());
+    const headers = { "Content-Type": "application/json", Accept: "text/event-stream" };
+    if (token) headers.Authorization = `Bearer ${token}`;
+    const request = { method: "POST", headers, body: JSON.stringify(query), signal: controller.signal };
+    this.read(reply, request, controller.signal).catch((err) => {
+      if (!reply.stopped) reply.fail(err.message || String(err));
+    });
+  }
+
+  async read(reply, request, signal) {
+    const response = await fetch(new URL("/v1/speak", this.speaker.baseUrl), request);
+    if (!response.ok) {
+      const err = await response.json().catch(() => ({ error: { message: response.statusText } }));
+      const retryAfter = Number(response.headers.get("Retry-After"));
+      if (!reply.stopped) {
+        reply.fail(`${err.error.code || response.status}: ${err.error.message}`, {
+          code: err.error.code || null,
+          retryable: Boolean(err.error.retryable),
+          retryAfterS: Number.isFinite(retryAfter) && retryAfter > 0 ? retryAfter : null,
+        });
+      }
+      return;
+    }
+    const reader = response.body.getReader();
+    const text = new TextDecoder();
+    const sse = new SseDecoder();
+    try {
+      for (;;) {
+        const { value, done } = await reader.read();
+        const events = done ? [...sse.push(text.decode()), ...sse.end()]
+          : sse.push(text.decode(value, { stream: true }));
+        for (const { event, data } of events) this.deliver(reply, event, data);
+        if (done) break;
+      }
+    } finally {
+      if (!signal.aborted) reader.releaseLock();
+    }
+    if (!reply.ended && !reply.stopped) reply.fail("event stream ended before the reply did");
+  }
+}
+
+// `/v1/speak/ws`: one connection for all the speaker's replies, kept open between them and
+// opened again by itself when it breaks. Frames are routed by utterance id, so late frames of
+// a stopped reply go to that reply (which drops its audio), never to the next one.
+export class WebSocketTransport {
+  constructor(speaker) {
+    this.speaker = speaker;
+    this.ws = null;
+    this.replies = new Map(); // utterance id -> {reply, ws}: the replies on a connection
+    this.latest = null; // the newest reply: frames without an utterance id are about it
+    this.reconnecting = false;
+  }
+
+  async start(reply, query) {
+    const ws = await this.open();
+    if (reply.ended) return; // stopped while the connection opened
+    reply.id = `u${Date.now().toString(36)}${Math.floor(Math.random() * 1e6).toString(36)}`;
+    this.replies.set(reply.id, { reply, ws });
+    this.latest = reply;
+    ws.send(JSON.stringify({ type: "speak", ...query, utterance_id: reply.id }));
+  }
+
+  send(reply, message) {
+    const entry = this.replies.get(reply.id);
+    if (!entry || entry.reply !== reply || entry.ws.readyState !== WebSocket.OPEN) return false;
+    entry.ws.send(JSON.stringify(message));
+    return true;
+  }
+
+  cancel(reply, playedMs) {
+    if (!this.send(reply, { type: "cancel", played_ms: playedMs })) return null;
+    let timer;
+    const silence = new Promise((resolve) => { timer = setTimeout(resolve, 5000); }); // a server that never answers
+    return Promise.race([reply.whenHeard, silence]).finally(() => clearTimeout(timer));
+  }
+
+  abort(reply) {
+    this.send(reply, { type: "cancel" });
+  }
+
+  release(reply) {
+    const entry = this.replies.get(reply.id);
+    if (entry && entry.reply === reply) this.replies.delete(reply.id);
+    if (this.latest === reply) this.latest = null;
+  }
+
+  close() {
+    if (this.ws) this.ws.close(1000);
+  }
+
+  async open() {
+    if (this.ws && this.ws.readyState === WebSocket.OPEN) return this.ws;
+    const url = new URL("/v1/speak/ws", this.speaker.baseUrl);
+    url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
+    const token = await this.speaker.credential();
+    if (token) url.searchParams.set("token", token);
+    const ws = new WebSocket(url);
+    ws.binaryType = "arraybuffer";
+    await new Promise((resolve, reject) => {
+      ws.onopen = resolve;
+      ws.onerror = () => reject(new Error("WebSocket connection failed"));
+    });
+    ws.onmessage = (e) => this.onMessage(e);
+    ws.onclose = (e) => this.onClose(ws, e);
+    this.ws = ws;
+    return ws;
+  }
+
+  onMessage(e) {
+    if (typeof e.data === "string") {
+      const body = JSON.parse(e.data);
+      const reply = body.utterance_id ? this.replies.get(body.utterance_id)?.reply : this.latest;
+      if (!reply) return;
+      if (body.type === "error" && !body.utterance_id && reply.stats.serverMetrics) return;
+      reply.receive(body.type, body);
+      return;
+    }
+    const bytes = new Uint8Array(e.data);
+    const n = bytes[0];
+    const owner = this.replies.get(new TextDecoder().decode(bytes.subarray(1, 1 + n)));
+    if (!owner || owner.reply.stopped) return; // stale audio: drop it
+    owner.reply.receive("audio_chunk", { bytes: bytes.subarray(1 + n) });
+  }
+
+  onClose(ws, e) {
+    for (const { reply, ws: on } of this.replies.values()) {
+      if (on === ws && reply.stats.serverMetrics === null && !reply.stopped) {
+        // 1012: the gateway restarts (it lets replies finish first); 1006: the connection broke
+        reply.fail("WebSocket closed", { retryable: e.code !== 1000 && e.code !== 1008, ended: true });
+      }
+    }
+    if (this.ws === ws) this.ws = null;
+    if (e.code !== 1000 && !this.speaker.closed) this.reconnect(e.code);
+  }
+
+  // The gateway went away (a restart closes with 1012, a crash with 1006): connect again with
+  // growing, jittered waits, saying so through "reconnecting" and "reconnected" events.
+  async reconnect(code) {
+    if (this.reconnecting) return;
+    this.reconnecting = true;
+    try {
+      for (let attempt = 1; !this.speaker.closed; attempt++) {
+        const delayMs = Math.round(Math.random() * Math.min(5000, 250 * 2 ** (attempt - 1)));
+        this.speaker.emit("reconnecting", { attempt, delayMs, code });
+        await new Promise((resolve) => setTimeout(resolve, delayMs));
+        if (this.speaker.closed || (this.ws && this.ws.readyState === WebSocket.OPEN)) return;
+        try {
+          await this.open();
+          this.speaker.emit("reconnected", { attempts: attempt });
+          return;
+        } catch { /* not back yet */ }
+      }
+    } finally {
+      this.reconnecting = false;
+    }
+  }
+}
+
+export const TRANSPORTS = { sse: EventSourceTransport, "sse-fetch": SseFetchTransport, ws: WebSocketTransport };
+
 // --- the speaker -----------------------------------------------------------------------------
+
+// The player for a format: pcm through the worklet; mp3, aac and opus through MSE, or mp3
+// through WebCodecs where MSE lacks it (or `decoder: "webcodecs"` asks). Throws for a format
+// nothing here can play (wav, or a type this browser's MSE refuses).
+async function makePlayer(format, { decoder, workletUrl }, stats, heard) {
+  const webcodecs = format === "mp3" && (decoder === "webcodecs" || !MediaSource.isTypeSupported(MSE_TYPES.mp3));
+  if (format === "pcm" || webcodecs) {
+    const worklet = new WorkletPlayer(await audioContext(workletUrl), stats, heard);
+    return webcodecs ? new WebCodecsMp3Player(worklet) : worklet;
+  }
+  const type = MSE_TYPES[format];
+  if (!type || !MediaSource.isTypeSupported(type)) throw new Error(`format ${format} cannot play here`);
+  return new MsePlayer(type, stats, heard);
+}
 
 export class Speaker extends EventTarget {
   constructor({ baseUrl = "", transport = "sse", decoder = "auto", workletUrl, token = null } = {}) {
     super();
+    const Transport = TRANSPORTS[transport];
+    if (!Transport) throw new Error(`unknown transport ${transport}: one of ${Object.keys(TRANSPORTS).join(", ")}`);
     this.baseUrl = baseUrl || location.origin;
     this.token = token; // a string, or an async function returning one
-    this.transport = transport;
+    this.transport = transport; // its name; the transport itself is `link`
     this.decoder = decoder; // "auto" | "webcodecs" (force the MSE fallback path)
     this.workletUrl = workletUrl || new URL("./pcm-worklet.js", import.meta.url);
-    this.ws = null;
-    this.current = null;
+    this.link = new Transport(this);
+    this.current = null; // the Reply in progress
+    this.lastPlayer = null; // the last reply's output, released when the next one starts
     this.closed = false;
-    this.reconnecting = false;
   }
 
   async credential() {
@@ -315,331 +813,56 @@ export class Speaker extends EventTarget {
     this.dispatchEvent(new CustomEvent(type, { detail }));
   }
 
-  setState(state) {
-    if (!this.current) return;
-    this.current.stats.state = state;
-    this.emit("state", { state });
-  }
-
+  // Resolves to the reply's stats once it has played out, been stopped or failed; a failure
+  // (a refusal, a broken stream, a format this browser cannot play) is an `error` event and
+  // `stats.error`, and leaves the speaker ready for the next reply.
   async speak(params) {
     if (this.current) this.stop();
     if (this.lastPlayer) this.lastPlayer.release(); // the previous reply's output, now silent
     this.lastPlayer = null;
     const format = params.format || "mp3";
-    const stats = {
-      state: "idle", format, transport: this.transport, t0: performance.now(),
-      firstTextMs: null, firstAudioBytesMs: null, ttfaMs: null, bytes: 0, chunks: 0,
-      audioSeconds: 0, maxRms: 0, playingEvent: false, bufferedEnd: 0, player: null,
-      serverMetrics: null, cancelled: false, error: null, playedMs: 0, heardText: null,
-    };
-    const reply = {
-      stats, utteranceId: null, finished: null, abort: null, stopped: false, words: [], word: -1,
-    };
+    const reply = new Reply(this, this.link, format);
     this.current = reply;
-    const heard = () => {
-      if (stats.ttfaMs === null) {
-        stats.ttfaMs = Math.round(performance.now() - stats.t0);
-        this.setState("playing");
-        this.emit("heard", { ttfaMs: stats.ttfaMs });
-      }
-    };
-    reply.player = this.lastPlayer = await this.makePlayer(format, stats, heard);
-    stats.player = reply.player.constructor.name;
-    this.emit("player", { player: stats.player });
-    const clock = setInterval(() => this.tick(reply), 25);
-
-    const done = new Promise((resolve) => { reply.finished = resolve; });
-    const handle = (name, body) => this.onEvent(reply, name, body);
     const query = { mode: "bidi", ...params, format };
+    let clock = null;
     try {
-      if (this.transport === "ws") await this.startWs(reply, query, handle);
-      else if (this.transport === "sse-fetch") this.startFetch(reply, query, handle, await this.credential());
-      else this.startEventSource(reply, { ...query, token: await this.credential() }, handle);
+      const player = await makePlayer(format, this, reply.stats, () => reply.firstSampleHeard());
+      if (this.current !== reply) { // stopped and replaced while the player was made
+        player.release();
+      } else {
+        reply.player = this.lastPlayer = player;
+        reply.stats.player = player.constructor.name;
+        reply.emit("player", { player: reply.stats.player });
+        clock = setInterval(() => reply.tick(), 25);
+      }
+      if (!reply.ended) await this.link.start(reply, query);
     } catch (err) {
-      this.fail(reply, err.message || String(err));
+      reply.fail(err.message || String(err));
     }
-    await done;
-    if (!reply.stopped && !stats.error) {
+    await reply.done;
+    if (!reply.stopped && !reply.stats.error) {
       await reply.player.end();
-      if (!reply.stopped) this.setState("done");
+      if (!reply.stopped) reply.setState("done");
     }
     clearInterval(clock);
-    this.tick(reply);
+    reply.tick();
     if (reply.cancelling) await reply.cancelling; // what was heard, from the server
+    this.link.release(reply);
     if (this.current === reply) this.current = null;
-    return stats;
-  }
-
-  // The playback clock: "progress" {playedMs} as the listener hears it, and "word" {index,
-  // word, start_ms, end_ms, playedMs} when the word being heard changes (from the audio clock,
-  // not from when the timings arrived).
-  tick(reply) {
-    if (!reply.player.playedMs) return;
-    const played = reply.player.playedMs();
-    if (played === reply.stats.playedMs) return;
-    reply.stats.playedMs = played;
-    this.emit("progress", { playedMs: played });
-    let index = reply.word;
-    while (index + 1 < reply.words.length && reply.words[index + 1].start_ms <= played) index++;
-    if (index !== reply.word) {
-      reply.word = index;
-      this.emit("word", { index, ...reply.words[index], playedMs: played });
-    }
-  }
-
-  async makePlayer(format, stats, heard) {
-    const webcodecs = format === "mp3" && (this.decoder === "webcodecs" || !MediaSource.isTypeSupported(MSE_TYPES.mp3));
-    if (format === "pcm" || webcodecs) {
-      const worklet = new WorkletPlayer(await audioContext(this.workletUrl), stats, heard);
-      return webcodecs ? new WebCodecsMp3Player(worklet) : worklet;
-    }
-    const type = MSE_TYPES[format];
-    if (!type || !MediaSource.isTypeSupported(type)) throw new Error(`format ${format} cannot play here`);
-    return new MsePlayer(type, stats, heard);
-  }
-
-  onEvent(reply, name, body) {
-    const stats = reply.stats;
-    const now = Math.round(performance.now() - stats.t0);
-    switch (name) {
-      case "agent_start":
-        reply.utteranceId = body.utterance_id;
-        break;
-      case "text_delta":
-        if (stats.firstTextMs === null) stats.firstTextMs = now;
-        this.emit("text", { ...body, t: now });
-        break;
-      case "audio_chunk": {
-        if (reply.stopped) return; // late audio of a cancelled utterance
-        const bytes = body.bytes || b64ToBytes(body.data);
-        if (stats.firstAudioBytesMs === null) stats.firstAudioBytesMs = now;
-        stats.bytes += bytes.length;
-        stats.chunks += 1;
-        reply.player.push(bytes);
-        this.emit("audio", { seq: stats.chunks - 1, bytes: bytes.length, t: now });
-        break;
-      }
-      case "words":
-        reply.words.push(...body.words);
-        this.emit("words", { words: body.words, first: reply.words.length - body.words.length });
-        break;
-      case "audio_stream_end":
-        stats.audioSeconds = body.duration_s;
-        break;
-      case "error":
-        // the server has ended this reply itself: nothing to cancel
-        this.fail(reply, `${body.code}: ${body.message}`, {
-          code: body.code, retryable: body.retryable, retryAfterS: body.retry_after_s ?? null,
-          ended: true,
-        });
-        break;
-      case "cancelled":
-        stats.cancelled = true;
-        if (body.heard_text !== undefined) this.heard(reply, body.played_ms, body.heard_text);
-        break;
-      case "agent_end":
-        stats.serverMetrics = body.metrics;
-        this.emit("metrics", body.metrics);
-        reply.finished();
-        break;
-    }
-  }
-
-  // `error` events carry {message, code, retryable, retryAfterS}; a refusal up front because
-  // the service is at capacity (code "overloaded", HTTP 503 with Retry-After) says when to retry.
-  fail(reply, message, { code = null, retryable = false, retryAfterS = null, ended = false } = {}) {
-    if (reply.stats.error) return; // the first failure is the one to report
-    reply.stats.error = message;
-    reply.stats.errorCode = code;
-    this.setState(code === "overloaded" ? "overloaded" : "error");
-    this.emit("error", { message, code, retryable, retryAfterS });
-    if (reply.abort && !ended) reply.abort();
-    reply.finished();
-  }
-
-  heard(reply, playedMs, heardText) {
-    if (reply.stats.heardText !== null) return;
-    reply.stats.heardText = heardText;
-    this.emit("cancelled", { playedMs, heardText });
-    if (reply.heardResolve) reply.heardResolve(heardText);
-  }
-
-  // Barge-in for the SSE transports: the server stops the reply and says what was heard.
-  async cancelHttp(reply, playedMs) {
-    const url = new URL(`/v1/speak/${encodeURIComponent(reply.utteranceId)}/cancel`, this.baseUrl);
-    const headers = { "Content-Type": "application/json" };
-    const token = await this.credential();
-    if (token) headers.Authorization = `Bearer ${token}`;
-    try {
-      const r = await fetch(url, { method: "POST", headers, body: JSON.stringify({ played_ms: playedMs }) });
-      const body = r.ok ? await r.json() : null;
-      this.heard(reply, playedMs, body ? body.heard_text : null);
-    } catch {
-      this.heard(reply, playedMs, null);
-    }
-  }
-
-  startEventSource(reply, query, handle) {
-    const url = new URL("/v1/speak/sse", this.baseUrl);
-    for (const [k, v] of Object.entries(query)) if (v !== undefined && v !== null && v !== "") url.searchParams.set(k, v);
-    const es = new EventSource(url);
-    reply.abort = (playedMs) => {
-      if (playedMs === undefined || reply.utteranceId === null) return es.close();
-      reply.cancelling = this.cancelHttp(reply, playedMs).finally(() => es.close());
-    };
-    for (const name of EVENT_NAMES) {
-      es.addEventListener(name, (e) => {
-        if (name === "error" && !e.data) return; // a transport error, handled below
-        const body = JSON.parse(e.data);
-        if (name === "agent_end") es.close(); // before EventSource can reconnect and replay
-        handle(name, body);
-      });
-    }
-    es.onerror = () => {
-      if (es.readyState === EventSource.CLOSED && reply.stats.serverMetrics === null && !reply.stopped) {
-        // EventSource cannot read a refusal's status or body: fetch SSE and the WebSocket can
-        const early = reply.utteranceId === null;
-        this.fail(reply, early ? "event stream refused (the service may be at capacity; retry shortly)"
-          : "event stream failed", { retryable: early });
-      }
-    };
-  }
-
-  startFetch(reply, query, handle, token) {
-    const controller = new AbortController();
-    reply.abort = (playedMs) => {
-      if (playedMs === undefined || reply.utteranceId === null) return controller.abort();
-      reply.cancelling = this.cancelHttp(reply, playedMs).finally(() => controller.abort());
-    };
-    const headers = { "Content-Type": "application/json", Accept: "text/event-stream" };
-    if (token) headers.Authorization = `Bearer ${token}`;
-    (async () => {
-      const response = await fetch(new URL("/v1/speak", this.baseUrl), {
-        method: "POST",
-        headers,
-        body: JSON.stringify(query),
-        signal: controller.signal,
-      });
-      if (!response.ok) {
-        const err = await response.json().catch(() => ({ error: { message: response.statusText } }));
-        const retryAfter = Number(response.headers.get("Retry-After"));
-        if (!reply.stopped) {
-          this.fail(reply, `${err.error.code || response.status}: ${err.error.message}`, {
-            code: err.error.code || null,
-            retryable: Boolean(err.error.retryable),
-            retryAfterS: Number.isFinite(retryAfter) && retryAfter > 0 ? retryAfter : null,
-          });
-        }
-        return;
-      }
-      for await (const { event, data } of sseEvents(response.body, controller.signal)) handle(event, JSON.parse(data));
-    })().catch((err) => {
-      if (!reply.stopped) this.fail(reply, err.message || String(err));
-    });
-  }
-
-  async openWs() {
-    if (this.ws && this.ws.readyState === WebSocket.OPEN) return this.ws;
-    const url = new URL("/v1/speak/ws", this.baseUrl);
-    url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
-    const token = await this.credential();
-    if (token) url.searchParams.set("token", token);
-    const ws = new WebSocket(url);
-    ws.binaryType = "arraybuffer";
-    await new Promise((resolve, reject) => {
-      ws.onopen = resolve;
-      ws.onerror = () => reject(new Error("WebSocket connection failed"));
-    });
-    ws.onmessage = (e) => {
-      const reply = this.wsReply;
-      if (!reply) return;
-      if (typeof e.data === "string") {
-        const body = JSON.parse(e.data);
-        if (body.utterance_id && reply.utteranceId && body.utterance_id !== reply.utteranceId) return;
-        if (body.type === "error" && !body.utterance_id && reply.stats.serverMetrics) return;
-        reply.handle(body.type, body);
-        return;
-      }
-      const bytes = new Uint8Array(e.data);
-      const n = bytes[0];
-      const owner = new TextDecoder().decode(bytes.subarray(1, 1 + n));
-      if (owner !== reply.utteranceId || reply.stopped) return; // stale audio: drop it
-      reply.handle("audio_chunk", { bytes: bytes.subarray(1 + n) });
-    };
-    ws.onclose = (e) => {
-      const reply = this.wsReply;
-      if (reply && reply.stats.serverMetrics === null && !reply.stopped) {
-        // 1012: the gateway restarts (it lets replies finish first); 1006: the connection broke
-        this.fail(reply, "WebSocket closed", { retryable: e.code !== 1000 && e.code !== 1008 });
-      }
-      this.ws = null;
-      if (e.code !== 1000 && !this.closed) this.reconnect(e.code);
-    };
-    this.ws = ws;
-    return ws;
-  }
-
-  // The gateway went away (a restart closes with 1012, a crash with 1006): connect again with
-  // growing, jittered waits, saying so through "reconnecting" and "reconnected" events.
-  async reconnect(code) {
-    if (this.reconnecting) return;
-    this.reconnecting = true;
-    try {
-      for (let attempt = 1; !this.closed; attempt++) {
-        const delayMs = Math.round(Math.random() * Math.min(5000, 250 * 2 ** (attempt - 1)));
-        this.emit("reconnecting", { attempt, delayMs, code });
-        await new Promise((resolve) => setTimeout(resolve, delayMs));
-        if (this.closed || (this.ws && this.ws.readyState === WebSocket.OPEN)) return;
-        try {
-          await this.openWs();
-          this.emit("reconnected", { attempts: attempt });
-          return;
-        } catch { /* not back yet */ }
-      }
-    } finally {
-      this.reconnecting = false;
-    }
-  }
-
-  async startWs(reply, query, handle) {
-    const ws = await this.openWs();
-    reply.handle = handle;
-    reply.utteranceId = `u${Date.now().toString(36)}${Math.floor(Math.random() * 1e6).toString(36)}`;
-    this.wsReply = reply;
-    reply.abort = (playedMs) => {
-      if (ws.readyState !== WebSocket.OPEN) return;
-      const cancel = playedMs === undefined ? { type: "cancel" } : { type: "cancel", played_ms: playedMs };
-      if (playedMs !== undefined) {
-        reply.cancelling = new Promise((resolve) => {
-          reply.heardResolve = resolve;
-          setTimeout(() => resolve(null), 5000); // a server that never answers
-        });
-      }
-      ws.send(JSON.stringify(cancel));
-    };
-    ws.send(JSON.stringify({ type: "speak", ...query, utterance_id: reply.utteranceId }));
+    return reply.stats;
   }
 
   // Barge-in: silence at once, and tell the server how much was heard (`played_ms`, from the
   // audio clock); resolves to what the listener heard of it (`heard_text`), or null.
   async stop() {
-    const reply = this.current;
-    if (!reply) return null;
-    const playedMs = Math.round(reply.player.playedMs ? reply.player.playedMs() : 0);
-    reply.stats.playedMs = playedMs;
-    reply.stopped = true;
-    reply.player.stop(); // silence at once (short fade)
-    if (reply.abort) reply.abort(playedMs); // cancel on the WebSocket, or through HTTP
-    this.setState("stopped");
-    reply.finished();
-    if (reply.cancelling) await reply.cancelling;
-    return reply.stats.heardText;
+    return this.current ? this.current.stop() : null;
   }
 
   close() {
     this.closed = true; // no more reconnects
     if (this.current) this.stop();
     if (this.lastPlayer) this.lastPlayer.release();
-    if (this.ws) this.ws.close(1000);
+    this.lastPlayer = null;
+    this.link.close();
   }
 }
