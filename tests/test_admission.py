@@ -50,6 +50,19 @@ def test_the_published_load_parses() -> None:
     assert report.first_chunk_s == pytest.approx(0.1 + 0.02 * FIRST_CHUNK_PHONEMES)
     body |= {"shared_seconds_per_call": 0.15, "shared_seconds_per_phoneme": 0.03}
     assert LoadReport.from_json(body) == side_by_side(report)
+    # a progressive server: a new reply's start is its first window, not its first chunk
+    progressive = LoadReport.from_json(body | {"first_window_s": 0.3})
+    assert progressive.first_window_s == 0.3
+    assert (progressive.first_chunk_s, progressive.first_audio_s) == (0.3, 0.3)
+
+
+def test_a_progressive_start_costs_the_replies_in_progress_only_its_first_window() -> None:
+    whole = side_by_side(load())  # a first chunk: 1.0 s of a worker before its audio
+    progressive = dataclasses.replace(whole, first_window_s=0.2)
+    # a reply with 0.8 s to spare and 1.0 s of synthesis left: the whole first chunk's share
+    # (0.5 s) and the slowdown of what it has left (0.5 s) do not fit; the first window does
+    assert refusal(whole, budget_s=3.0, replies=1, spare=[(0.8, 1.0)]) is not None
+    assert refusal(progressive, budget_s=3.0, replies=1, spare=[(0.8, 1.0)]) is None
 
 
 def test_an_idle_server_takes_the_reply() -> None:

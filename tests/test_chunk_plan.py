@@ -276,3 +276,61 @@ def test_a_sentence_too_long_for_its_deadline_is_cut_before_a_phrase() -> None:
         "from our warehouse in Portland.",
     ]
     assert " ".join(texts) == ANSWER
+
+
+# --- an engine that speaks progressively ------------------------------------------------------
+
+
+def progressive_plan(speed: SpeedModel | None = None) -> ChunkPlan:
+    """The same plan over an engine whose first audio takes 0.25 s whatever the chunk (its
+    front pass and first window), the rest coming at the same speed as `plan_of`'s."""
+    first = SpeedModel(prior_a=0.25, prior_b=0.0)
+    return ChunkPlan(PlanConfig(), speed or fixed_speed(), SpeechRate(14.0, weight=0), 1.0, first)
+
+
+def test_a_progressive_engine_needs_no_hold_where_a_whole_chunk_engine_does() -> None:
+    text = (
+        "Sure, I can help you with that right away. Your order shipped yesterday from our "
+        "warehouse in Portland. "
+    )
+    whole, progressive = plan_of(), progressive_plan()
+    for plan in (whole, progressive):
+        (first,) = plan.push(text, 0.0)
+        assert first.text == "Sure, I can help you"
+    # the whole-chunk engine: first audio when the chunk is done, then held (as above)
+    whole.completed(0, audio_s=1.2, now=0.85)
+    assert whole.release_at(0.85) == pytest.approx(1.15)
+    # the progressive one: its first audio at 0.25 s plays at once, since what follows it
+    # (its first audio 0.25 s after the first chunk is done, at 0.85) comes well in time
+    progressive.audio_ready(0.25)
+    assert progressive.release_at(0.25) == pytest.approx(0.25)
+
+
+def test_a_progressive_engine_gets_larger_chunks_and_fewer_calls() -> None:
+    whole = [c for _, c in paced(plan_of(), ANSWER)]
+    progressive = [c for _, c in paced(progressive_plan(), ANSWER)]
+    assert " ".join(c.text for c in progressive) == ANSWER
+    assert len(progressive) < len(whole)
+    assert progressive[0].text == whole[0].text == "Sure, I can help you"  # as early
+    # its first chunk is needed when its first audio can be ready (plus the slack)
+    assert progressive[0].deadline_ms == pytest.approx((0.25 + 1.0) * 1000)
+
+
+def test_under_load_the_hold_comes_back_for_a_progressive_engine() -> None:
+    # synthesis slower than playback (0.35 s + 90 ms a character against 14 characters a
+    # second): the first audio is early, but the chunk after it would run out mid-way
+    plan = progressive_plan(fixed_speed(b=0.09))
+    plan.push("Sure, I can help you with that right away. Thanks a lot for asking. ", 0.0)
+    plan.audio_ready(0.25)
+    start = plan.release_at(0.25)
+    assert start is not None
+    assert start > 0.25
+
+
+def test_the_first_audio_speed_is_learned_from_what_the_server_reports() -> None:
+    first = SpeedModel(prior_a=0.35, prior_b=0.025)  # as if whole: the prior
+    plan = ChunkPlan(PlanConfig(), fixed_speed(), SpeechRate(14.0, weight=0), 1.0, first)
+    plan.push("Hello there, how are you today? I am fine. ", 0.0)
+    assert first.estimate(40) == pytest.approx(fixed_speed().estimate(40))
+    plan.completed(0, audio_s=2.0, now=1.1, synth_s=1.1, first_s=0.2)
+    assert first.estimate(31) < 0.5 * fixed_speed().estimate(31)

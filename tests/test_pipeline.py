@@ -11,7 +11,7 @@ from gateway.params import Mode
 from gateway.reply.chunk_plan import ChunkPlan, PlanConfig, SpeechRate
 from gateway.reply.events import AgentEnd, AudioChunk, ErrorEvent, Event, TextDelta
 from gateway.reply.pipeline import Reply, ReplySpec
-from gateway.transports.base import OnComplete
+from gateway.transports.base import Completed, OnComplete
 from kokoro_contract.formats import FORMATS
 from kokoro_contract.speed import SpeedModel
 from tests.support.steps import until
@@ -179,7 +179,7 @@ class HeldStream:
                 await self.gates[index].wait()
                 self.waiting.clear()
             yield PCM_PER_CHUNK
-            self.on_complete(index, len(self.sent[index]), len(PCM_PER_CHUNK), 5.0)
+            self.on_complete(Completed(index, len(self.sent[index]), len(PCM_PER_CHUNK), 5.0))
             index += 1
 
 

@@ -17,6 +17,16 @@ before it should be finished (so the engine never waits for the plan, and the de
 what the model server has reported so far); a reply never has more than one chunk waiting
 behind the one being synthesized.
 
+A chunk's audio is ready in two steps: its first audio (`first_s` after its synthesis starts)
+and the rest as it is synthesized, until its synthesis ends (`synth_s`). An engine whose unit of
+output is the chunk gives both at once; a progressive one (the model server's windowed decoder)
+gives the first audio in a fraction of the time and the rest faster than it plays. The plan
+learns both (`completed`) and asks of every chunk that its first audio be ready, with a
+margin, when the audio before it runs out, and its synthesis end, with a margin, before its own
+audio does. With a progressive engine that holds from the first audio: no hold, and chunks
+grouped as large as those two conditions allow; under load (synthesis slower than playback)
+the second condition holds the first audio or keeps chunks small again.
+
 Time is the caller's clock in seconds (`now`); nothing here reads a clock or sleeps. `wake_at()`
 says when the plan wants `tick()` called if no text or audio arrives first.
 """
@@ -44,8 +54,10 @@ class PlanConfig:
     first_wait_words: int = 16  # ...or here at the latest
     first_wait_s: float = 0.6  # ...or this long after the first text, if the text is slow
     max_chars: int = 400  # one chunk: under Kokoro's 510 phonemes
-    # sentences are grouped into a chunk only up to this much synthesis (estimated): a long
-    # call holds a worker from a new reply's first chunk, and its estimate errs the most
+    # sentences are grouped into a chunk only while its first audio (estimated) takes at most
+    # this long: with an engine whose unit is the chunk, a long call holds a worker from a new
+    # reply's first chunk, and its estimate errs the most; a progressive engine's first audio
+    # hardly grows with the chunk, so its chunks grow to `max_chars`
     max_group_s: float = 2.5
     margin_s: float = 0.4  # a chunk should be ready this long before the listener needs it...
     margin_share: float = 0.25  # ...plus this share of its synthesis: estimates err by a share
@@ -97,6 +109,9 @@ class SentencePlan:
     def wake_at(self) -> float | None:
         return None
 
+    def audio_ready(self, now: float) -> None:
+        pass
+
     def audio_started(self, now: float) -> None:
         pass
 
@@ -104,7 +119,12 @@ class SentencePlan:
         return None
 
     def completed(
-        self, index: int, audio_s: float, now: float, synth_s: float | None = None
+        self,
+        index: int,
+        audio_s: float,
+        now: float,
+        synth_s: float | None = None,
+        first_s: float | None = None,
     ) -> None:
         pass
 
@@ -113,6 +133,7 @@ class SentencePlan:
 class _Sent:
     chars: int
     sent_at: float
+    first: float  # when its first audio should be ready (estimated; corrected when it is)
     finish: float  # when its synthesis should end (estimated; corrected when it completes)
     audio_s: float  # how long it plays (estimated; corrected when it completes)
     done: bool = False
@@ -126,6 +147,9 @@ class ChunkPlan:
     speed: SpeedModel = field(default_factory=lambda: SpeedModel(0.35, 0.032))
     speech: SpeechRate = field(default_factory=SpeechRate)  # shared across replies, learned
     speed_factor: float = 1.0  # reply speed: audio is this much shorter
+    # seconds from a chunk's synthesis start to its first audio, learned the same way; None:
+    # the same as its whole synthesis (an engine whose unit of output is the chunk)
+    first_speed: SpeedModel | None = None
 
     def __post_init__(self) -> None:
         cfg = self.config
@@ -143,6 +167,7 @@ class ChunkPlan:
         self._sent: list[_Sent] = []
         self._first_text: float | None = None
         self._first_audio: float | None = None
+        self._first_ready: float | None = None
         self._ended = False
 
     # --- inputs -----------------------------------------------------------------------------
@@ -178,20 +203,40 @@ class ChunkPlan:
             return None
         return self._planned_start(now)
 
+    def audio_ready(self, now: float) -> None:
+        """Audio has come back: the first chunk's first audio is ready by now, and the rest of
+        it follows at the learned speed."""
+        if self._sent and self._first_ready is None:
+            self._first_ready = now
+            first = self._sent[0]
+            if not first.done:
+                first.first = now
+                first.finish = now + self._synth_s(first.chars) - self._first_s(first.chars)
+
     def completed(
-        self, index: int, audio_s: float, now: float, synth_s: float | None = None
+        self,
+        index: int,
+        audio_s: float,
+        now: float,
+        synth_s: float | None = None,
+        first_s: float | None = None,
     ) -> None:
-        """Chunk `index` finished: how long it plays, and how long it took to synthesize (the
-        shared speeds learn both; `synth_s` None: not reported)."""
+        """Chunk `index` finished: how long it plays, how long it took to synthesize and to
+        give its first audio (the shared speeds learn them; None: not reported)."""
         sent = self._sent[index]
         sent.done, sent.finish, sent.audio_s = True, now, audio_s
+        sent.first = min(sent.first, now)
         self.speech.observe(sent.chars, audio_s, self.speed_factor)
         if synth_s is not None:
             self.speed.observe(sent.chars, synth_s)
+        if first_s is not None and self.first_speed is not None:
+            self.first_speed.observe(sent.chars, min(first_s, synth_s or first_s))
         before = sent
         for later in self._sent[index + 1 :]:  # the ones behind it start when it is done
             if not later.done:
-                later.finish = max(before.finish, later.sent_at) + self._synth_s(later.chars)
+                start = max(before.finish, later.sent_at)
+                later.first = start + self._first_s(later.chars)
+                later.finish = start + self._synth_s(later.chars)
             before = later
 
     @property
@@ -209,17 +254,23 @@ class ChunkPlan:
         if not self._sent:
             return 0.0  # starting: its first chunks are about to need the engine
         if self._first_audio is None:
-            return self._sent[0].finish + self.config.first_hold_s - self._planned_start(now)
+            return self._sent[0].first + self.config.first_hold_s - self._planned_start(now)
         spare, before, ready = float("inf"), 0.0, now
         for sent in self._sent:
             if not sent.done:
+                first = max(ready, sent.first)
                 ready = max(ready, sent.finish)
-                spare = min(spare, self._first_audio + before - ready - self._margin(sent.chars))
+                at = self._first_audio + before
+                spare = min(spare, self._spare(sent.chars, first, ready, at, sent.audio_s))
             before += sent.audio_s
         for unit in self._units:
+            first = ready + self._first_s(len(unit))
             ready += self._synth_s(len(unit))
-            spare = min(spare, self._first_audio + before - ready - self._margin(len(unit)))
-            before += self._audio_s(len(unit))
+            audio = self._audio_s(len(unit))
+            spare = min(
+                spare, self._spare(len(unit), first, ready, self._first_audio + before, audio)
+            )
+            before += audio
         return None if spare == float("inf") else spare
 
     def done_in_s(self, now: float) -> float:
@@ -248,11 +299,11 @@ class ChunkPlan:
         return self._sent[-1].finish if self._sent else float("-inf")
 
     def _planned_start(self, now: float) -> float:
-        """When playback should start: the earliest moment, from when the first chunk is
-        ready to `first_hold_s` later, from which the chunks sent and then the sentences
+        """When playback should start: the earliest moment, from when the first chunk's first
+        audio is ready to `first_hold_s` later, from which the chunks sent and then the sentences
         known (each sent whole, or cut before a phrase where whole would be late) can each be
-        ready, with its margin (`_margin`), before the audio before them runs out."""
-        first = self._sent[0].finish
+        ready, with its margins (`_spare`), before the audio before them runs out."""
+        first = self._sent[0].first
         latest = first + self.config.first_hold_s
         start = first
         while start < latest and not self._keeps_up(start, now):
@@ -261,19 +312,28 @@ class ChunkPlan:
 
     def _keeps_up(self, start: float, now: float) -> bool:
         """Whether playback from `start` has no gap, as far as the text known tells."""
-        before = self._sent[0].audio_s
+        first = self._sent[0]
+        if start + first.audio_s - first.finish < self._rest_margin(first.chars):
+            return False  # the first chunk itself would run out before it is synthesized
+        before = first.audio_s
         for sent in self._sent[1:]:
-            if not sent.done and sent.finish + self._margin(sent.chars) > start + before:
+            at = start + before
+            if (
+                not sent.done
+                and self._spare(sent.chars, sent.first, sent.finish, at, sent.audio_s) < 0
+            ):
                 return False
             before += sent.audio_s
         ready = max(now, self._busy_until())
         units = list(self._units)
         while units:
             head, tail = self._cut(units.pop(0), ready, start + before)
+            audio = self._audio_s(len(head))
+            first_at = ready + self._first_s(len(head))
             ready += self._synth_s(len(head))
-            if ready + self._margin(len(head)) > start + before:
+            if self._spare(len(head), first_at, ready, start + before, audio) < 0:
                 return False
-            before += self._audio_s(len(head))
+            before += audio
             if tail:
                 units.insert(0, tail)
         return True
@@ -287,7 +347,9 @@ class ChunkPlan:
         min_words = self.config.first_min_words
 
         def fits(text: str) -> bool:
-            return start + self._synth_s(len(text)) + self._margin(len(text)) <= needed
+            chars = len(text)
+            first, finish = start + self._first_s(chars), start + self._synth_s(chars)
+            return self._spare(chars, first, finish, needed, self._audio_s(chars)) >= 0
 
         if fits(unit):
             return unit, None
@@ -311,6 +373,26 @@ class ChunkPlan:
     def _synth_s(self, chars: int) -> float:
         return self.speed.estimate(chars)
 
+    def _first_s(self, chars: int) -> float:
+        """Seconds from a chunk's synthesis start to its first audio (at most the whole)."""
+        whole = self._synth_s(chars)
+        if self.first_speed is None:
+            return whole
+        return min(whole, self.first_speed.estimate(chars))
+
+    def _spare(self, chars: int, first: float, finish: float, at: float, audio_s: float) -> float:
+        """How much later a chunk of `chars` could be ready and still play from `at` with no
+        gap: its first audio (ready at `first`) before it is needed, and the rest of it
+        (synthesized by `finish`) before its own audio runs out, each with its margin."""
+        first_margin = self.config.margin_s + self.config.margin_share * self._first_s(chars)
+        return min(at - first - first_margin, at + audio_s - finish - self._rest_margin(chars))
+
+    def _rest_margin(self, chars: int) -> float:
+        """The margin for the rest of a chunk after its first audio: none when it all comes
+        at once (then only the first audio's margin counts, as it always did)."""
+        rest = max(0.0, self._synth_s(chars) - self._first_s(chars))
+        return min(self.config.margin_s, rest) + self.config.margin_share * rest
+
     def _audio_s(self, chars: int) -> float:
         return chars / (self.speech.chars_per_s * self.speed_factor)
 
@@ -319,19 +401,17 @@ class ChunkPlan:
         audio_before = sum(s.audio_s for s in self._sent)
         first = not self._sent
         chars = len(text)
-        self._sent.append(_Sent(chars, now, start + self._synth_s(chars), self._audio_s(chars)))
+        ready, finish = start + self._first_s(chars), start + self._synth_s(chars)
+        self._sent.append(_Sent(chars, now, ready, finish, self._audio_s(chars)))
         if first:
-            return Chunk(text, (self._synth_s(chars) + self.config.first_slack_s) * 1000)
+            return Chunk(text, (self._first_s(chars) + self.config.first_slack_s) * 1000)
         needed = self._play_start(now) + audio_before
         return Chunk(text, max(0.0, (needed - now) * 1000))
 
     def _fits(self, chars: int, now: float) -> bool:
-        finish = max(now, self._busy_until()) + self._synth_s(chars)
-        return finish + self._margin(chars) <= self._needed(now)
-
-    def _margin(self, chars: int) -> float:
-        """How long before it is needed a chunk of `chars` should be ready."""
-        return self.config.margin_s + self.config.margin_share * self._synth_s(chars)
+        start = max(now, self._busy_until())
+        first, finish = start + self._first_s(chars), start + self._synth_s(chars)
+        return self._spare(chars, first, finish, self._needed(now), self._audio_s(chars)) >= 0
 
     def _needed(self, now: float) -> float:
         """When the audio sent so far runs out: the next chunk's deadline."""
@@ -355,7 +435,7 @@ class ChunkPlan:
                 candidate = f"{group} {unit}"
                 if (
                     len(candidate) > self.config.max_chars
-                    or self._synth_s(len(candidate)) > self.config.max_group_s
+                    or self._first_s(len(candidate)) > self.config.max_group_s
                     or not self._fits(len(candidate), now)
                 ):
                     break

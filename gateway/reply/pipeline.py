@@ -48,7 +48,14 @@ from gateway.reply.events import (
 )
 from gateway.reply.heard import heard_text
 from gateway.sources.base import TextSource
-from gateway.transports.base import BatchTransport, BidiTransport, Piece, TimedWords, TTSStream
+from gateway.transports.base import (
+    BatchTransport,
+    BidiTransport,
+    Completed,
+    Piece,
+    TimedWords,
+    TTSStream,
+)
 from kokoro_contract.audio import SAMPLE_RATE, pcm_duration_s
 from kokoro_contract.formats import AudioFormat
 from kokoro_contract.protocol import WordTiming
@@ -299,13 +306,14 @@ class Reply:
         if self.metrics.first_chunk_ms is None:
             self.metrics.first_chunk_ms = at
 
-    def _completed(self, index: int, chars: int, audio_bytes: int, elapsed_s: float) -> None:
-        """The model server finished chunk `index`: the plan learns how long it plays and
-        took, and the processors waiting on it look again (the next chunk, or a held first
-        audio, may go now)."""
-        self.metrics.chunk_audio_s.append(round(pcm_duration_s(audio_bytes), 3))
+    def _completed(self, done: Completed) -> None:
+        """The model server finished a chunk: the plan learns how long it plays, took, and
+        took to its first audio, and the processors waiting on it look again (the next chunk,
+        or a held first audio, may go now)."""
+        audio_s = pcm_duration_s(done.audio_bytes)
+        self.metrics.chunk_audio_s.append(round(audio_s, 3))
         now = asyncio.get_running_loop().time()
-        self.plan.completed(index, pcm_duration_s(audio_bytes), now, elapsed_s)
+        self.plan.completed(done.index, audio_s, now, done.elapsed_s, done.first_audio_s)
         for queue in self._wakes:
             with contextlib.suppress(asyncio.QueueFull):  # full: it wakes anyway
                 queue.put_nowait(_Signal.REPLAN)
@@ -350,6 +358,8 @@ class Reply:
                 break
             if item is _Signal.REPLAN:
                 continue
+            if isinstance(item, bytes):
+                plan.audio_ready(loop.time())
             if held or (hold and plan.release_at(loop.time()) is not None):
                 held.append(item)
             else:

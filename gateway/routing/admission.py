@@ -67,6 +67,9 @@ class LoadReport:
     realtime_streams: float = 1e9  # replies it can voice at once (older servers: unbounded)
     shared_seconds_per_call: float | None = None  # calls beside another (older servers: None)
     shared_seconds_per_phoneme: float | None = None
+    # a progressive server's time to a new reply's first audio on a free worker (its front
+    # pass and first decoder window), what its start costs the others (older servers: None)
+    first_window_s: float | None = None
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> LoadReport:
@@ -82,10 +85,16 @@ class LoadReport:
             realtime_streams=float(body.get("realtime_streams", 1e9)),
             shared_seconds_per_call=_optional(body.get("shared_seconds_per_call")),
             shared_seconds_per_phoneme=_optional(body.get("shared_seconds_per_phoneme")),
+            first_window_s=_optional(body.get("first_window_s")),
         )
 
     @property
     def first_chunk_s(self) -> float:
+        """What a new reply's start takes of a worker before its first audio: its first
+        window on a progressive server, its whole first chunk on one whose unit is the chunk
+        (its later windows are scheduled by their own deadlines, after others' due sooner)."""
+        if self.first_window_s is not None:
+            return self.first_window_s
         return self.seconds_per_call + self.seconds_per_phoneme * FIRST_CHUNK_PHONEMES
 
     def slowdown(self, replies: int) -> float:

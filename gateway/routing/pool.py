@@ -37,7 +37,7 @@ from gateway.routing.admission import (
     Refusal,
     choose,
 )
-from gateway.transports.base import OnComplete, Piece, TTSStream
+from gateway.transports.base import Completed, OnComplete, Piece, TTSStream
 from gateway.transports.model_server import ModelServerTransport
 
 
@@ -284,9 +284,9 @@ class PooledTransport:
         return self.budget is None or self.budget.may_fail_over(exc)
 
     def _completed(self, on_complete: OnComplete | None) -> OnComplete:
-        def completed(index: int, chars: int, audio_bytes: int, elapsed_s: float) -> None:
+        def completed(done: Completed) -> None:
             if on_complete is not None:
-                on_complete(index, chars, audio_bytes, elapsed_s)
+                on_complete(done)
             self.pool.changed()  # its spare time grew: a waiting reply may start
 
         return completed

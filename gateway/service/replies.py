@@ -54,6 +54,9 @@ class ReplyFactory:
         # spoken per second
         self.speed = SpeedModel(prior_a=0.35, prior_b=0.032)
         self.speech = SpeechRate()
+        # and seconds to a chunk's first audio: the whole chunk's time until the model server
+        # shows it speaks progressively (its first audio before its last)
+        self.first_audio = SpeedModel(prior_a=0.35, prior_b=0.032)
 
     def source_for(
         self, params: SpeakParams, history: Sequence[dict[str, str]] = ()
@@ -122,7 +125,9 @@ class ReplyFactory:
         self.metrics.replies.labels(spec.mode, spec.format.name).inc()
         plan: Plan
         if self.settings.chunk_plan == "playback":
-            plan = ChunkPlan(self.plan, self.speed, self.speech, speed_factor=spec.speed)
+            plan = ChunkPlan(
+                self.plan, self.speed, self.speech, spec.speed, first_speed=self.first_audio
+            )
         else:
             plan = SentencePlan(self.chunker)
         stall = None if isinstance(source, ClientTextSource) else self.settings.llm_timeout_s

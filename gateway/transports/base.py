@@ -10,8 +10,21 @@ from typing import Protocol
 
 from kokoro_contract.protocol import WordTiming
 
-# told when the model server has finished a chunk: (index, characters, PCM bytes, seconds)
-OnComplete = Callable[[int, int, int, float], None]
+
+@dataclass(frozen=True)
+class Completed:
+    """The model server has finished chunk `index` of a stream."""
+
+    index: int
+    chars: int
+    audio_bytes: int  # PCM it gave
+    elapsed_s: float  # from the start of its synthesis (the queue for a worker included)
+    # from the same start to its first audio: the whole synthesis for an engine whose unit of
+    # output is the chunk, a fraction of it for a progressive one (None: not measured)
+    first_audio_s: float | None = None
+
+
+OnComplete = Callable[[Completed], None]  # told when the model server has finished a chunk
 
 
 @dataclass(frozen=True)

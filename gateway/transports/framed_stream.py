@@ -1,7 +1,10 @@
 """One reply's TTS stream over any carrier of model-server frames (the model server's
 WebSocket, SageMaker's bidirectional stream): chunks go out as `kokoro_contract.protocol`
 requests the moment they are ready; frames coming back are read by the frame rule (a JSON
-object is control, anything else is audio) and tracked until every chunk sent is complete."""
+object is control, anything else is audio) and tracked until every chunk sent is complete.
+Each chunk's completion says how long its synthesis took and how long its first audio took
+(from the same start: the server's elapsed time less what came after the first audio frame),
+which is how a reply learns whether the engine speaks progressively."""
 
 from __future__ import annotations
 
@@ -11,10 +14,17 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from gateway.errors import TTSError
-from gateway.transports.base import OnComplete, Piece, TimedWords
+from gateway.transports.base import Completed, OnComplete, Piece, TimedWords
 from kokoro_contract import protocol
 from kokoro_contract.audio import pcm_duration_s
-from kokoro_contract.protocol import CancelledMsg, CompleteMsg, ErrorMsg, WordTiming, WordTimingsMsg
+from kokoro_contract.protocol import (
+    CancelledMsg,
+    CompleteMsg,
+    ErrorMsg,
+    StartMsg,
+    WordTiming,
+    WordTimingsMsg,
+)
 
 _INPUT_DONE = object()
 RETRYABLE_CODES = frozenset({"not_ready", "overloaded"})
@@ -31,9 +41,12 @@ class FramedTTSStream:
         on_complete: OnComplete | None = None,
         tts_timeout_s: float | None = None,
         timestamps: bool = False,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         """`tts_timeout_s`: how long past a pending chunk's due time (its deadline, or when it
-        was sent) the stream waits for its next frame before failing with `tts_timeout`."""
+        was sent) the stream waits for its next frame before failing with `tts_timeout`;
+        `clock` times each chunk's first audio (the running loop's by default)."""
+        self._clock = clock
         self._send_frame = send_frame
         self._tts_timeout_s = tts_timeout_s
         self._timestamps = timestamps
@@ -46,6 +59,8 @@ class FramedTTSStream:
         self._prefix = uuid.uuid4().hex[:12]
         self._counter = itertools.count()
         self._pending: dict[str, tuple[int, int]] = {}  # request id -> (index, characters)
+        self._current: str | None = None  # the request whose audio is coming now
+        self._first_at: dict[str, float] = {}  # request id -> loop time of its first audio
         self._inbox: asyncio.Queue[bytes | str | TTSError | object] = asyncio.Queue(INBOX_FRAMES)
 
     # --- for the reply ----------------------------------------------------------------------
@@ -64,6 +79,7 @@ class FramedTTSStream:
         await self._inbox.put(_INPUT_DONE)
 
     async def audio(self) -> AsyncIterator[Piece]:
+        clock = self._clock or asyncio.get_running_loop().time
         input_done = False
         while not (input_done and not self._pending):
             item = await self._next()
@@ -76,7 +92,11 @@ class FramedTTSStream:
             match protocol.read_server_frame(item):
                 case bytes() as pcm:
                     self._yielded += len(pcm)
+                    if self._current is not None and self._current not in self._first_at:
+                        self._first_at[self._current] = clock()
                     yield pcm
+                case StartMsg(request_id=rid):
+                    self._current = rid
                 case WordTimingsMsg(request_id=rid, words=words):
                     # a request's audio follows the one before it: it starts where that ended
                     start = self._starts.setdefault(rid, pcm_duration_s(self._yielded))
@@ -87,11 +107,17 @@ class FramedTTSStream:
                     sent = self._pending.pop(rid, None)
                     self._due.pop(rid, None)
                     self._starts.pop(rid, None)
+                    first_at = self._first_at.pop(rid, None)
+                    first = None
+                    if first_at is not None:  # the server's time less what came after it
+                        first = min(elapsed, max(0.0, elapsed - (clock() - first_at)))
                     if sent is not None and self._on_complete is not None:
-                        self._on_complete(*sent, audio, elapsed)
+                        index, chars = sent
+                        self._on_complete(Completed(index, chars, audio, elapsed, first))
                 case CancelledMsg(request_id=rid):
                     self._pending.pop(rid, None)
                     self._due.pop(rid, None)
+                    self._first_at.pop(rid, None)
                 case ErrorMsg(code=code, message=message):
                     raise TTSError(
                         f"model server: {message}",

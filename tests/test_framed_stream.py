@@ -1,0 +1,52 @@
+"""What `FramedTTSStream` tells a reply of each chunk it completes: its synthesis time as the
+model server reports it, and its first audio from the same start, measured at this end. Pure:
+literal frames in, a clock the test moves."""
+
+from __future__ import annotations
+
+import asyncio
+
+from gateway.transports.base import Completed
+from gateway.transports.framed_stream import FramedTTSStream
+from kokoro_contract import protocol
+
+SECOND = b"\x00\x01" * 24_000  # one second of PCM
+
+
+def test_each_chunk_reports_its_first_audio_beside_its_whole_synthesis() -> None:
+    sent: list[str] = []
+    done: list[Completed] = []
+    # the stream reads its clock when a chunk's first audio arrives and when it completes
+    readings = iter([10.3, 11.5, 12.2, 12.2])
+
+    async def send(frame: str) -> None:
+        sent.append(frame)
+
+    stream = FramedTTSStream(send, None, 1.0, done.append, clock=lambda: next(readings))
+
+    async def run() -> int:
+        await stream.send("A progressive chunk. Its audio comes in windows.")
+        await stream.send("A whole one.")
+        rid0, rid1 = (protocol.decode_frame(f)["request_id"] for f in sent)  # type: ignore[index]
+        frames: list[str | bytes] = [
+            protocol.StartMsg(rid0).encode(),
+            SECOND,  # its first window, at 10.3
+            SECOND,
+            SECOND,
+            protocol.CompleteMsg(rid0, 3 * len(SECOND), 1.5).encode(),  # at 11.5
+            protocol.StartMsg(rid1).encode(),
+            SECOND,  # all of it at once, at the end (12.2)
+            protocol.CompleteMsg(rid1, len(SECOND), 0.7).encode(),
+        ]
+        for frame in frames:
+            await stream.received(frame)
+        await stream.end_input()
+        pieces = [piece async for piece in stream.audio()]
+        return sum(len(p) for p in pieces if isinstance(p, bytes))
+
+    assert asyncio.run(run()) == 4 * len(SECOND)
+    first, whole = done
+    assert (first.index, first.chars, first.audio_bytes, first.elapsed_s) == (0, 48, 144_000, 1.5)
+    assert first.first_audio_s is not None
+    assert abs(first.first_audio_s - 0.3) < 1e-9  # 1.5 s less the 1.2 s after its first audio
+    assert (whole.index, whole.elapsed_s, whole.first_audio_s) == (1, 0.7, 0.7)
