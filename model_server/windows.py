@@ -1,0 +1,162 @@
+"""Progressive synthesis, pure: which windows of a segment's frames the decoder runs, in what
+order, and how their audio is joined.
+
+A segment's front pass gives its length in frames (600 samples, 25 ms, for Kokoro). The decoder
+then runs over windows of those frames: each window's *core* is the audio it contributes, and
+it is decoded with `context` frames on each side (fewer at the segment's edges), which are cut
+off again; the decoder's output near a window's edge is not what the whole segment would give,
+so the edges are decoded and thrown away.
+
+The schedule (`plan_windows`): the first window is small (`Schedule.first` frames), so the
+first audio leaves early; each later one is the largest size of the ladder (`first` doubled,
+up to `Schedule.largest`) whose decoding, at the measured speed, fits in the audio already
+ahead of the listener, so playback does not catch up with synthesis; larger windows cost less
+context per second of audio. A remainder shorter than `first` goes into the window before it.
+When no size fits (synthesis slower than playback), the gap is certain, and the largest size
+wastes the least compute on context.
+
+The seams (`Joiner`): window k's core is sent as soon as it is decoded, but the first
+`crossfade` frames of its right context are kept; window k+1's first `crossfade` frames are
+mixed with them by a linear crossfade (`crossfade_weights`) before they leave. So no sample
+jumps from one decoding to the other at a seam (a hard cut clicks), and the fade lies inside
+window k's context, where its decoding is still good.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+FloatAudio = npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True)
+class Window:
+    """Frames `[start, end)` of a segment are this window's audio (its core); the decoder runs
+    over `[start - left, end + right)`."""
+
+    start: int
+    end: int
+    left: int
+    right: int
+
+    @property
+    def decoded(self) -> tuple[int, int]:
+        """The frames the decoder runs over."""
+        return self.start - self.left, self.end + self.right
+
+    @property
+    def frames(self) -> int:
+        """How many frames the decoder runs over (its cost)."""
+        return self.end - self.start + self.left + self.right
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Window sizes, in frames. Measured on Kokoro-82M int8 (docs/measured.md, "Progressive
+    synthesis"): 12 frames of context each side keep the windows' speech as good as one call's;
+    3 frames (75 ms) of crossfade leave no click."""
+
+    first: int = 24
+    largest: int = 192
+    context: int = 12
+    crossfade: int = 3
+    margin: float = 0.8  # a window fits when its decoding takes at most this much of the lead
+
+    def __post_init__(self) -> None:
+        if not 0 < self.first <= self.largest:
+            raise ValueError("window sizes must be 0 < first <= largest")
+        if not 0 <= self.crossfade <= self.context:
+            raise ValueError("the crossfade lies inside the context: 0 <= crossfade <= context")
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        """The ladder of core sizes: `first` doubled until `largest`."""
+        sizes = [self.first]
+        while sizes[-1] * 2 <= self.largest:
+            sizes.append(sizes[-1] * 2)
+        return tuple(sizes)
+
+
+@dataclass(frozen=True)
+class Speed:
+    """How long decoding takes: `per_call` + `per_frame` x frames decoded, in seconds; and how
+    long one frame plays."""
+
+    per_call: float
+    per_frame: float
+    frame_s: float
+
+    def seconds(self, frames: int) -> float:
+        return self.per_call + self.per_frame * frames
+
+
+def plan_windows(frames: int, schedule: Schedule, speed: Speed) -> tuple[Window, ...]:
+    """The windows of a segment of `frames` frames, in order: cores that tile `[0, frames)`."""
+    windows: list[Window] = []
+    start = 0
+    ahead = 0.0  # seconds of audio ready and not yet played when the next window starts
+    while start < frames:
+        if not windows:
+            core = schedule.first
+        else:
+            fitting = [
+                size
+                for size in schedule.sizes
+                if size >= windows[-1].end - windows[-1].start
+                and speed.seconds(size + 2 * schedule.context) <= schedule.margin * ahead
+            ]
+            core = fitting[-1] if fitting else schedule.sizes[-1]
+        if frames - (start + core) < schedule.first:
+            core = frames - start  # a short remainder: into this window
+        end = start + core
+        window = Window(
+            start,
+            end,
+            min(schedule.context, start),
+            min(schedule.context, frames - end),
+        )
+        if windows:
+            ahead = max(0.0, ahead - speed.seconds(window.frames))
+        ahead += core * speed.frame_s
+        windows.append(window)
+        start = end
+    return tuple(windows)
+
+
+def crossfade_weights(samples: int) -> FloatAudio:
+    """The weights of the incoming window's audio over a crossfade of `samples` samples:
+    rising linearly, strictly between 0 and 1 (the outgoing window's are 1 minus these)."""
+    return ((np.arange(samples, dtype=np.float64) + 0.5) / samples).astype(np.float32)
+
+
+class Joiner:
+    """One segment's windows in, the segment's audio out, piece by piece: `push` each window's
+    decoded audio (all of `window.decoded`, in order) and get the samples that are final."""
+
+    def __init__(self, frame_samples: int, crossfade: int) -> None:
+        self.frame_samples = frame_samples
+        self.crossfade = crossfade
+        self._tail: FloatAudio = np.zeros(0, np.float32)  # the last window's faded-out frames
+        self._end = 0  # the frame the last window's core ended at
+
+    def push(self, window: Window, audio: FloatAudio) -> FloatAudio:
+        """The audio of `window`'s core, its first frames crossfaded with the previous
+        window's right context."""
+        n = self.frame_samples
+        if window.start != self._end:
+            raise ValueError(f"window at frame {window.start} after one ending at {self._end}")
+        if audio.size != window.frames * n:
+            raise ValueError(f"{audio.size} samples for a window of {window.frames} frames")
+        core = audio[window.left * n : (window.left + window.end - window.start) * n].copy()
+        fade = min(self._tail.size, core.size)
+        if fade:
+            weights = crossfade_weights(self._tail.size)[:fade]
+            core[:fade] = weights * core[:fade] + (1 - weights) * self._tail[:fade]
+        keep = min(self.crossfade, window.right) * n
+        after = (window.left + window.end - window.start) * n
+        self._tail = audio[after : after + keep].astype(np.float32, copy=True)
+        self._end = window.end
+        return core
