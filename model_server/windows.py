@@ -7,13 +7,15 @@ it is decoded with `context` frames on each side (fewer at the segment's edges),
 off again; the decoder's output near a window's edge is not what the whole segment would give,
 so the edges are decoded and thrown away.
 
-The schedule (`plan_windows`): the first window is small (`Schedule.first` frames), so the
-first audio leaves early; each later one is the largest size of the ladder (`first` doubled,
-up to `Schedule.largest`) whose decoding, at the measured speed, fits in the audio already
-ahead of the listener, so playback does not catch up with synthesis; larger windows cost less
-context per second of audio. A remainder shorter than `first` goes into the window before it.
-When no size fits (synthesis slower than playback), the gap is certain, and the largest size
-wastes the least compute on context.
+The schedule (`plan_windows`): every window is the largest size of the ladder (`first`
+doubled, up to `Schedule.largest`; never smaller than the window before) whose decoding, at
+the measured speed, fits in the time before the listener needs its audio, so playback does not
+catch up with synthesis, and larger windows cost less context per second of audio. A reply's
+first segment is needed at once, so its first window is the smallest (`Schedule.first`
+frames): the first audio leaves early; a later segment has the audio before it to play first.
+A remainder shorter than `first` goes into the window before it. When no size fits
+(synthesis slower than playback), a gap is certain, and the largest size wastes the least
+compute on context.
 
 The seams (`Joiner`): window k's core is sent as soon as it is decoded, but the first
 `crossfade` frames of its right context are kept; window k+1's first `crossfade` frames are
@@ -93,36 +95,39 @@ class Speed:
         return self.per_call + self.per_frame * frames
 
 
-def plan_windows(frames: int, schedule: Schedule, speed: Speed) -> tuple[Window, ...]:
-    """The windows of a segment of `frames` frames, in order: cores that tile `[0, frames)`."""
-    windows: list[Window] = []
-    start = 0
-    ahead = 0.0  # seconds of audio ready and not yet played when the next window starts
-    while start < frames:
-        if not windows:
-            core = schedule.first
-        else:
-            fitting = [
-                size
-                for size in schedule.sizes
-                if size >= windows[-1].end - windows[-1].start
-                and speed.seconds(size + 2 * schedule.context) <= schedule.margin * ahead
-            ]
-            core = fitting[-1] if fitting else schedule.sizes[-1]
+def plan_windows(
+    frames: int, schedule: Schedule, speed: Speed, lead_s: float = 0.0
+) -> tuple[Window, ...]:
+    """The windows of a segment of `frames` frames, in order: cores that tile `[0, frames)`.
+    `lead_s`: how long until the listener needs the segment's first audio, from when its
+    first window starts (0 or less: at once, as for a reply's first segment; a later segment
+    has the audio before it to play first, and so may start with a larger window)."""
+
+    def window(start: int, core: int) -> Window:
         if frames - (start + core) < schedule.first:
             core = frames - start  # a short remainder: into this window
         end = start + core
-        window = Window(
-            start,
-            end,
-            min(schedule.context, start),
-            min(schedule.context, frames - end),
-        )
-        if windows:
-            ahead = max(0.0, ahead - speed.seconds(window.frames))
-        ahead += core * speed.frame_s
-        windows.append(window)
-        start = end
+        return Window(start, end, min(schedule.context, start), min(schedule.context, frames - end))
+
+    windows: list[Window] = []
+    start = 0
+    ahead = lead_s  # seconds until the listener needs the audio of the next window
+    while start < frames:
+        smallest = windows[-1].end - windows[-1].start if windows else 0
+        fitting = [
+            size
+            for size in schedule.sizes
+            if size >= smallest
+            and speed.seconds(window(start, size).frames) <= schedule.margin * ahead
+        ]
+        # none fits, too late already: the first window small, later ones the cheapest per frame
+        late = schedule.sizes[-1] if windows else schedule.first
+        core = fitting[-1] if fitting else late
+        chosen = window(start, core)
+        ahead = max(0.0, ahead - speed.seconds(chosen.frames))
+        ahead += (chosen.end - chosen.start) * speed.frame_s
+        windows.append(chosen)
+        start = chosen.end
     return tuple(windows)
 
 

@@ -69,6 +69,18 @@ def test_when_no_window_can_keep_ahead_the_largest_wastes_least() -> None:
     assert plan_windows(100, SCHEDULE, SLOW) == (Window(0, 24, 0, 12), Window(24, 100, 12, 0))
 
 
+def test_a_segment_with_audio_before_it_starts_with_a_larger_window() -> None:
+    # 1 s before the listener needs it: 96 frames (108 decoded, 0.108 s) fit in 0.8 s
+    assert plan_windows(400, SCHEDULE, FAST, lead_s=1.0) == (
+        Window(0, 96, 0, 12),
+        Window(96, 192, 12, 12),
+        Window(192, 288, 12, 12),
+        Window(288, 400, 12, 0),
+    )
+    # a late segment (its deadline passed) is like a first one
+    assert plan_windows(400, SCHEDULE, FAST, lead_s=-2.0)[0] == Window(0, 24, 0, 12)
+
+
 def test_a_per_call_cost_counts_against_a_window() -> None:
     # 24 frames: 0.2 + 48 x 0.005 = 0.44 s, in the 0.48 s; 48 frames: 0.56 s, not 0.36
     costly = Speed(per_call=0.2, per_frame=0.005, frame_s=0.025)
