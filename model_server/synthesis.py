@@ -128,8 +128,9 @@ class Synthesizer:
     ) -> AsyncGenerator[Chunk]:
         """Audio one chunk per segment, or per window when progressive (audio trimmed to
         nothing yields none), each with the words that end in it when the request asked for
-        `timestamps`; cancellable between and during segments (and windows). `received`: when the request arrived (perf_counter seconds;
-        default now); `plan`: its `plan`, when the caller made it already."""
+        `timestamps`; cancellable between and during segments (and windows). `received`: when
+        the request arrived (perf_counter seconds; default now); `plan`: its `plan`, when the
+        caller made it already."""
         explicit = request.deadline_ms is not None
         deadline = (received or time.perf_counter()) + (request.deadline_ms or 0.0) / 1000
         if plan is None:

@@ -64,9 +64,17 @@ def test_windows_grow_as_the_audio_ahead_of_the_listener_grows() -> None:
     )
 
 
-def test_when_no_window_can_keep_ahead_the_largest_wastes_least() -> None:
-    # RTF 0.5 with 24 frames of context: even 24 frames (0.6 s to decode 48) miss the 0.48 s
-    assert plan_windows(100, SCHEDULE, SLOW) == (Window(0, 24, 0, 12), Window(24, 100, 12, 0))
+def test_when_no_window_can_keep_ahead_each_is_twice_the_one_before() -> None:
+    # RTF 0.5 with 24 frames of context: even 24 frames (0.6 s to decode 48) miss the 0.48 s;
+    # after 48 frames (1.2 s ahead), 48 (0.9 s) fit in 0.96 s, 96 (1.5 s) do not
+    assert plan_windows(100, SCHEDULE, SLOW) == (
+        Window(0, 24, 0, 12),
+        Window(24, 72, 12, 12),
+        Window(72, 100, 12, 0),
+    )
+    # then each fits while the lead grows by 0.3 s a window, until 96 (1.5 s) fits in 80 % of it
+    sizes = [w.end - w.start for w in plan_windows(1_000, SCHEDULE, SLOW)]
+    assert sizes[:6] == [24, 48, 48, 48, 48, 96]
 
 
 def test_a_segment_with_audio_before_it_starts_with_a_larger_window() -> None:
