@@ -178,6 +178,7 @@ async def test_word_timings_progressive_are_the_whole_calls(engine: OnnxEngine) 
     from model_server.scheduler import Scheduler
     from model_server.synthesis import Synthesizer
     from model_server.text.g2p import english_g2p
+    from model_server.timings import PAUSE_S
 
     g2p = english_g2p()
     text = "The quick brown fox jumps over the lazy dog near the river bank, twice."
@@ -194,8 +195,11 @@ async def test_word_timings_progressive_are_the_whole_calls(engine: OnnxEngine) 
             assert sum(1 for c in chunks if c.pcm) >= 2  # it did stream in windows
     assert [w.word for w in got[True]] == [w.word for w in got[False]]
     assert len(got[True]) == len(text.split())
-    # the same frames (the front pass is the whole graph's), read through the same trimming;
-    # the audio it trims differs only in its fine structure
+    # the same frames (the front pass is the whole graph's: test above), read through the same
+    # trimming and the same pause rule; both read the audio's level, which differs by a few dB
+    # here and there: a word's end can move by the pause rule's 150 ms, no more
     for p, w in zip(got[True], got[False], strict=True):
         assert p.start == pytest.approx(w.start, abs=0.03), (p, w)
-        assert p.end == pytest.approx(w.end, abs=0.03), (p, w)
+        assert p.end == pytest.approx(w.end, abs=PAUSE_S + 0.03), (p, w)
+    ends = [abs(p.end - w.end) < 0.03 for p, w in zip(got[True], got[False], strict=True)]
+    assert sum(ends) >= len(ends) - 2, (got[True], got[False])
