@@ -214,6 +214,12 @@ class Load:
     realtime_streams: float  # replies it can voice at once without falling behind (learned)
     shared_seconds_per_call: float  # the speed of calls that ran beside another (learned)
     shared_seconds_per_phoneme: float
+    # progressive: a typical first chunk's front pass and first window, the compute before a
+    # new reply's first audio and what its start takes from the others (learned; None: off)
+    first_window_s: float | None = None
+
+
+FIRST_CHUNK_PHONEMES = 45  # a typical first chunk, as the gateway's admission counts it
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:
@@ -236,6 +242,11 @@ class Scheduler:
         # decoder windows: seconds per call and per frame decoded (int8 ONNX on 2 cores: RTF
         # about 0.5 on 25 ms frames), learned from every window, alone or beside another
         self.window_speed = SpeedModel(prior_a=0.02, prior_b=0.0125)
+        # a segment's front pass and first window together, against its phonemes (prior: a
+        # 24-frame window with its context and a front pass, int8 ONNX on 2 cores); published
+        # when the synthesizer is progressive
+        self.first_window = SpeedModel(prior_a=0.5, prior_b=0.004)
+        self.progressive = False
         self.audio_per_phoneme = 0.065  # seconds of speech per phoneme token, learned
         self.deadline_misses = 0
         self.engine_seconds = 0.0  # engine calls' time (ended, aborted), summed: compute spent
@@ -323,6 +334,7 @@ class Scheduler:
         self.speed = dataclasses.replace(self.speed)
         self.shared_speed = dataclasses.replace(self.shared_speed)
         self.window_speed = dataclasses.replace(self.window_speed)
+        self.first_window = dataclasses.replace(self.first_window)
 
     def observe_audio(self, phonemes: int, audio_s: float) -> None:
         """A segment of `phonemes` gave `audio_s` of speech."""
@@ -370,6 +382,11 @@ class Scheduler:
             realtime_streams=round(self.realtime_streams(), 2),
             shared_seconds_per_call=round(shared_a, 4),
             shared_seconds_per_phoneme=round(shared_b, 5),
+            first_window_s=(
+                round(self.first_window.estimate(FIRST_CHUNK_PHONEMES), 3)
+                if self.progressive
+                else None
+            ),
         )
 
     def close(self) -> None:

@@ -77,6 +77,7 @@ class Synthesizer:
             engine if progressive and isinstance(engine, ProgressiveEngine) else None
         )
         self.schedule = schedule or Schedule()
+        scheduler.progressive = self.progressive is not None  # its /load says so
         # G2P is quick but espeak-ng is single-threaded: one thread, off the event loop.
         self._g2p_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="g2p")
 
@@ -221,6 +222,8 @@ class Synthesizer:
                 tally=tally,
             )
             left -= window.frames
+            if number == 0:  # the compute before this segment's first audio
+                self.scheduler.first_window.observe(len(segment), tally.seconds)
             core = joiner.push(window, audio)
             decoded.append(core)
             last = number == len(windows) - 1

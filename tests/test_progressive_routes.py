@@ -249,9 +249,25 @@ async def test_every_window_is_a_step_with_the_deadline_of_the_audio_before_it()
             sent += chunk_audio.pop(0)
         else:  # the second segment's front: after all of the first's audio
             assert deadline == pytest.approx(received + sent)
-    # the speed learned per segment (what GET /load reports), the decoder's per window
+    # the speed learned per segment (what GET /load reports), the decoder's per window, and
+    # each segment's compute before its first audio (its front pass and first window)
     assert scheduler.speed.calls + scheduler.shared_speed.calls == 2
     assert scheduler.window_speed.calls == len(engine.windows)
+    assert scheduler.first_window.calls == 2
+
+
+async def test_the_load_report_says_what_a_new_reply_s_start_costs(
+    progressive_server: RunningServer, whole_server: RunningServer
+) -> None:
+    async with httpx.AsyncClient() as http:
+        on = (await http.get(progressive_server.http_url + "/load")).json()
+        off = (await http.get(whole_server.http_url + "/load")).json()
+    # progressive: the learned front pass and first window of a typical first chunk, less
+    # than the whole first chunk the per-segment speed gives; off: none, the gateway counts
+    # the whole chunk
+    whole_first = on["seconds_per_call"] + on["seconds_per_phoneme"] * 45
+    assert 0 < on["first_window_s"] < whole_first
+    assert off["first_window_s"] is None
 
 
 def test_progressive_is_a_setting_on_by_default() -> None:
