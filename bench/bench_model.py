@@ -2,24 +2,32 @@
 
 Starts the real model server on a loopback port in this process (Kokoro-82M int8 onnx, or with
 `--engine torch --model-dir DIR` kokoro's KModel on CUDA when there is one), or measures one at
-`--url`, over the bidirectional WebSocket. Prints one table:
+`--url`, over the bidirectional WebSocket. Prints two tables:
 
-- short, medium and long sentences, one session: p50 time to first audio (send -> first PCM
-  frame) and RTF (synthesis wall time / audio duration);
-- 1, 2, 4 and 8 concurrent sessions each sending the medium sentence: p50 and p95 time to first
-  audio, and the aggregate RTF (wall time / all audio produced).
+- progressive synthesis (onnx, local servers only): for sentences of 1 to 11 s of audio, one
+  session, the first and the last audio (send -> first / last PCM frame) of a server with
+  `--progressive on` and of one with `--progressive off`, side by side in one run beside one raw
+  onnxruntime call of the whole sentence (the registry's graph, the same threads, the same
+  phonemes and voice), in turn, the order rotating from run to run; medians, each ratio to the
+  raw call as the median of the runs' ratios with their range;
+- the server (progressive as configured): short, medium and long sentences, one session: p50
+  time to first audio and RTF (synthesis wall time / audio duration); then 1, 2, 4 and 8
+  concurrent sessions each sending the medium sentence: p50 and p95 time to first audio, and
+  the aggregate RTF (wall time / all audio produced).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import statistics
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import Any
 
 import orjson
 from websockets.asyncio.client import connect
@@ -55,6 +63,116 @@ async def one_utterance(url: str, text: str, rid: str) -> tuple[float, float, fl
             if event["type"] == "error":
                 raise RuntimeError(event)
     raise RuntimeError("closed early")
+
+
+# sentences for the progressive table, by length (jm_kumo: about 1.2, 3.6, 9.5 and 11 s)
+BY_LENGTH = {
+    "Hello there.": TEXTS["short"],
+    "medium": TEXTS["medium"],
+    "long": TEXTS["long"],
+    "~11 s": (
+        "If you would like to change your delivery address, open the account page, choose "
+        "the orders tab, and pick the parcel you want to move before it leaves the depot."
+    ),
+}
+
+
+async def first_and_last(url: str, text: str, rid: str) -> tuple[float, float, float]:
+    """(first audio, last audio, audio seconds) for one request on a fresh session."""
+    async with connect(url + BIDI, max_size=None) as ws:
+        started = time.perf_counter()
+        await ws.send(orjson.dumps({"text": text, "request_id": rid}))
+        first = last = None
+        async for frame in ws:
+            if isinstance(frame, bytes):
+                last = time.perf_counter()
+                first = first or last
+                continue
+            event = orjson.loads(frame)
+            if event["type"] == "synthesis_complete":
+                assert first is not None
+                assert last is not None
+                return first - started, last - started, float(event["total_duration_s"])
+            if event["type"] == "error":
+                raise RuntimeError(event)
+    raise RuntimeError("closed early")
+
+
+def raw_whole_call(threads: int, voice: str) -> Callable[[str], float]:
+    """One raw onnxruntime call of the registry's graph for a text: its seconds."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from model_server.engines import voices as voice_packs
+    from model_server.engines.base import style_row, tokenize
+    from model_server.engines.weights import assemble_model, default_cache_dir, load_vocab
+    from model_server.text.g2p import english_g2p
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    session = ort.InferenceSession(
+        str(assemble_model(default_cache_dir())), so, providers=["CPUExecutionProvider"]
+    )
+    vocab, g2p = load_vocab(), english_g2p()
+    pack = voice_packs.load_voices()[0][voice]
+
+    def call(text: str) -> float:
+        tokens = tokenize(g2p(text), vocab, 510)
+        feed: dict[str, Any] = {
+            "tokens": np.array([[0, *tokens, 0]], np.int64),
+            "style": pack[style_row(len(tokens), len(pack))].reshape(1, -1).astype(np.float32),
+            "speed": np.array([1.0], np.float32),
+        }
+        started = time.perf_counter()
+        session.run(["audio"], feed)
+        return time.perf_counter() - started
+
+    return call
+
+
+def _spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f} [{min(values):.2f}-{max(values):.2f}]"
+
+
+async def progressive_table(
+    urls: dict[str, str], raw: Callable[[str], float], runs: int
+) -> list[tuple[str, ...]]:
+    for url in urls.values():
+        await first_and_last(url, TEXTS["short"], "warm")
+    raw(TEXTS["short"])
+    rows: list[tuple[str, ...]] = []
+    for name, text in BY_LENGTH.items():
+        got: dict[str, list[tuple[float, float, float]]] = {mode: [] for mode in urls}
+        whole: list[float] = []
+        order = ["raw", *urls]
+        for r in range(runs):
+            for mode in order[r % len(order) :] + order[: r % len(order)]:
+                if mode == "raw":
+                    whole.append(await asyncio.to_thread(raw, text))
+                else:
+                    got[mode].append(await first_and_last(urls[mode], text, f"{name}{r}{mode}"))
+        audio = got["on"][0][2]
+        cells = [f"{name} ({audio:.1f} s)", f"{statistics.median(whole) * 1000:.0f}"]
+        for mode in urls:
+            first = [g[0] for g in got[mode]]
+            last = [g[1] for g in got[mode]]
+            cells += [
+                f"{statistics.median(first) * 1000:.0f}",
+                f"{statistics.median(last) * 1000:.0f}",
+                _spread([f / w for f, w in zip(first, whole, strict=True)]),
+                _spread([la / w for la, w in zip(last, whole, strict=True)]),
+            ]
+        rows.append(tuple(cells))
+        print(" | ".join(rows[-1]), flush=True)
+    return rows
+
+
+def print_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, tuple("-" * w for w in widths), *rows]:
+        print(" | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
 
 
 def pct(values: list[float], q: float) -> float:
@@ -118,7 +236,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", help="measure a running model server (ws://host:port)")
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--concurrency", default="1,2,4,8")
+    parser.add_argument("--concurrency", default="1,2,4,8", help="empty: no concurrent rows")
+    parser.add_argument(
+        "--sections", default="progressive,server", help="which tables: progressive, server"
+    )
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--engine", choices=["onnx", "torch"], default="onnx")
@@ -132,15 +253,14 @@ def main() -> None:
     parser.add_argument("--device", default="auto", help="torch: cuda, cuda:N, cpu or auto")
     parser.add_argument("--voice", help="default voice (torch checkpoints: e.g. af_heart)")
     args = parser.parse_args()
-    levels = [int(x) for x in args.concurrency.split(",")]
+    levels = [int(x) for x in args.concurrency.split(",") if x]
+    sections = set(args.sections.split(","))
 
     def table(url: str) -> None:
         rows = asyncio.run(run(url, args.runs, levels))
         header = ("case", "sessions", "TTFA p50 ms", "TTFA p95 ms", "RTF")
-        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
         print(f"\nmodel server at {url}, {os.cpu_count()} cores, {args.runs} runs per row")
-        for row in [header, tuple("-" * w for w in widths), *rows]:
-            print(" | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
+        print_table(header, rows)
 
     if args.url:
         table(args.url)
@@ -154,12 +274,44 @@ def main() -> None:
             device=args.device,
             **({"default_voice": args.voice} if args.voice else {}),
         )
-        with local_server(settings) as url:
-            print(
-                f"local server: engine {args.engine}, {args.workers} workers, "
-                f"threads {args.threads or 'auto'}"
+        if "progressive" in sections and args.engine == "onnx":
+            progressive(settings, args.runs)
+        if "server" in sections:
+            with local_server(settings) as url:
+                print(
+                    f"local server: engine {args.engine}, {args.workers} workers, "
+                    f"threads {args.threads or 'auto'}, progressive {settings.progressive}"
+                )
+                table(url)
+
+
+def progressive(settings: Settings, runs: int) -> None:
+    with ExitStack() as stack:
+        urls = {
+            mode: stack.enter_context(
+                local_server(dataclasses.replace(settings, progressive=mode == "on"))
             )
-            table(url)
+            for mode in ("on", "off")
+        }
+        voice = settings.default_voice or "jm_kumo"
+        raw = raw_whole_call(settings.engine_threads, voice)
+        print(
+            f"\nprogressive synthesis: one session, {os.cpu_count()} cores, "
+            f"{settings.engine_threads} threads a call, voice {voice}, {runs} runs per row "
+            "(ratios: median [range] of the runs' ratios to the raw call)"
+        )
+        header: tuple[str, ...] = ("sentence", "raw whole ms")
+        for mode in urls:
+            header += (
+                f"{mode}: first ms",
+                f"{mode}: last ms",
+                f"{mode}: first / raw",
+                f"{mode}: last / raw",
+            )
+        print(" | ".join(header), flush=True)
+        rows = asyncio.run(progressive_table(urls, raw, runs))
+        print()
+        print_table(header, rows)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,14 @@ hear. Starts the real model server and gateway (separate processes, `make dev` d
 - joins: each sentence synthesized alone and the reply's sentences joined (judged per reply,
   beside the one batch), and 3-second windows of the paced gateway replies centred on the
   joins between chunks against windows centred inside chunks (MOS only: a window cuts words;
-  short clips score lower, so windows are compared only with windows).
+  short clips score lower, so windows are compared only with windows);
+- progressive: each reply from the model server as configured (`--progressive on`, its
+  default: the decoder over windows, one binary frame per window on the WebSocket) beside one
+  from a second model server with `--progressive off` (one engine call per segment), the whole
+  corpus: MOS and WER of each, and the seam detector (`quality/seams.py`: the largest step,
+  the high-frequency energy and the level change at each seam, against the rest of the clip)
+  at the seams between windows, beside the same measures at the same points of the
+  one-call audio (where there is no seam).
 
 MOS is the mean over clips weighted by their length; WER is corpus-level (errors / words).
 Audio reaches the judges at 16 kHz through libswresample. `--write-baseline` stores the
@@ -45,7 +52,7 @@ from bench.bench_gateway import FIRST_MS, TPS
 from bench.bench_load import stack
 from gateway.sources.sse import SSEDecoder
 from kokoro_contract.formats import FORMATS
-from quality import corpus, judges
+from quality import corpus, judges, seams
 from quality.baseline import Baseline
 from quality.wer import WordErrors, total, word_errors
 
@@ -205,9 +212,14 @@ def run(args: argparse.Namespace) -> dict[str, list[tuple[str, Score]]]:
                 mark = " (default)" if voice == default else ""
                 tables["voice"].append((voice + mark, score))
                 print(f"  voice {voice + mark:<24} {describe(score)}", flush=True)
-            if default not in batches:
+            if default not in batches and {"format", "plan"} & set(args.sections.split(",")):
                 batches[default] = [batch(http, r.text, default) for r in replies]
             print(f"  [voices: {time.perf_counter() - started:.0f} s]", flush=True)
+            if "progressive" in args.sections:
+                tables["progressive"], seam_rows = progressive_tables(
+                    judge, urls.model_server, default, replies
+                )
+                tables["progressive seams"] = seam_rows
 
             if "format" in args.sections:
                 pcms = batches[default][: args.format_replies]
@@ -302,6 +314,73 @@ def plan_tables(
     return plans, joins
 
 
+async def ws_reply(url: str, text: str, voice: str) -> tuple[bytes, list[int]]:
+    """One reply over the bidirectional WebSocket: its PCM and its binary frames' sizes."""
+    from websockets.asyncio.client import connect
+
+    ws_url = url.replace("http://", "ws://") + "/invocations-bidirectional-stream"
+    frames: list[bytes] = []
+    async with connect(ws_url, max_size=None) as ws:
+        await ws.send(orjson.dumps({"text": text, "voice": voice, "request_id": "q"}))
+        async for frame in ws:
+            if isinstance(frame, bytes):
+                frames.append(frame)
+                continue
+            event = orjson.loads(frame)
+            if event["type"] == "synthesis_complete":
+                return b"".join(frames), [len(f) for f in frames]
+            if event["type"] == "error":
+                raise RuntimeError(f"model server error: {event}")
+    raise RuntimeError("the model server closed early")
+
+
+def progressive_tables(
+    judge: Judges, progressive_url: str, voice: str, replies: list[corpus.Reply]
+) -> tuple[list[tuple[str, Score]], list[tuple[str, Score]]]:
+    """Progressive against one call per segment, and the seam measures (as Scores: `mos`
+    holds the measure, for the tables; no WER)."""
+    started = time.perf_counter()
+    rows: list[tuple[str, Score]] = []
+    progressive: list[tuple[bytes, list[int]]] = []
+    whole: list[bytes] = []
+    with (
+        stack(["--progressive", "off"], []) as off,
+        httpx.Client(base_url=off.model_server, timeout=600) as whole_http,
+    ):
+        for reply in replies:
+            whole.append(batch(whole_http, reply.text, voice))
+            progressive.append(asyncio.run(ws_reply(progressive_url, reply.text, voice)))
+    windows = sum(len(sizes) for _, sizes in progressive)
+    one_call = [pcm_clip(p, r.spoken) for p, r in zip(whole, replies, strict=True)]
+    windowed = [pcm_clip(p, r.spoken) for (p, _), r in zip(progressive, replies, strict=True)]
+    rows.append(("one call per segment (--progressive off)", judge.judge(one_call)))
+    rows.append((f"progressive ({windows} windows)", judge.judge(windowed)))
+    for label, score in rows:
+        print(f"  progressive {label:<40} {describe(score)}", flush=True)
+
+    measures: dict[str, list[float]] = {}
+    for (pcm, sizes), reference in zip(progressive, whole, strict=True):
+        at = [int(a) for a in np.cumsum([s // 2 for s in sizes])[:-1]]
+        for label, audio in (("progressive", pcm), ("one call", reference)):
+            samples = judges.pcm16(audio)
+            points = [a for a in at if 0 < a < samples.size - 1]
+            if not points:
+                continue
+            report = seams.seams(samples, points)
+            for seam in report.seams:
+                measures.setdefault(f"{label}: step", []).append(seam.jump)
+                measures.setdefault(f"{label}: HF", []).append(seam.hf)
+                measures.setdefault(f"{label}: level", []).append(seam.level_db)
+    seam_rows: list[tuple[str, Score]] = []
+    for label, values in measures.items():
+        for stat, value in (("worst", max(values)), ("p95", float(np.quantile(values, 0.95)))):
+            seam_rows.append((f"{label}, {stat} of {len(values)}", Score(value, None, 0.0)))
+    for label, score in seam_rows:
+        print(f"  seams {label:<40} {score.mos:5.2f}", flush=True)
+    print(f"  [progressive: {time.perf_counter() - started:.0f} s]", flush=True)
+    return rows, seam_rows
+
+
 def describe(score: Score) -> str:
     return f"MOS {score.mos:4.2f}  WER {score.wer}  ({score.seconds:5.1f} s of audio)"
 
@@ -335,7 +414,9 @@ def main() -> None:
     parser.add_argument("--voices", default="", help="comma-separated (default: all offered)")
     parser.add_argument("--judges", type=int, default=os.cpu_count() or 1, help="processes")
     parser.add_argument(
-        "--sections", default="voice,format,plan", help="which tables (plan: chunk plans, joins)"
+        "--sections",
+        default="voice,format,plan,progressive",
+        help="which tables (plan: chunk plans, joins; progressive: windows against one call)",
     )
     parser.add_argument(
         "--write-baseline", action="store_true", help="store the default voice's corpus WER"

@@ -29,6 +29,7 @@ class Settings:
     device: str = "auto"
     workers: int = 2  # engine calls running at once, across all sessions
     scheduling: str = "edf"  # edf: earliest deadline first; fair: round-robin by session
+    progressive: bool = True  # voice each segment window by window (engines that can)
     threads: int = 0  # onnxruntime intra-op threads per call; 0: all cores
     max_text_chars: int = limits.MAX_TEXT_CHARS
     max_pending: int = 32  # queued + running requests per WebSocket session
@@ -70,6 +71,9 @@ _HELP = {
     "workers": "engine calls running at once, across all sessions",
     "scheduling": "edf: the segment whose audio is needed first goes next; fair: round-robin "
     "by session (the policy before deadlines)",
+    "progressive": "on: voice each segment in windows of frames after one front pass, each "
+    "window's audio sent as soon as it is decoded (first audio early, whatever the sentence's "
+    "length); off: one engine call per segment, its audio sent when all of it is computed",
     "threads": "CPU threads per engine call (0: all cores for onnx, torch's default for torch)",
     "max_text_chars": "longest text accepted in one request",
     "max_pending": "requests queued or running per WebSocket session",

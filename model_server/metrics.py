@@ -35,7 +35,8 @@ class SchedulerCollector(Collector):
         )
         yield CounterMetricFamily(
             "model_server_deadline_misses",
-            "Segments of requests with a deadline_ms that finished after it",
+            "Engine steps (segments; fronts and windows when progressive) of requests with a "
+            "deadline_ms that finished after it",
             value=load.deadline_misses,
         )
         yield CounterMetricFamily(

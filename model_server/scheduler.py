@@ -6,6 +6,14 @@ segment whose audio is needed first goes next: a new reply's first chunk goes ah
 chunks that still have slack. With `fair`, the slots go round-robin by session (the policy
 before deadlines), so a session with ten queued segments does not hold back one with one.
 
+With progressive synthesis a segment is several steps, each granted a slot on its own: its
+front pass, then each window of its decoder (`synthesis.py`, `windows.py`). Each window has its
+own deadline (when the listener will have played the audio before it), so a new reply's first
+window goes ahead of another reply's later windows, and a cancel takes effect at the next step
+at the latest. The speed learned per segment (`GET /load`) is still per segment: its steps'
+compute summed (`Tally`, `observe_segment`); the decoder's speed per frame is learned apart
+(`window_speed`), for the window schedule.
+
 No lock is held for a whole session. A waiter that is cancelled (its client left, or its
 request was cancelled) leaves the queue at once; a segment already running is aborted through
 its `CancelToken`, and its worker slot is freed only when the worker thread has really stopped,
@@ -182,6 +190,15 @@ class FairSlots(_SlotsBase):
             del self._waiting[waiter.key]
 
 
+@dataclass
+class Tally:
+    """The compute of one segment's steps, summed (progressive synthesis): what `run` adds to
+    when given one, for `Scheduler.observe_segment`."""
+
+    seconds: float = 0.0
+    shared: bool = False  # a step started beside another call
+
+
 @dataclass(frozen=True)
 class Load:
     """What admission control reads: how far behind the engine is, in seconds."""
@@ -197,6 +214,12 @@ class Load:
     realtime_streams: float  # replies it can voice at once without falling behind (learned)
     shared_seconds_per_call: float  # the speed of calls that ran beside another (learned)
     shared_seconds_per_phoneme: float
+    # progressive: a typical first chunk's front pass and first window, the compute before a
+    # new reply's first audio and what its start takes from the others (learned; None: off)
+    first_window_s: float | None = None
+
+
+FIRST_CHUNK_PHONEMES = 45  # a typical first chunk, as the gateway's admission counts it
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:
@@ -216,6 +239,14 @@ class Scheduler:
         # calls that started beside another run slower (they share the cores): learned apart,
         # for the real-time capacity
         self.shared_speed = SpeedModel(prior_a=0.5, prior_b=0.045)
+        # decoder windows: seconds per call and per frame decoded (int8 ONNX on 2 cores: RTF
+        # about 0.5 on 25 ms frames), learned from every window, alone or beside another
+        self.window_speed = SpeedModel(prior_a=0.02, prior_b=0.0125)
+        # a segment's front pass and first window together, against its phonemes (prior: a
+        # 24-frame window with its context and a front pass, int8 ONNX on 2 cores); published
+        # when the synthesizer is progressive
+        self.first_window = SpeedModel(prior_a=0.5, prior_b=0.004)
+        self.progressive = False
         self.audio_per_phoneme = 0.065  # seconds of speech per phoneme token, learned
         self.deadline_misses = 0
         self.engine_seconds = 0.0  # engine calls' time (ended, aborted), summed: compute spent
@@ -233,11 +264,17 @@ class Scheduler:
         phonemes: int = 0,
         deadline: float | None = None,
         explicit: bool = False,
+        cost_s: float | None = None,
+        frames: int = 0,
+        tally: Tally | None = None,
     ) -> T:
         """Run `fn` on a worker once granted. `deadline` (perf_counter seconds; default now)
-        orders the wait under `edf`; an `explicit` one that is missed is counted."""
+        orders the wait under `edf`; an `explicit` one that is missed is counted. A step of a
+        progressive segment passes `cost_s` (the segment's compute still to come, for the
+        backlog), `frames` (a decoder window's, learned by `window_speed`) and its `tally`,
+        and no `phonemes`: the segment is learned whole, by `observe_segment`."""
         seq = next(self._seq)
-        cost = self.speed.estimate(phonemes)
+        cost = self.speed.estimate(phonemes) if cost_s is None else cost_s
         asked = self.clock()
         await self.slots.acquire(key, deadline, cost)
         loop = asyncio.get_running_loop()
@@ -272,6 +309,11 @@ class Scheduler:
             )
             if phonemes:
                 (self.shared_speed if shared else self.speed).observe(phonemes, finished - started)
+            if frames:
+                self.window_speed.observe(frames, finished - started)
+            if tally is not None:
+                tally.seconds += finished - started
+                tally.shared = tally.shared or shared
             if explicit and deadline is not None and finished > deadline:
                 self.deadline_misses += 1
             return result
@@ -281,11 +323,18 @@ class Scheduler:
             del self._running[seq]
             self.slots.release()
 
+    def observe_segment(self, phonemes: int, tally: Tally) -> None:
+        """A progressive segment of `phonemes` took `tally`'s compute in all its steps."""
+        if phonemes:
+            (self.shared_speed if tally.shared else self.speed).observe(phonemes, tally.seconds)
+
     def forget_speed(self) -> None:
         """Back to the priors: what a warm-up call took (a GPU's first call sets up its
         kernels) says nothing of the calls after it."""
         self.speed = dataclasses.replace(self.speed)
         self.shared_speed = dataclasses.replace(self.shared_speed)
+        self.window_speed = dataclasses.replace(self.window_speed)
+        self.first_window = dataclasses.replace(self.first_window)
 
     def observe_audio(self, phonemes: int, audio_s: float) -> None:
         """A segment of `phonemes` gave `audio_s` of speech."""
@@ -333,6 +382,11 @@ class Scheduler:
             realtime_streams=round(self.realtime_streams(), 2),
             shared_seconds_per_call=round(shared_a, 4),
             shared_seconds_per_phoneme=round(shared_b, 5),
+            first_window_s=(
+                round(self.first_window.estimate(FIRST_CHUNK_PHONEMES), 3)
+                if self.progressive
+                else None
+            ),
         )
 
     def close(self) -> None:

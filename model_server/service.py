@@ -45,6 +45,7 @@ def default_engine_factory(settings: Settings) -> Engine:
             voices_dir=settings.voices_dir,
             intra_op_threads=settings.engine_threads,
             shared_threads=settings.shared_threads,
+            progressive=settings.progressive,
         )
     )
 
@@ -115,7 +116,7 @@ class ModelService:
                 max_text_chars=self.settings.max_text_chars,
             )
             scheduler = Scheduler(self.settings.workers, self.settings.scheduling)
-            synthesizer = Synthesizer(engine, g2p, scheduler)
+            synthesizer = Synthesizer(engine, g2p, scheduler, progressive=self.settings.progressive)
             if self.settings.warmup:
                 # the first call pays for what an engine sets up once; the second is one like
                 # any other, and the speed learned starts from it

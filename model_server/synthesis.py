@@ -4,7 +4,14 @@ segment's word timings beside it: `timings.py`).
 
 Each segment is needed by a deadline: the request's own (its arrival plus `deadline_ms`, or
 its arrival when it names none) for the first, and for each later one that plus the audio
-before it, since the listener plays that first."""
+before it, since the listener plays that first.
+
+Progressive (an engine with `front` and `decode`, and `progressive` on): a segment is its front
+pass, then windows of its frames (`windows.plan_windows`, from the decoder's learned speed),
+each its own step in the scheduler with its own deadline (the segment's plus the audio sent
+before the window), joined with crossfades (`windows.Joiner`), trimmed as it comes
+(`audio.StreamTrim`, the same samples as trimming the whole), each window's audio yielded as
+soon as it is decoded, with the words it settles before it."""
 
 from __future__ import annotations
 
@@ -12,22 +19,24 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Hashable
+from collections.abc import AsyncGenerator, AsyncIterator, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
-from kokoro_contract.audio import pcm_duration_s
+from kokoro_contract.audio import SAMPLE_RATE, pcm_duration_s
 from kokoro_contract.protocol import SynthesisRequest, WordTiming
-from model_server.audio import TrimPolicy, to_pcm16
-from model_server.engines.base import CancelToken, Engine, Timed
+from model_server.audio import StreamTrim, TrimPolicy, to_pcm16
+from model_server.engines.base import CancelToken, Engine, ProgressiveEngine, Timed
 from model_server.errors import UnreadableText
-from model_server.scheduler import Scheduler
+from model_server.scheduler import Scheduler, Tally
 from model_server.text.g2p import G2P
 from model_server.text.split import split_phonemes
 from model_server.text.words import WordMap, map_words
 from model_server.timings import WordClock
+from model_server.windows import Joiner, Schedule, Speed, plan_windows
 
 log = logging.getLogger(__name__)
 
@@ -56,11 +65,19 @@ class Synthesizer:
         g2p: G2P,
         scheduler: Scheduler,
         trim: TrimPolicy | None = None,
+        progressive: bool = True,
+        schedule: Schedule | None = None,
     ) -> None:
         self.engine = engine
         self.g2p = g2p
         self.scheduler = scheduler
         self.trim = trim or TrimPolicy()
+        # progressive when asked and the engine can
+        self.progressive: ProgressiveEngine | None = (
+            engine if progressive and isinstance(engine, ProgressiveEngine) else None
+        )
+        self.schedule = schedule or Schedule()
+        scheduler.progressive = self.progressive is not None  # its /load says so
         # G2P is quick but espeak-ng is single-threaded: one thread, off the event loop.
         self._g2p_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="g2p")
 
@@ -100,7 +117,8 @@ class Synthesizer:
     ) -> AsyncIterator[bytes]:
         """PCM (s16le, 24 kHz, mono), one chunk per segment; `stream_timed` without words."""
         async for chunk in self.stream_timed(request, key, received, plan):
-            yield chunk.pcm
+            if chunk.pcm:
+                yield chunk.pcm
 
     async def stream_timed(
         self,
@@ -108,32 +126,125 @@ class Synthesizer:
         key: Hashable,
         received: float | None = None,
         plan: Plan | None = None,
-    ) -> AsyncIterator[Chunk]:
-        """Audio one chunk per segment (a segment trimmed to nothing yields none), each with
-        the words that end in it when the request asked for `timestamps`; cancellable between
-        and during segments. `received`: when the request arrived (perf_counter seconds;
-        default now); `plan`: its `plan`, when the caller made it already."""
+    ) -> AsyncGenerator[Chunk]:
+        """Audio one chunk per segment, or per window when progressive (audio trimmed to
+        nothing yields none), each with the words that end in it when the request asked for
+        `timestamps`; cancellable between and during segments (and windows). `received`: when
+        the request arrived (perf_counter seconds; default now); `plan`: its `plan`, when the
+        caller made it already."""
         explicit = request.deadline_ms is not None
         deadline = (received or time.perf_counter()) + (request.deadline_ms or 0.0) / 1000
         if plan is None:
             plan = await self.plan(request)
         clock = None if plan.words is None else WordClock(plan.words, plan.segments, self.trim)
         sent = 0  # samples
-        for index, segment in enumerate(plan.segments):
-            infer = self.engine.infer_timed if clock is not None else self._untimed
-            call = functools.partial(infer, segment, request.voice, request.speed)
-            timed = await self.scheduler.run(
-                key, call, phonemes=len(segment), deadline=deadline, explicit=explicit
+        for index in range(len(plan.segments)):
+            if self.progressive is not None:
+                pieces = self._windows(
+                    self.progressive, request, key, index, clock, sent, deadline, explicit, plan
+                )
+            else:
+                pieces = self._whole(request, key, index, clock, sent, deadline, explicit, plan)
+            async for chunk in pieces:
+                deadline += pcm_duration_s(len(chunk.pcm))
+                sent += len(chunk.pcm) // 2
+                yield chunk
+
+    async def _whole(
+        self,
+        request: SynthesisRequest,
+        key: Hashable,
+        index: int,
+        clock: WordClock | None,
+        sent: int,
+        deadline: float,
+        explicit: bool,
+        plan: Plan,
+    ) -> AsyncIterator[Chunk]:
+        """One segment in one engine call."""
+        segment = plan.segments[index]
+        infer = self.engine.infer_timed if clock is not None else self._untimed
+        call = functools.partial(infer, segment, request.voice, request.speed)
+        timed = await self.scheduler.run(
+            key, call, phonemes=len(segment), deadline=deadline, explicit=explicit
+        )
+        pcm = to_pcm16(self.trim.apply(timed.audio))
+        self.scheduler.observe_audio(len(segment), pcm_duration_s(len(pcm)))
+        words = None
+        if clock is not None:
+            words = tuple(clock.segment(index, timed, sent))
+        if pcm:
+            yield Chunk(pcm, words)
+
+    async def _windows(
+        self,
+        engine: ProgressiveEngine,
+        request: SynthesisRequest,
+        key: Hashable,
+        index: int,
+        clock: WordClock | None,
+        sent: int,
+        deadline: float,
+        explicit: bool,
+        plan: Plan,
+    ) -> AsyncIterator[Chunk]:
+        """One segment progressively: its front pass, then its windows, one chunk each."""
+        segment = plan.segments[index]
+        tally = Tally()
+        estimate = self.scheduler.speed.estimate(len(segment))
+        front = await self.scheduler.run(
+            key,
+            functools.partial(engine.front, segment, request.voice, request.speed),
+            deadline=deadline,
+            explicit=explicit,
+            cost_s=estimate,
+            tally=tally,
+        )
+        per_call, per_frame = self.scheduler.window_speed.line
+        speed = Speed(per_call, per_frame, front.frame_samples / SAMPLE_RATE)
+        lead = deadline - self.scheduler.clock()
+        windows = plan_windows(front.frames, self.schedule, speed, lead)
+        joiner = Joiner(front.frame_samples, self.schedule.crossfade)
+        trim = StreamTrim(self.trim)
+        decoded: list[npt.NDArray[np.float32]] = []
+        total = sum(w.frames for w in windows)
+        left = total
+        out = 0  # samples yielded for this segment
+        for number, window in enumerate(windows):
+            start, end = window.decoded
+            audio = await self.scheduler.run(
+                key,
+                functools.partial(engine.decode, front, start, end),
+                deadline=deadline + out / SAMPLE_RATE,
+                explicit=explicit,
+                cost_s=estimate * left / total,
+                frames=window.frames,
+                tally=tally,
             )
-            pcm = to_pcm16(self.trim.apply(timed.audio))
-            self.scheduler.observe_audio(len(segment), pcm_duration_s(len(pcm)))
+            left -= window.frames
+            if number == 0:  # the compute before this segment's first audio
+                self.scheduler.first_window.observe(len(segment), tally.seconds)
+            core = joiner.push(window, audio)
+            decoded.append(core)
+            last = number == len(windows) - 1
+            piece = trim.push(core)
+            if last:
+                piece = np.concatenate([piece, trim.flush()])
+            pcm = to_pcm16(piece)
             words = None
             if clock is not None:
-                words = tuple(clock.segment(index, timed, sent))
-            if pcm:
-                deadline += pcm_duration_s(len(pcm))
-                sent += len(pcm) // 2
+                so_far = Timed(np.concatenate(decoded), front.durations, front.frame_samples)
+                words = tuple(clock.segment(index, so_far, sent, complete=last)) or None
+            out += len(pcm) // 2
+            if pcm or words is not None:
                 yield Chunk(pcm, words)
+        if not windows and clock is not None:  # nothing to voice: its words last nothing
+            silent = Timed(np.zeros(0, np.float32), front.durations, front.frame_samples)
+            words = tuple(clock.segment(index, silent, sent))
+            if words:
+                yield Chunk(b"", words)
+        self.scheduler.observe_segment(len(segment), tally)
+        self.scheduler.observe_audio(len(segment), out / SAMPLE_RATE)
 
     def _untimed(self, phonemes: str, voice: str, speed: float, cancel: CancelToken) -> Timed:
         audio = self.engine.infer(phonemes, voice, speed, cancel)

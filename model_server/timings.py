@@ -65,9 +65,14 @@ class WordClock:
         self._next = 0  # the first word not reported yet
         self._started: float | None = None  # its start, when it began in an earlier segment
 
-    def segment(self, index: int, timed: Timed, sent: int) -> list[WordTiming]:
+    def segment(
+        self, index: int, timed: Timed, sent: int, complete: bool = True
+    ) -> list[WordTiming]:
         """The words that end in segment `index`: `timed` is its engine output (before
-        trimming), `sent` the samples of the request sent before it."""
+        trimming), `sent` the samples of the request sent before it. With `complete` false,
+        `timed.audio` is only the segment's audio so far (progressive synthesis): the words
+        whose timings that audio already settles, the same as the whole audio would give; the
+        others come with a later call for the same segment."""
         where = self._where[index]
         if not where:
             return []
@@ -76,6 +81,8 @@ class WordClock:
         ends = (int(frames[0]) + np.cumsum(frames[1:-1])) * timed.frame_samples
         starts = ends - frames[1:-1] * timed.frame_samples
         loud = np.flatnonzero(np.abs(timed.audio) > self._trim.threshold)
+        if not complete and loud.size == 0:
+            return []  # where the speech starts (and so the trimming) is not known yet
         cut, _ = self._trim.bounds(timed.audio)
         # nothing audible: the segment is trimmed to nothing, and its words last nothing
         first_loud, past_loud = (int(loud[0]), int(loud[-1]) + 1) if loud.size else (0, 0)
@@ -96,6 +103,15 @@ class WordClock:
             first, end = spans[self._next]
             if first > last:
                 break  # in a later segment
+            if not complete:
+                if end - 1 > last or int(ends[at[end - 1]]) > timed.audio.size:
+                    break  # ends in audio not decoded yet
+                finished = int(ends[at[end - 1]])
+                heard = heard_until(int(starts[at[first]]) if first >= where[0] else 0, finished)
+                if finished - heard >= PAUSE_S * SAMPLE_RATE:
+                    finished = heard
+                if finished > past_loud:
+                    break  # held by where the speech ends, not known yet
             if self._started is None:
                 self._started = seconds(int(starts[at[first]]))
             if end - 1 > last:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -33,6 +33,18 @@ class Timed:
     audio: FloatAudio
     durations: Durations
     frame_samples: int
+
+
+@dataclass(frozen=True)
+class Front:
+    """One segment's front pass (progressive synthesis): everything the decoder needs for any
+    window of its `frames` (`features`, the engine's own), and the durations as
+    `Timed.durations`, which add up to `frames`."""
+
+    frames: int
+    durations: Durations
+    frame_samples: int
+    features: Any
 
 
 class CancelToken:
@@ -89,6 +101,22 @@ class Engine(Protocol):
     def infer_timed(self, phonemes: str, voice: str, speed: float, cancel: CancelToken) -> Timed:
         """`infer`, and the duration the model gave each phoneme (for word timings): the same
         audio, sample for sample."""
+        ...
+
+
+@runtime_checkable
+class ProgressiveEngine(Engine, Protocol):
+    """An engine that voices a segment in two passes: `front` over the whole segment, then
+    `decode` over windows of its frames, each as soon as it is wanted."""
+
+    def front(self, phonemes: str, voice: str, speed: float, cancel: CancelToken) -> Front:
+        """The front pass over one segment (at most `max_phonemes`)."""
+        ...
+
+    def decode(self, front: Front, start: int, end: int, cancel: CancelToken) -> FloatAudio:
+        """The audio of frames `[start, end)` of `front`, decoded from those frames alone:
+        `(end - start) * front.frame_samples` samples; raises `SynthesisCancelled` when
+        `cancel` fires mid-run."""
         ...
 
 

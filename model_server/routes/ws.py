@@ -137,8 +137,9 @@ class BidiConnection:
         async for chunk in synthesizer.stream_timed(request, self.key, received):
             if chunk.words is not None:  # with timestamps: the words before their audio
                 await self._sender.send(WordTimingsMsg(request.request_id, chunk.words).encode())
-            await self._sender.send(chunk.pcm)
-            sent += len(chunk.pcm)
+            if chunk.pcm:  # (a progressive window may settle words and hold its audio back)
+                await self._sender.send(chunk.pcm)
+                sent += len(chunk.pcm)
         return sent, time.perf_counter() - started
 
 

@@ -10,7 +10,7 @@ import threading
 
 import numpy as np
 
-from model_server.engines.base import CancelToken, FloatAudio, Timed
+from model_server.engines.base import CancelToken, FloatAudio, Front, Timed
 from model_server.errors import SynthesisCancelled
 
 SECONDS_PER_PHONEME = 0.01
@@ -87,3 +87,39 @@ def expected_pcm_bytes(text: str, speed: float = 1.0) -> int:
     policy = TrimPolicy()
     tail = int(policy.tail_s * 24_000)
     return 2 * (n + tail) if n else 0
+
+
+class FakeProgressiveEngine(FakeEngine):
+    """The fake engine in two passes, like the onnx engine's progressive ones: `front` (one
+    frame per phoneme) and `decode` over any window of frames, which gives exactly those
+    samples of the whole square wave. So the windows' audio, joined, is the whole call's, and
+    a test can hold the decoder from its `hold_from`-th window on (until cancelled or `gate`)."""
+
+    name = "fake-progressive"
+
+    def reset(self) -> None:
+        super().reset()
+        self.hold_from: int | None = None
+        self.fronts: list[str] = []
+        self.windows: list[tuple[int, int]] = []
+        self.window_cancelled: list[tuple[int, int]] = []
+
+    def front(self, phonemes: str, voice: str, speed: float, cancel: CancelToken) -> Front:
+        self.fronts.append(phonemes)
+        durations = np.array([0, *([1] * len(phonemes)), 0], np.int64)
+        return Front(len(phonemes), durations, frame_samples(speed), phonemes)
+
+    def decode(self, front: Front, start: int, end: int, cancel: CancelToken) -> FloatAudio:
+        index = len(self.windows)
+        self.windows.append((start, end))
+        if self.hold_from is not None and index >= self.hold_from:
+            cancel.on_cancel(self.gate.set)
+            self.entered.set()
+            self.gate.wait(timeout=30)
+            if cancel.cancelled:
+                self.window_cancelled.append((start, end))
+                self.cancel_seen.set()
+                raise SynthesisCancelled()
+        n = front.frame_samples
+        samples = np.arange(start * n, end * n)
+        return np.where((samples // 55) % 2 == 0, 0.5, -0.5).astype(np.float32)

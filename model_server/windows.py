@@ -1,0 +1,176 @@
+"""Progressive synthesis, pure: which windows of a segment's frames the decoder runs, in what
+order, and how their audio is joined.
+
+A segment's front pass gives its length in frames (600 samples, 25 ms, for Kokoro). The decoder
+then runs over windows of those frames: each window's *core* is the audio it contributes, and
+it is decoded with `context` frames on each side (fewer at the segment's edges), which are cut
+off again; the decoder's output near a window's edge is not what the whole segment would give,
+so the edges are decoded and thrown away.
+
+The schedule (`plan_windows`): sizes come from a ladder (`first` doubled, up to
+`Schedule.largest`). A reply's first segment is needed at once, so its first window is the
+smallest (`Schedule.first` frames): the first audio leaves early; a later segment has the audio
+before it to play first, and starts with the largest size that is ready in time. Each later
+window is at least twice the one before (up to `largest`), or larger: the largest size whose
+decoding, at the measured speed, fits in the time before the listener needs its audio. So the
+context's share of the compute shrinks window by window, and where synthesis is slower than
+playback (or too little audio is ahead yet to pay for a window's context) the wait before
+playback can run without a gap stays short. A remainder shorter than `first` goes into the
+window before it. Worked out for a 430-frame
+(10.8 s) sentence at RTF 0.5 with 12 frames of context (24, 48, 96, 192, 70 frames): gapless
+playback could start 1.35 s after the request, at 1.22x the decoder compute of one call;
+with the rest in one window after the first, 5.1 s at 1.06x; one call, 5.4 s.
+
+The seams (`Joiner`): window k's core is sent as soon as it is decoded, but the first
+`crossfade` frames of its right context are kept; window k+1's first `crossfade` frames are
+mixed with them by a linear crossfade (`crossfade_weights`) before they leave. So no sample
+jumps from one decoding to the other at a seam (a hard cut clicks), and the fade lies inside
+window k's context, where its decoding is still good.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+FloatAudio = npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True)
+class Window:
+    """Frames `[start, end)` of a segment are this window's audio (its core); the decoder runs
+    over `[start - left, end + right)`."""
+
+    start: int
+    end: int
+    left: int
+    right: int
+
+    @property
+    def decoded(self) -> tuple[int, int]:
+        """The frames the decoder runs over."""
+        return self.start - self.left, self.end + self.right
+
+    @property
+    def frames(self) -> int:
+        """How many frames the decoder runs over (its cost)."""
+        return self.end - self.start + self.left + self.right
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Window sizes, in frames. Measured on Kokoro-82M int8 (docs/measured.md, "Progressive
+    synthesis"): with 12 frames of context each side the windows' speech scores as well as one
+    call's by DistillMOS (4 frames do not), each frame's level 2.7-2.8 dB from one call's on
+    average (8 frames: 2.4-3.6; 24: 1.3-1.7, at twice the context's compute); PocketSphinx's
+    word error rate over the quality corpus is worse (0.305 against 0.216; 24 frames: 0.272);
+    3 frames (75 ms) of crossfade leave no click where a hard cut does."""
+
+    first: int = 24
+    largest: int = 192
+    context: int = 12
+    crossfade: int = 3
+    margin: float = 0.8  # a window fits when its decoding takes at most this much of the lead
+
+    def __post_init__(self) -> None:
+        if not 0 < self.first <= self.largest:
+            raise ValueError("window sizes must be 0 < first <= largest")
+        if not 0 <= self.crossfade <= self.context:
+            raise ValueError("the crossfade lies inside the context: 0 <= crossfade <= context")
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        """The ladder of core sizes: `first` doubled until `largest`."""
+        sizes = [self.first]
+        while sizes[-1] * 2 <= self.largest:
+            sizes.append(sizes[-1] * 2)
+        return tuple(sizes)
+
+
+@dataclass(frozen=True)
+class Speed:
+    """How long decoding takes: `per_call` + `per_frame` x frames decoded, in seconds; and how
+    long one frame plays."""
+
+    per_call: float
+    per_frame: float
+    frame_s: float
+
+    def seconds(self, frames: int) -> float:
+        return self.per_call + self.per_frame * frames
+
+
+def plan_windows(
+    frames: int, schedule: Schedule, speed: Speed, lead_s: float = 0.0
+) -> tuple[Window, ...]:
+    """The windows of a segment of `frames` frames, in order: cores that tile `[0, frames)`.
+    `lead_s`: how long until the listener needs the segment's first audio, from when its
+    first window starts (0 or less: at once, as for a reply's first segment; a later segment
+    has the audio before it to play first, and so may start with a larger window)."""
+
+    def window(start: int, core: int) -> Window:
+        if frames - (start + core) < schedule.first:
+            core = frames - start  # a short remainder: into this window
+        end = start + core
+        return Window(start, end, min(schedule.context, start), min(schedule.context, frames - end))
+
+    windows: list[Window] = []
+    start = 0
+    ahead = lead_s  # seconds until the listener needs the audio of the next window
+    while start < frames:
+        smallest = windows[-1].end - windows[-1].start if windows else 0
+        fitting = [
+            size
+            for size in schedule.sizes
+            if size >= smallest
+            and speed.seconds(window(start, size).frames) <= schedule.margin * ahead
+        ]
+        # at least twice the one before (the first: `first`), so the context's share shrinks
+        # and the wait before playback can run without a gap stays short even when synthesis
+        # falls behind; larger when the speed says a larger one is ready in time
+        grown = min(schedule.largest, 2 * smallest) if windows else schedule.first
+        core = max(fitting[-1] if fitting else 0, grown)
+        chosen = window(start, core)
+        ahead = max(0.0, ahead - speed.seconds(chosen.frames))
+        ahead += (chosen.end - chosen.start) * speed.frame_s
+        windows.append(chosen)
+        start = chosen.end
+    return tuple(windows)
+
+
+def crossfade_weights(samples: int) -> FloatAudio:
+    """The weights of the incoming window's audio over a crossfade of `samples` samples:
+    rising linearly, strictly between 0 and 1 (the outgoing window's are 1 minus these)."""
+    return ((np.arange(samples, dtype=np.float64) + 0.5) / samples).astype(np.float32)
+
+
+class Joiner:
+    """One segment's windows in, the segment's audio out, piece by piece: `push` each window's
+    decoded audio (all of `window.decoded`, in order) and get the samples that are final."""
+
+    def __init__(self, frame_samples: int, crossfade: int) -> None:
+        self.frame_samples = frame_samples
+        self.crossfade = crossfade
+        self._tail: FloatAudio = np.zeros(0, np.float32)  # the last window's faded-out frames
+        self._end = 0  # the frame the last window's core ended at
+
+    def push(self, window: Window, audio: FloatAudio) -> FloatAudio:
+        """The audio of `window`'s core, its first frames crossfaded with the previous
+        window's right context."""
+        n = self.frame_samples
+        if window.start != self._end:
+            raise ValueError(f"window at frame {window.start} after one ending at {self._end}")
+        if audio.size != window.frames * n:
+            raise ValueError(f"{audio.size} samples for a window of {window.frames} frames")
+        core = audio[window.left * n : (window.left + window.end - window.start) * n].copy()
+        fade = min(self._tail.size, core.size)
+        if fade:
+            weights = crossfade_weights(self._tail.size)[:fade]
+            core[:fade] = weights * core[:fade] + (1 - weights) * self._tail[:fade]
+        keep = min(self.crossfade, window.right) * n
+        after = (window.left + window.end - window.start) * n
+        self._tail = audio[after : after + keep].astype(np.float32, copy=True)
+        self._end = window.end
+        return core
