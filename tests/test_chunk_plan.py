@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.reply.chunk_plan import Chunk, ChunkPlan, PlanConfig, SpeechRate
+from gateway.reply.chunk_plan import Chunk, ChunkPlan, EarlyAudio, PlanConfig, SpeechRate
 from gateway.reply.chunker import ChunkerConfig, IncrementalSentenceChunker
 from gateway.sources.echo import tokens
 from kokoro_contract.speed import SpeedModel
@@ -281,32 +281,42 @@ def test_a_sentence_too_long_for_its_deadline_is_cut_before_a_phrase() -> None:
 # --- an engine that speaks progressively ------------------------------------------------------
 
 
-def progressive_plan(speed: SpeedModel | None = None) -> ChunkPlan:
+def progressive_plan(speed: SpeedModel | None = None, early_s: float = 0.6) -> ChunkPlan:
     """The same plan over an engine whose first audio takes 0.25 s whatever the chunk (its
-    front pass and first window), the rest coming at the same speed as `plan_of`'s."""
+    front pass and first window) and holds `early_s` of audio, the rest coming by the end of
+    the chunk's synthesis, at the same speed as `plan_of`'s."""
     first = SpeedModel(prior_a=0.25, prior_b=0.0)
-    return ChunkPlan(PlanConfig(), speed or fixed_speed(), SpeechRate(14.0, weight=0), 1.0, first)
+    speech = SpeechRate(14.0, weight=0)
+    return ChunkPlan(PlanConfig(), speed or fixed_speed(), speech, 1.0, first, EarlyAudio(early_s))
 
 
-def test_a_progressive_engine_needs_no_hold_where_a_whole_chunk_engine_does() -> None:
-    text = (
-        "Sure, I can help you with that right away. Your order shipped yesterday from our "
-        "warehouse in Portland. "
-    )
-    whole, progressive = plan_of(), progressive_plan()
-    for plan in (whole, progressive):
-        (first,) = plan.push(text, 0.0)
-        assert first.text == "Sure, I can help you"
-    # the whole-chunk engine: first audio when the chunk is done, then held (as above)
+TWO_SENTENCES = (
+    "Sure, I can help you with that right away. Your order shipped yesterday from our "
+    "warehouse in Portland. "
+)
+
+
+def test_a_progressive_engine_holds_the_first_audio_only_for_what_its_first_frame_lacks() -> None:
+    whole = plan_of()
+    (first,) = whole.push(TWO_SENTENCES, 0.0)
+    assert first.text == "Sure, I can help you"
     whole.completed(0, audio_s=1.2, now=0.85)
-    assert whole.release_at(0.85) == pytest.approx(1.15)
-    # the progressive one: its first audio at 0.25 s plays at once, since what follows it
-    # (its first audio 0.25 s after the first chunk is done, at 0.85) comes well in time
+    assert whole.release_at(0.85) == pytest.approx(1.15)  # as above: all of it at 0.85
+    # progressive: the first 0.6 s at 0.25, the rest by the chunk's end (0.85), which must be
+    # there a margin (0.4 s, and a quarter of the 0.6 s it took) before those 0.6 s have played
+    progressive = progressive_plan()
+    progressive.push(TWO_SENTENCES, 0.0)
     progressive.audio_ready(0.25)
-    assert progressive.release_at(0.25) == pytest.approx(0.25)
+    assert progressive.release_at(0.25) == pytest.approx(0.8)
+    # a first frame that holds all the first chunk needs (a server whose windows keep ahead):
+    # no hold at all, what follows is in time
+    covered = progressive_plan(early_s=5.0)
+    covered.push(TWO_SENTENCES, 0.0)
+    covered.audio_ready(0.25)
+    assert covered.release_at(0.25) == pytest.approx(0.25)
 
 
-def test_a_progressive_engine_gets_larger_chunks_and_fewer_calls() -> None:
+def test_a_progressive_engine_gets_fewer_calls_and_an_earlier_first_deadline() -> None:
     whole = [c for _, c in paced(plan_of(), ANSWER)]
     progressive = [c for _, c in paced(progressive_plan(), ANSWER)]
     assert " ".join(c.text for c in progressive) == ANSWER
@@ -314,23 +324,32 @@ def test_a_progressive_engine_gets_larger_chunks_and_fewer_calls() -> None:
     assert progressive[0].text == whole[0].text == "Sure, I can help you"  # as early
     # its first chunk is needed when its first audio can be ready (plus the slack)
     assert progressive[0].deadline_ms == pytest.approx((0.25 + 1.0) * 1000)
+    covered = [c for _, c in paced(progressive_plan(early_s=30.0), ANSWER)]
+    assert len(covered) < len(progressive)  # chunks as large as the first frames cover
 
 
 def test_under_load_the_hold_comes_back_for_a_progressive_engine() -> None:
     # synthesis slower than playback (0.35 s + 90 ms a character against 14 characters a
-    # second): the first audio is early, but the chunk after it would run out mid-way
-    plan = progressive_plan(fixed_speed(b=0.09))
+    # second): the first audio is early, but what follows it could not keep up
+    plan = progressive_plan(fixed_speed(b=0.09), early_s=30.0)
     plan.push("Sure, I can help you with that right away. Thanks a lot for asking. ", 0.0)
     plan.audio_ready(0.25)
-    start = plan.release_at(0.25)
-    assert start is not None
-    assert start > 0.25
+    assert plan.release_at(0.25) == pytest.approx(1.25)  # held as long as it may be
 
 
-def test_the_first_audio_speed_is_learned_from_what_the_server_reports() -> None:
+def test_what_a_progressive_server_shows_is_learned() -> None:
     first = SpeedModel(prior_a=0.35, prior_b=0.025)  # as if whole: the prior
-    plan = ChunkPlan(PlanConfig(), fixed_speed(), SpeechRate(14.0, weight=0), 1.0, first)
+    early = EarlyAudio()
+    plan = ChunkPlan(PlanConfig(), fixed_speed(), SpeechRate(14.0, weight=0), 1.0, first, early)
     plan.push("Hello there, how are you today? I am fine. ", 0.0)
     assert first.estimate(40) == pytest.approx(fixed_speed().estimate(40))
-    plan.completed(0, audio_s=2.0, now=1.1, synth_s=1.1, first_s=0.2)
+    assert early.of(2.0) == 2.0  # nothing seen: a chunk's audio comes all at once
+    plan.completed(0, audio_s=2.0, now=1.1, synth_s=1.1, first_s=0.2, early_s=2.0)
+    assert early.seconds is None  # a first frame with all of it says nothing more
     assert first.estimate(31) < 0.5 * fixed_speed().estimate(31)
+    (second,) = plan.flush(1.1)
+    assert second.text == "I am fine."
+    plan.completed(1, audio_s=1.0, now=1.9, synth_s=0.8, first_s=0.2, early_s=0.6)
+    assert early.seconds == pytest.approx(0.6)
+    assert early.of(2.0) == pytest.approx(0.6)
+    assert early.of(0.4) == 0.4  # a chunk shorter than a first frame: all of it

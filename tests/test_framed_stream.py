@@ -49,4 +49,6 @@ def test_each_chunk_reports_its_first_audio_beside_its_whole_synthesis() -> None
     assert (first.index, first.chars, first.audio_bytes, first.elapsed_s) == (0, 48, 144_000, 1.5)
     assert first.first_audio_s is not None
     assert abs(first.first_audio_s - 0.3) < 1e-9  # 1.5 s less the 1.2 s after its first audio
+    assert first.first_audio_bytes == len(SECOND)  # its first window
     assert (whole.index, whole.elapsed_s, whole.first_audio_s) == (1, 0.7, 0.7)
+    assert whole.first_audio_bytes == len(SECOND)  # all of it

@@ -17,15 +17,16 @@ before it should be finished (so the engine never waits for the plan, and the de
 what the model server has reported so far); a reply never has more than one chunk waiting
 behind the one being synthesized.
 
-A chunk's audio is ready in two steps: its first audio (`first_s` after its synthesis starts)
-and the rest as it is synthesized, until its synthesis ends (`synth_s`). An engine whose unit of
-output is the chunk gives both at once; a progressive one (the model server's windowed decoder)
-gives the first audio in a fraction of the time and the rest faster than it plays. The plan
-learns both (`completed`) and asks of every chunk that its first audio be ready, with a
-margin, when the audio before it runs out, and its synthesis end, with a margin, before its own
-audio does. With a progressive engine that holds from the first audio: no hold, and chunks
-grouped as large as those two conditions allow; under load (synthesis slower than playback)
-the second condition holds the first audio or keeps chunks small again.
+A chunk's audio is ready in two steps: its first frame (its first window on a progressive
+server, its first segment on one whose unit of output is the chunk) `first_s` after its
+synthesis starts, and the rest by the end of its synthesis (`synth_s`). The plan learns both
+times and how much audio a first frame holds (`completed`), and asks of every chunk that its
+first audio be ready, with a margin, when the audio before it runs out, and the end of its
+synthesis, with a margin on the rest, before its first frame's audio has played. With an
+engine whose unit is the chunk and a chunk of one segment the two are one moment and the plan
+is what it always was; with a progressive engine the first audio of a chunk is early, and the
+plan holds the first audio only as long as the rest of the chunks need to follow it, and cuts
+chunks only as large as can follow in time (under load, smaller again).
 
 Time is the caller's clock in seconds (`now`); nothing here reads a clock or sleeps. `wake_at()`
 says when the plan wants `tick()` called if no text or audio arrives first.
@@ -83,6 +84,25 @@ class SpeechRate:
             self.chars_per_s += self.weight * (seen - self.chars_per_s)
 
 
+@dataclass
+class EarlyAudio:
+    """Seconds of audio in a chunk's first frame, learned from the chunks whose first frame
+    held less than all of their audio; None until one did (then a chunk's audio comes all at
+    once, with its first)."""
+
+    seconds: float | None = None
+    weight: float = 0.3  # how far one chunk moves the estimate
+
+    def observe(self, first_s: float, chunk_s: float) -> None:
+        if 0.0 < first_s < chunk_s - 0.001:
+            seen = self.seconds
+            self.seconds = first_s if seen is None else seen + self.weight * (first_s - seen)
+
+    def of(self, audio_s: float) -> float:
+        """How much of a chunk of `audio_s` comes with its first audio."""
+        return audio_s if self.seconds is None else min(audio_s, self.seconds)
+
+
 @dataclass(frozen=True)
 class Chunk:
     text: str
@@ -125,6 +145,7 @@ class SentencePlan:
         now: float,
         synth_s: float | None = None,
         first_s: float | None = None,
+        early_s: float | None = None,
     ) -> None:
         pass
 
@@ -150,6 +171,7 @@ class ChunkPlan:
     # seconds from a chunk's synthesis start to its first audio, learned the same way; None:
     # the same as its whole synthesis (an engine whose unit of output is the chunk)
     first_speed: SpeedModel | None = None
+    early: EarlyAudio | None = None  # how much audio a chunk's first frame holds (learned)
 
     def __post_init__(self) -> None:
         cfg = self.config
@@ -220,9 +242,11 @@ class ChunkPlan:
         now: float,
         synth_s: float | None = None,
         first_s: float | None = None,
+        early_s: float | None = None,
     ) -> None:
         """Chunk `index` finished: how long it plays, how long it took to synthesize and to
-        give its first audio (the shared speeds learn them; None: not reported)."""
+        give its first audio, and how much audio its first frame held (the shared speeds
+        learn them; None: not reported)."""
         sent = self._sent[index]
         sent.done, sent.finish, sent.audio_s = True, now, audio_s
         sent.first = min(sent.first, now)
@@ -231,6 +255,8 @@ class ChunkPlan:
             self.speed.observe(sent.chars, synth_s)
         if first_s is not None and self.first_speed is not None:
             self.first_speed.observe(sent.chars, min(first_s, synth_s or first_s))
+        if early_s is not None and self.early is not None:
+            self.early.observe(early_s, audio_s)
         before = sent
         for later in self._sent[index + 1 :]:  # the ones behind it start when it is done
             if not later.done:
@@ -313,7 +339,7 @@ class ChunkPlan:
     def _keeps_up(self, start: float, now: float) -> bool:
         """Whether playback from `start` has no gap, as far as the text known tells."""
         first = self._sent[0]
-        if start + first.audio_s - first.finish < self._rest_margin(first.chars):
+        if start + self._early(first.audio_s) - first.finish < self._rest_margin(first.chars):
             return False  # the first chunk itself would run out before it is synthesized
         before = first.audio_s
         for sent in self._sent[1:]:
@@ -380,12 +406,17 @@ class ChunkPlan:
             return whole
         return min(whole, self.first_speed.estimate(chars))
 
+    def _early(self, audio_s: float) -> float:
+        return audio_s if self.early is None else self.early.of(audio_s)
+
     def _spare(self, chars: int, first: float, finish: float, at: float, audio_s: float) -> float:
         """How much later a chunk of `chars` could be ready and still play from `at` with no
         gap: its first audio (ready at `first`) before it is needed, and the rest of it
-        (synthesized by `finish`) before its own audio runs out, each with its margin."""
+        (synthesized by `finish`) before its first frame's audio has played, each with its
+        margin."""
         first_margin = self.config.margin_s + self.config.margin_share * self._first_s(chars)
-        return min(at - first - first_margin, at + audio_s - finish - self._rest_margin(chars))
+        rest_at = at + self._early(audio_s)
+        return min(at - first - first_margin, rest_at - finish - self._rest_margin(chars))
 
     def _rest_margin(self, chars: int) -> float:
         """The margin for the rest of a chunk after its first audio: none when it all comes

@@ -313,7 +313,8 @@ class Reply:
         audio_s = pcm_duration_s(done.audio_bytes)
         self.metrics.chunk_audio_s.append(round(audio_s, 3))
         now = asyncio.get_running_loop().time()
-        self.plan.completed(done.index, audio_s, now, done.elapsed_s, done.first_audio_s)
+        early = None if done.first_audio_bytes is None else pcm_duration_s(done.first_audio_bytes)
+        self.plan.completed(done.index, audio_s, now, done.elapsed_s, done.first_audio_s, early)
         for queue in self._wakes:
             with contextlib.suppress(asyncio.QueueFull):  # full: it wakes anyway
                 queue.put_nowait(_Signal.REPLAN)

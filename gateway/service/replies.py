@@ -13,7 +13,14 @@ from gateway.config import Settings
 from gateway.encoders import create_encoder
 from gateway.metrics import GatewayMetrics
 from gateway.params import SpeakParams
-from gateway.reply.chunk_plan import ChunkPlan, Plan, PlanConfig, SentencePlan, SpeechRate
+from gateway.reply.chunk_plan import (
+    ChunkPlan,
+    EarlyAudio,
+    Plan,
+    PlanConfig,
+    SentencePlan,
+    SpeechRate,
+)
 from gateway.reply.chunker import ChunkerConfig
 from gateway.reply.events import Event
 from gateway.reply.pipeline import Reply, ReplySpec
@@ -57,6 +64,7 @@ class ReplyFactory:
         # and seconds to a chunk's first audio: the whole chunk's time until the model server
         # shows it speaks progressively (its first audio before its last)
         self.first_audio = SpeedModel(prior_a=0.35, prior_b=0.032)
+        self.early = EarlyAudio()  # and how much audio that first frame holds
 
     def source_for(
         self, params: SpeakParams, history: Sequence[dict[str, str]] = ()
@@ -126,7 +134,12 @@ class ReplyFactory:
         plan: Plan
         if self.settings.chunk_plan == "playback":
             plan = ChunkPlan(
-                self.plan, self.speed, self.speech, spec.speed, first_speed=self.first_audio
+                self.plan,
+                self.speed,
+                self.speech,
+                spec.speed,
+                first_speed=self.first_audio,
+                early=self.early,
             )
         else:
             plan = SentencePlan(self.chunker)

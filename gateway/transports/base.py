@@ -22,6 +22,7 @@ class Completed:
     # from the same start to its first audio: the whole synthesis for an engine whose unit of
     # output is the chunk, a fraction of it for a progressive one (None: not measured)
     first_audio_s: float | None = None
+    first_audio_bytes: int | None = None  # PCM in its first audio frame
 
 
 OnComplete = Callable[[Completed], None]  # told when the model server has finished a chunk

@@ -61,6 +61,7 @@ class FramedTTSStream:
         self._pending: dict[str, tuple[int, int]] = {}  # request id -> (index, characters)
         self._current: str | None = None  # the request whose audio is coming now
         self._first_at: dict[str, float] = {}  # request id -> loop time of its first audio
+        self._first_bytes: dict[str, int] = {}  # request id -> PCM in its first audio frame
         self._inbox: asyncio.Queue[bytes | str | TTSError | object] = asyncio.Queue(INBOX_FRAMES)
 
     # --- for the reply ----------------------------------------------------------------------
@@ -94,6 +95,7 @@ class FramedTTSStream:
                     self._yielded += len(pcm)
                     if self._current is not None and self._current not in self._first_at:
                         self._first_at[self._current] = clock()
+                        self._first_bytes[self._current] = len(pcm)
                     yield pcm
                 case StartMsg(request_id=rid):
                     self._current = rid
@@ -108,16 +110,19 @@ class FramedTTSStream:
                     self._due.pop(rid, None)
                     self._starts.pop(rid, None)
                     first_at = self._first_at.pop(rid, None)
+                    first_bytes = self._first_bytes.pop(rid, None)
                     first = None
                     if first_at is not None:  # the server's time less what came after it
                         first = min(elapsed, max(0.0, elapsed - (clock() - first_at)))
                     if sent is not None and self._on_complete is not None:
                         index, chars = sent
-                        self._on_complete(Completed(index, chars, audio, elapsed, first))
+                        done = Completed(index, chars, audio, elapsed, first, first_bytes)
+                        self._on_complete(done)
                 case CancelledMsg(request_id=rid):
                     self._pending.pop(rid, None)
                     self._due.pop(rid, None)
                     self._first_at.pop(rid, None)
+                    self._first_bytes.pop(rid, None)
                 case ErrorMsg(code=code, message=message):
                     raise TTSError(
                         f"model server: {message}",
