@@ -154,6 +154,9 @@ def main() -> None:
     parser.add_argument("--format", default="mp3")
     parser.add_argument("--first-max-words", type=int, default=None)
     parser.add_argument("--skip-sagemaker", action="store_true", help="only the local path")
+    parser.add_argument(
+        "--progressive", choices=["on", "off"], default="on", help="the model server's"
+    )
     args = parser.parse_args()
 
     from gateway.app import create_app as create_gateway
@@ -162,7 +165,7 @@ def main() -> None:
     from model_server.config import Settings
     from tests.support.servers import serve
 
-    model_app = create_app(Settings())
+    model_app = create_app(Settings(progressive=args.progressive == "on"))
     with serve(model_app) as model:
         if not model_app.state.service.settled.wait(300) or not model_app.state.service.ready:
             raise SystemExit(f"model server failed: {model_app.state.service.failure}")
