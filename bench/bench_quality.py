@@ -16,8 +16,8 @@ hear. Starts the real model server and gateway (separate processes, `make dev` d
   beside the one batch), and 3-second windows of the paced gateway replies centred on the
   joins between chunks against windows centred inside chunks (MOS only: a window cuts words;
   short clips score lower, so windows are compared only with windows);
-- progressive: each reply from the model server as configured (`--progressive on`, its
-  default: the decoder over windows, one binary frame per window on the WebSocket) beside one
+- progressive: each reply from a model server with `--progressive on` (the decoder over
+  windows, one binary frame per window on the WebSocket) beside one
   from a second model server with `--progressive off` (one engine call per segment), the whole
   corpus: MOS and WER of each, and the seam detector (`quality/seams.py`: the largest step,
   the high-frequency energy and the level change at each seam, against the rest of the clip)
@@ -216,9 +216,7 @@ def run(args: argparse.Namespace) -> dict[str, list[tuple[str, Score]]]:
                 batches[default] = [batch(http, r.text, default) for r in replies]
             print(f"  [voices: {time.perf_counter() - started:.0f} s]", flush=True)
             if "progressive" in args.sections:
-                tables["progressive"], seam_rows = progressive_tables(
-                    judge, urls.model_server, default, replies
-                )
+                tables["progressive"], seam_rows = progressive_tables(judge, default, replies)
                 tables["progressive seams"] = seam_rows
 
             if "format" in args.sections:
@@ -335,7 +333,7 @@ async def ws_reply(url: str, text: str, voice: str) -> tuple[bytes, list[int]]:
 
 
 def progressive_tables(
-    judge: Judges, progressive_url: str, voice: str, replies: list[corpus.Reply]
+    judge: Judges, voice: str, replies: list[corpus.Reply]
 ) -> tuple[list[tuple[str, Score]], list[tuple[str, Score]]]:
     """Progressive against one call per segment, and the seam measures (as Scores: `mos`
     holds the measure, for the tables; no WER)."""
@@ -345,11 +343,12 @@ def progressive_tables(
     whole: list[bytes] = []
     with (
         stack(["--progressive", "off"], []) as off,
+        stack(["--progressive", "on"], []) as on,
         httpx.Client(base_url=off.model_server, timeout=600) as whole_http,
     ):
         for reply in replies:
             whole.append(batch(whole_http, reply.text, voice))
-            progressive.append(asyncio.run(ws_reply(progressive_url, reply.text, voice)))
+            progressive.append(asyncio.run(ws_reply(on.model_server, reply.text, voice)))
     windows = sum(len(sizes) for _, sizes in progressive)
     one_call = [pcm_clip(p, r.spoken) for p, r in zip(whole, replies, strict=True)]
     windowed = [pcm_clip(p, r.spoken) for (p, _), r in zip(progressive, replies, strict=True)]

@@ -29,7 +29,10 @@ class Settings:
     device: str = "auto"
     workers: int = 2  # engine calls running at once, across all sessions
     scheduling: str = "edf"  # edf: earliest deadline first; fair: round-robin by session
-    progressive: bool = True  # voice each segment window by window (engines that can)
+    # voice each segment window by window (engines that can); off by default: on these 2 cores
+    # it costs word error rate (0.288 against 0.216-0.230 over the quality corpus) and the
+    # gateway's first audio gains nothing (docs/measured.md, "Progressive synthesis")
+    progressive: bool = False
     threads: int = 0  # onnxruntime intra-op threads per call; 0: all cores
     max_text_chars: int = limits.MAX_TEXT_CHARS
     max_pending: int = 32  # queued + running requests per WebSocket session
