@@ -414,9 +414,10 @@ def progress(s: Sample, tally: Tally) -> str:
 
 
 async def soak(
-    run: Run, duration_s: float, interval_s: float, conversations: str, seed: int
+    run: Run, times: list[float], conversations: str, seed: int
 ) -> tuple[list[Sample], Sample | None, int]:
-    """Runs the load; returns the samples, one more after the load has drained, and N."""
+    """Runs the load until the last of `times` (seconds from its start, when to sample);
+    returns the samples, one more after the load has drained, and N."""
     tally = run.tally
     async with httpx.AsyncClient(timeout=30) as http:
         async with httpx.AsyncClient(base_url=run.stack.gateway, timeout=60) as gw:
@@ -430,15 +431,12 @@ async def soak(
             n = int(conversations)
         rng = random.Random(seed)
         t0 = time.perf_counter()
-        stop_at = t0 + duration_s
+        stop_at = t0 + times[-1]
         tasks = [
             asyncio.create_task(conversation(run, f"c{i}", random.Random(rng.random()), stop_at))
             for i in range(n)
         ]
         samples: list[Sample] = []
-        times = [k * interval_s for k in range(int(duration_s // interval_s) + 1)]
-        if times[-1] < duration_s:
-            times.append(duration_s)
         for t in times:
             await asyncio.sleep(max(0.0, t0 + t - time.perf_counter()))
             if (s := await sample(http, run, t)) is not None:
@@ -525,7 +523,7 @@ def main() -> None:
     ) as running:
         run = Run(running, tally, args.max_message_bytes)
         samples, drained, n = asyncio.run(
-            soak(run, duration_s, args.interval, args.conversations, args.seed)
+            soak(run, rules.sample_times(duration_s, args.interval), args.conversations, args.seed)
         )
         seen = {service: log.stat().st_size for service, log in running.logs.items()}
         for service, log in running.logs.items():  # before stopping: shutdown is not the soak

@@ -159,6 +159,17 @@ class Rules:
     def warmup(self, duration_s: float) -> float:
         return min(self.warmup_s, self.warmup_fraction * duration_s)
 
+    def sample_times(self, duration_s: float, interval_s: float) -> list[float]:
+        """When to sample: every `interval_s` from 0, and at the end; a run too short for
+        both windows at that pace is sampled faster, so that the warm-up leaves at least
+        `2 * window` samples after it (a short soak is a usable smoke test)."""
+        after = duration_s - self.warmup(duration_s)
+        interval_s = min(interval_s, after / (2 * self.window))
+        times = [k * interval_s for k in range(int(duration_s / interval_s + 1e-9) + 1)]
+        if duration_s - times[-1] > 1e-9:
+            times.append(duration_s)
+        return times
+
 
 @dataclass(frozen=True)
 class Check:

@@ -282,3 +282,17 @@ def test_table_text() -> None:
     outcomes = outcome_table({"sse reply: served": 5, "barge-in: cancelled": 2}).splitlines()
     assert outcomes[0].split() == ["barge-in:", "cancelled", "2"]
     assert outcomes[-1].split() == ["total", "7"]
+
+
+def test_a_short_soak_is_sampled_often_enough_for_its_verdict() -> None:
+    rules = Rules()
+    assert rules.sample_times(600, 10)[:3] == [0, 10, 20]  # long runs keep the asked pace
+    assert rules.sample_times(600, 10)[-1] == 600
+    assert rules.sample_times(45, 10) == [0, 6, 12, 18, 24, 30, 36, 42, 45]
+    for duration_s in (20, 30, 45, 61, 90):
+        times = rules.sample_times(duration_s, 10)
+        samples = [
+            Sample(t, service(), service(rss_mib=600, fds=20, tasks=8, threads=5)) for t in times
+        ]
+        result = verdict(samples, duration_s, {}, served=10)
+        assert result.ok, (duration_s, [c for c in result.checks if not c.ok])
