@@ -16,6 +16,7 @@ from fastapi import FastAPI
 from gateway.app import create_app
 from gateway.config import Settings, parse_settings
 from gateway.service import GatewayService
+from kokoro_contract import logs
 
 log = logging.getLogger(__name__)
 
@@ -90,9 +91,7 @@ async def serve(app: FastAPI, settings: Settings) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     settings = parse_settings(argv)
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logs.configure(settings.log_level)
     try:
         app = create_app(settings)  # a setting that cannot work: say which, no traceback
     except ValueError as exc:

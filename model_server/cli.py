@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import logging
 import sys
 from collections.abc import Sequence
 
 import uvicorn
 
+from kokoro_contract import logs
 from model_server import cuda_compat
 from model_server.app import create_app
 from model_server.config import Settings, parse_settings
@@ -46,9 +46,7 @@ def resolve_engine(settings: Settings) -> Settings:
 
 
 def run(settings: Settings) -> None:
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logs.configure(settings.log_level)
     settings = resolve_engine(settings)
     try:
         preflight(settings)
