@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.staticfiles import StaticFiles
 
+from gateway.access.keys import MAX_TOKEN_TTL_S
 from gateway.access.middleware import AccessMiddleware
 from gateway.access.policy import LOCAL_ORIGIN, LOOPBACK_HOSTS, AccessPolicy, is_loopback
 from gateway.config import Settings
@@ -27,12 +28,22 @@ def access_policy(settings: Settings, service: GatewayService) -> AccessPolicy:
             f"listening on {settings.host} (beyond loopback) without API keys: give "
             "--api-keys-file or GATEWAY_API_KEYS, or say --allow-anonymous"
         )
-    hosts = settings.hosts or (sorted(LOOPBACK_HOSTS) if loopback else [])
+    if not 1 <= settings.token_ttl_s <= MAX_TOKEN_TTL_S:
+        raise ValueError(
+            f"--token-ttl-s: 1 to {MAX_TOKEN_TTL_S} s (a token cannot be revoked alone)"
+        )
+    if not loopback and not settings.hosts:
+        raise ValueError(
+            f"listening on {settings.host} (beyond loopback): give --allowed-hosts, the names "
+            "clients reach this gateway by (e.g. voice.example.com), or say --allowed-hosts '*' "
+            "to accept any Host header"
+        )
+    hosts = settings.hosts or sorted(LOOPBACK_HOSTS)
     return AccessPolicy(
         keys=service.keys,
         origins=frozenset(settings.origins),
         local_origins=loopback,
-        hosts=frozenset(hosts),
+        hosts=frozenset() if hosts == ["*"] else frozenset(hosts),
         max_body_bytes=settings.max_body_bytes,
     )
 

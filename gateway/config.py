@@ -40,7 +40,7 @@ class Settings:
     allow_anonymous: bool = False  # serve without keys beyond loopback
     token_ttl_s: int = 900
     allowed_origins: str = ""  # comma-separated; same-origin always allowed
-    allowed_hosts: str = ""  # comma-separated Host names; empty: loopback names on loopback
+    allowed_hosts: str = ""  # comma-separated Host names, or "*"; empty: loopback names only
     max_body_bytes: int = 65_536
     max_message_bytes: int = 65_536
     max_sessions: int = 256
@@ -106,10 +106,11 @@ _HELP = {
     "show in ps)",
     "allow_anonymous": "serve without API keys while listening beyond loopback (without keys "
     "and this, a gateway that listens beyond loopback refuses to start)",
-    "token_ttl_s": "lifetime of tokens minted by POST /v1/tokens",
+    "token_ttl_s": "lifetime of tokens minted by POST /v1/tokens (at most 3600 s)",
     "allowed_origins": "browser origins allowed besides the gateway's own page (CORS, Origin "
     "of every /v1 route and the WebSocket); localhost origins too while listening on loopback",
-    "allowed_hosts": "Host header names served (empty: any; on loopback: loopback names)",
+    "allowed_hosts": "Host header names served, comma-separated; '*': any (empty: loopback names, "
+    "and beyond loopback the gateway refuses to start)",
     "max_body_bytes": "largest request body (413 body_too_large)",
     "max_message_bytes": "largest WebSocket message (larger: closed with 1009)",
     "max_sessions": "sessions open at once (WebSockets and HTTP replies; 503 overloaded)",

@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from gateway.access.keys import DEFAULT_TOKEN_ROUTES, TOKEN_ROUTES
 from gateway.params import CancelParams, OpenAISpeechParams, SpeakParams
 from kokoro_contract import formats
 from kokoro_contract.openapi import JSON, error_response
@@ -98,7 +99,29 @@ SPEECH: Responses = {
 TOKENS_REQUEST = {
     "requestBody": {
         "required": False,
-        "content": {JSON: {"schema": {"type": "object", "additionalProperties": False}}},
+        "content": {
+            JSON: {
+                "schema": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "routes": {
+                            "type": "array",
+                            "minItems": 1,
+                            "items": {"enum": sorted(TOKEN_ROUTES)},
+                            "description": "route groups the token may call (default: "
+                            + ", ".join(DEFAULT_TOKEN_ROUTES)
+                            + ")",
+                        },
+                        "ttl_s": {
+                            "type": "integer",
+                            "minimum": 1,
+                            "description": "lifetime, at most --token-ttl-s",
+                        },
+                    },
+                }
+            }
+        },
     }
 }
 TOKENS: Responses = {
@@ -108,10 +131,11 @@ TOKENS: Responses = {
             JSON: {
                 "schema": {
                     "type": "object",
-                    "required": ["token", "expires_in"],
+                    "required": ["token", "expires_in", "routes"],
                     "properties": {
                         "token": {"type": "string"},
                         "expires_in": {"type": "integer"},
+                        "routes": {"type": "array", "items": {"type": "string"}},
                     },
                 }
             }

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import base64
-import re
+import dataclasses
+import hashlib
 
 import orjson
 import pytest
@@ -45,8 +46,9 @@ def refused(verdict: Client | Denial) -> Denial:
 def test_key_file_lines_name_their_keys() -> None:
     assert RING.by_key(KEY) == Client("web")
     bare = RING.by_key(OTHER)
-    assert re.fullmatch(r"key-[0-9a-f]{8}", bare.name)
-    assert RING.names() == sorted(["web", bare.name])
+    assert bare.name == "key-2"  # its line: nothing derived from the secret reaches the logs
+    assert RING.names() == ["key-2", "web"]
+    assert hashlib.sha256(OTHER.encode()).hexdigest()[:8] not in bare.name
     with pytest.raises(AuthError, match="unknown API key"):
         RING.by_key("x" * 24)
 
@@ -125,6 +127,48 @@ def test_tokens_go_in_the_query_and_keys_never_do() -> None:
     assert late.message == "token expired"
 
 
+def test_rotating_a_key_revokes_its_tokens_and_no_others() -> None:
+    web, other = RING.mint(Client("web"), 0, 60), RING.mint(RING.by_key(OTHER), 0, 60)
+    rotated = KeyRing.parse([f"web:{'n' * 24}", OTHER])  # web's secret replaced, same name
+    with pytest.raises(AuthError, match="invalid token"):
+        rotated.by_token(web, 10)
+    assert rotated.by_token(other, 10) == Client("key-2", "token")
+    assert RING.by_token(web, 10) == Client("web", "token")  # before the rotation it was good
+
+
+def test_a_token_calls_only_its_routes() -> None:
+    speak_only = RING.mint(Client("web"), 0, 60, routes=["speak"])
+    for path in ("/v1/speak", "/v1/speak/sse", "/v1/speak/ws"):
+        assert KEYED.check(facts(path=path, method="GET", query_token=speak_only), 1) == Client(
+            "web", "token"
+        )
+    for path in ("/v1/audio/speech", "/v1/voices", "/v1/tokens", "/v1/speakers"):
+        denial = refused(KEYED.check(facts(path=path, authorization=f"Bearer {speak_only}"), 1))
+        assert (denial.status, denial.code) == (403, "token_not_for_route"), path
+    default = RING.mint(Client("web"), 0, 60)
+    assert KEYED.check(facts(path="/v1/voices", method="GET", query_token=default), 1)
+    assert (
+        refused(KEYED.check(facts(path="/v1/audio/speech", query_token=default), 1)).status == 403
+    )
+    key = KEYED.check(facts(path="/v1/audio/speech", authorization=f"Bearer {KEY}"), 1)
+    assert key == Client("web")  # a key calls every route
+
+
+def test_tokens_live_an_hour_at_most_and_name_known_routes() -> None:
+    with pytest.raises(ValueError, match="1 to 3600 s"):
+        RING.mint(Client("web"), 0, 3601)
+    with pytest.raises(ValueError, match="unknown route groups"):
+        RING.mint(Client("web"), 0, 60, routes=["speak", "admin"])
+    with pytest.raises(ValueError, match="at least one"):
+        RING.mint(Client("web"), 0, 60, routes=[])
+    payload, signature = RING.mint(Client("web"), 0, 60).split(".")
+    claims = orjson.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    assert claims["routes"] == ["speak", "voices"]
+    widened = base64.urlsafe_b64encode(orjson.dumps({**claims, "routes": ["speech"]}))
+    with pytest.raises(AuthError, match="invalid token"):  # the routes are signed
+        RING.by_token(widened.rstrip(b"=").decode() + "." + signature, 1)
+
+
 def test_without_keys_clients_are_their_addresses() -> None:
     open_policy = AccessPolicy(keys=None)
     assert open_policy.check(facts(), 0) == Client("ip:10.0.0.7", "anonymous")
@@ -136,6 +180,7 @@ def test_without_keys_clients_are_their_addresses() -> None:
         ("https://app.example", True),
         ("https://app.example/", True),
         ("http://127.0.0.1:8000", True),  # the gateway's own page
+        ("https://127.0.0.1:8000", False),  # same host, another scheme: another origin
         ("https://evil.example", False),
         ("http://localhost:3000", False),  # not on loopback: localhost is someone else
         ("null", False),
@@ -160,6 +205,16 @@ def test_cross_site_requests_without_origin() -> None:
     assert refused(policy.check(facts(method="GET", sec_fetch_site="same-site"), 0)).status == 403
     for site in ("same-origin", "none"):  # the page itself; typed into the address bar
         assert isinstance(policy.check(facts(method="GET", sec_fetch_site=site), 0), Client)
+
+
+def test_the_pages_own_origin_has_its_scheme() -> None:
+    policy = AccessPolicy(keys=None, local_origins=False)
+    secure = dataclasses.replace(facts(host="voice.example", origin="https://voice.example"))
+    assert isinstance(policy.check(dataclasses.replace(secure, scheme="https"), 0), Client)
+    assert refused(policy.check(secure, 0)).code == "origin_not_allowed"  # served over http
+    plain = facts(host="voice.example", origin="http://voice.example")
+    assert isinstance(policy.check(plain, 0), Client)
+    assert refused(policy.check(dataclasses.replace(plain, scheme="https"), 0)).status == 403
 
 
 def test_localhost_origins_only_on_loopback() -> None:

@@ -132,9 +132,10 @@ async def test_a_page_uses_a_token_minted_by_its_backend(fake_server: RunningSer
                 assert r.status_code == 200
                 reply = await read_sse(r)
             assert len(b"".join(reply.audio_chunks())) > 0
-            # a token cannot mint tokens; a key cannot ride in the query
+            # a token cannot mint tokens (no token is bound to that route); a key cannot ride
+            # in the query
             again = await http.post("/v1/tokens", json={}, headers=auth(token))
-            assert code_of(again) == (403, "key_required")
+            assert code_of(again) == (403, "token_not_for_route")
             in_query = await http.get("/v1/speak/sse", params={**HI, "token": KEY})
             assert code_of(in_query) == (401, "unauthorized")
             # corrupted: the payload changed under its signature
@@ -166,6 +167,56 @@ async def test_a_page_uses_a_token_minted_by_its_backend(fake_server: RunningSer
         assert orjson.loads(expired.value.response.body)["error"]["message"] == "token expired"
 
 
+def test_beyond_loopback_the_host_names_must_be_given() -> None:
+    """A DNS-rebinding page names its own host: beyond loopback an empty list would let it in."""
+    with pytest.raises(ValueError, match="--allowed-hosts"):
+        create_gateway(GatewaySettings(host="0.0.0.0", api_keys=KEYS))
+    with pytest.raises(ValueError, match="--allowed-hosts"):
+        create_gateway(GatewaySettings(host="0.0.0.0", allow_anonymous=True))
+    policy = create_gateway(GatewaySettings(host="0.0.0.0", api_keys=KEYS, allowed_hosts="*"))
+    assert policy.state.service.keys is not None  # '*', said out loud: any Host
+    cli = [sys.executable, "-c", "from gateway.cli import main; main()"]
+    done = subprocess.run(
+        [*cli, "--host", "0.0.0.0", "--api-keys", KEY, "--port", str(free_port())],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "give --allowed-hosts" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+async def test_a_token_is_bound_to_its_routes_and_lifetime(fake_server: RunningServer) -> None:
+    with pytest.raises(ValueError, match="--token-ttl-s: 1 to 3600"):
+        create_gateway(GatewaySettings(api_keys=KEYS, token_ttl_s=86_400))
+    with gateway(fake_server, api_keys=KEYS, token_ttl_s=600) as gw:
+        async with httpx.AsyncClient(base_url=gw.http_url, timeout=15) as http:
+            minted = await http.post(
+                "/v1/tokens", json={"routes": ["speak"], "ttl_s": 60}, headers=auth()
+            )
+            assert (minted.status_code, minted.json()["expires_in"]) == (200, 60)
+            assert minted.json()["routes"] == ["speak"]
+            token = minted.json()["token"]
+            async with http.stream("GET", "/v1/speak/sse", params={**HI, "token": token}) as r:
+                reply = await read_sse(r)
+            assert len(b"".join(reply.audio_chunks())) > 0
+            speech = await http.post("/v1/audio/speech", json={"input": "Hi."}, headers=auth(token))
+            assert code_of(speech) == (403, "token_not_for_route")
+            assert "speak" in speech.json()["error"]["message"]
+            voices = await http.get("/v1/voices", params={"token": token})
+            assert code_of(voices) == (403, "token_not_for_route")
+            for body in ({"ttl_s": 601}, {"ttl_s": 0}, {"routes": ["admin"]}, {"routes": []}):
+                bad = await http.post("/v1/tokens", json=body, headers=auth())
+                assert code_of(bad) == (400, "invalid_field"), body
+            default = (await http.post("/v1/tokens", json={}, headers=auth())).json()
+            assert (default["expires_in"], default["routes"]) == (600, ["speak", "voices"])
+            assert (
+                await http.get("/v1/voices", params={"token": default["token"]})
+            ).status_code == 200
+        assert await metric(gw, "gateway_errors_total", code="token_not_for_route") == 2
+
+
 async def test_tokens_need_keys(gateway_on_fake: RunningServer) -> None:
     async with httpx.AsyncClient(base_url=gateway_on_fake.http_url) as http:
         r = await http.post("/v1/tokens", json={})
@@ -173,17 +224,18 @@ async def test_tokens_need_keys(gateway_on_fake: RunningServer) -> None:
 
 
 def test_anonymous_beyond_loopback_must_be_said_out_loud(tmp_path: Any) -> None:
+    named = {"host": "0.0.0.0", "allowed_hosts": "voice.example"}
     with pytest.raises(ValueError, match="--allow-anonymous"):
-        create_gateway(GatewaySettings(host="0.0.0.0"))
-    create_gateway(GatewaySettings(host="0.0.0.0", allow_anonymous=True))
-    create_gateway(GatewaySettings(host="0.0.0.0", api_keys=KEYS))
+        create_gateway(GatewaySettings(**named))
+    create_gateway(GatewaySettings(**named, allow_anonymous=True))
+    create_gateway(GatewaySettings(**named, api_keys=KEYS))
     keys = tmp_path / "keys"
     keys.write_text(f"# the web front end\nweb:{KEY}\n{OTHER_KEY}\n")
-    create_gateway(GatewaySettings(host="0.0.0.0", api_keys_file=str(keys)))
+    create_gateway(GatewaySettings(**named, api_keys_file=str(keys)))
     empty = tmp_path / "empty"
     empty.write_text("# nothing yet\n")
     with pytest.raises(ValueError, match="holds no key"):
-        create_gateway(GatewaySettings(host="0.0.0.0", api_keys_file=str(empty)))
+        create_gateway(GatewaySettings(**named, api_keys_file=str(empty)))
     port = str(free_port())
     cli = [sys.executable, "-c", "from gateway.cli import main; main()"]
     done = subprocess.run(

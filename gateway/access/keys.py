@@ -1,12 +1,13 @@
 """API keys and the short-lived tokens minted from them, pure (the clock is a parameter).
 
 Keys come one per line (a file) or comma-separated (an environment variable), each `name:key`
-or a bare key, which is named `key-` + the start of its SHA-256. A token is
-`<payload>.<signature>`, both base64url without padding: the payload is JSON
-`{"sub": key name, "exp": unix seconds}`, the signature HMAC-SHA256 of the payload under a key
-derived from the named key itself. So a token dies with its key (removing a key from the file
-revokes its tokens) and replicas sharing the key file accept each other's tokens without any
-other secret.
+or a bare key, which is named `key-N` by its line (never by anything derived from the secret:
+names land in logs and metrics). A token is `<payload>.<signature>`, both base64url without
+padding: the payload is JSON `{"sub": key name, "exp": unix seconds, "routes": [...]}`, the
+signature HMAC-SHA256 of the payload under a key derived from the named key itself. So a token
+dies with its key: rotating one key (a new secret under the same name) revokes that key's
+tokens and no other's, and replicas sharing the key file accept each other's tokens without
+any other secret. A token calls only the route groups it names (`TOKEN_ROUTES`).
 """
 
 from __future__ import annotations
@@ -16,12 +17,29 @@ import binascii
 import hashlib
 import hmac
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import orjson
 
 MIN_KEY_CHARS = 16
 TOKEN_CONTEXT = b"kokoro-gateway token v1"
+MAX_TOKEN_TTL_S = 3600
+# What a token may be bound to: route groups by path (POST /v1/tokens itself never: a token
+# cannot mint tokens). A browser page needs the speak routes and the voice list.
+TOKEN_ROUTES = {
+    "speak": ("/v1/speak",),  # POST /v1/speak, /v1/speak/sse, /v1/speak/ws
+    "speech": ("/v1/audio/speech",),
+    "voices": ("/v1/voices",),
+}
+DEFAULT_TOKEN_ROUTES = ("speak", "voices")
+
+
+def route_group(path: str) -> str | None:
+    """The `TOKEN_ROUTES` group a path belongs to, if any."""
+    for group, prefixes in TOKEN_ROUTES.items():
+        if any(path == p or path.startswith(p + "/") for p in prefixes):
+            return group
+    return None
 
 
 class AuthError(Exception):
@@ -34,6 +52,11 @@ class Client:
 
     name: str
     via: str = "key"  # "key", "token" or "anonymous"
+    routes: tuple[str, ...] = field(default=(), compare=False)  # a token's route groups
+
+    def may_call(self, path: str) -> bool:
+        """A key or an anonymous client calls every route; a token, only its groups'."""
+        return self.via != "token" or route_group(path) in self.routes
 
     @property
     def anonymous(self) -> bool:
@@ -69,13 +92,13 @@ class KeyRing:
     def parse(cls, lines: Iterable[str]) -> KeyRing:
         """`name:key` or bare keys; blank lines and `#` comments are skipped."""
         entries = []
-        for raw in lines:
+        for number, raw in enumerate(lines, start=1):
             line = raw.strip()
             if not line or line.startswith("#"):
                 continue
             name, sep, key = line.partition(":")
             if not sep:
-                name, key = "key-" + _digest(line).hex()[:8], line
+                name, key = f"key-{number}", line
             name, key = name.strip(), key.strip()
             if not name or not name.isascii() or not name.isprintable() or " " in name:
                 raise ValueError("an API key's name must be printable ASCII without spaces")
@@ -94,8 +117,24 @@ class KeyRing:
             raise AuthError("unknown API key")
         return Client(name)
 
-    def mint(self, client: Client, now: float, ttl_s: int) -> str:
-        payload = _b64(orjson.dumps({"sub": client.name, "exp": int(now) + ttl_s}))
+    def mint(
+        self,
+        client: Client,
+        now: float,
+        ttl_s: int,
+        routes: Iterable[str] = DEFAULT_TOKEN_ROUTES,
+    ) -> str:
+        """A token for `client`'s key, living `ttl_s` (at most `MAX_TOKEN_TTL_S`), calling
+        only `routes` (groups of `TOKEN_ROUTES`)."""
+        routes = sorted(set(routes))
+        if unknown := [r for r in routes if r not in TOKEN_ROUTES]:
+            raise ValueError(f"unknown route groups {unknown}: choose from {sorted(TOKEN_ROUTES)}")
+        if not routes:
+            raise ValueError("a token needs at least one route group")
+        if not 1 <= ttl_s <= MAX_TOKEN_TTL_S:
+            raise ValueError(f"a token lives 1 to {MAX_TOKEN_TTL_S} s")
+        claims = {"sub": client.name, "exp": int(now) + ttl_s, "routes": routes}
+        payload = _b64(orjson.dumps(claims))
         return payload + "." + _b64(self._sign(client.name, payload))
 
     def by_token(self, token: str, now: float) -> Client:
@@ -108,13 +147,16 @@ class KeyRing:
         if not isinstance(claims, dict):
             raise AuthError("malformed token")
         name, expires = claims.get("sub"), claims.get("exp")
+        routes = claims.get("routes", list(DEFAULT_TOKEN_ROUTES))  # minted before routes
         if not isinstance(name, str) or not isinstance(expires, int) or name not in self._signing:
             raise AuthError("invalid token")
         if not hmac.compare_digest(given, self._sign(name, payload)):
             raise AuthError("invalid token")
+        if not isinstance(routes, list) or not all(isinstance(r, str) for r in routes):
+            raise AuthError("invalid token")
         if expires <= now:
             raise AuthError("token expired")
-        return Client(name, via="token")
+        return Client(name, via="token", routes=tuple(routes))
 
     def _sign(self, name: str, payload: str) -> bytes:
         return hmac.new(self._signing[name], payload.encode("ascii"), hashlib.sha256).digest()

@@ -34,12 +34,14 @@ def _facts(scope: Scope) -> RequestFacts:
     headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
     query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
     peer = scope.get("client")
+    scheme = scope.get("scheme", "http")
     return RequestFacts(
         method="WEBSOCKET" if scope["type"] == "websocket" else scope["method"],
         path=scope["path"],
         headers=headers,
         query_token=query.get("token"),
         address=peer[0] if peer else None,
+        scheme={"ws": "http", "wss": "https"}.get(scheme, scheme),
     )
 
 

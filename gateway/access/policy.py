@@ -2,10 +2,12 @@
 
 Checked for every HTTP request and WebSocket upgrade before any route runs:
 - the Host header against the configured names (on loopback without names: loopback names
-  only, so a DNS-rebinding page cannot reach a local gateway), except on the health probes;
-- the Origin of browser requests against `--allowed-origins` (plus the page's own origin, and
-  `localhost` origins while listening on loopback); a browser request from another site that
-  carries no Origin (an `<img>` pointing at `/v1/speak/sse`) is refused by its Sec-Fetch-Site;
+  only, so a DNS-rebinding page cannot reach a local gateway; beyond loopback the names must
+  be given), except on the health probes;
+- the Origin of browser requests against `--allowed-origins` (plus the page's own origin, the
+  same scheme and host, and `localhost` origins while listening on loopback); a browser request
+  from another site that carries no Origin (an `<img>` pointing at `/v1/speak/sse`) is refused
+  by its Sec-Fetch-Site;
 - on `POST /v1/*`, the body's type (JSON only: a cross-site form or `text/plain` post is
   refused before it can start a paid reply) and its declared size;
 - credentials on `/v1/*`: `Authorization: Bearer <key or token>`, or `?token=` (EventSource
@@ -53,6 +55,7 @@ class RequestFacts:
     headers: Mapping[str, str]  # lower-case names
     query_token: str | None
     address: str | None  # the peer's IP address
+    scheme: str = "http"  # "http" or "https" (a WebSocket's ws/wss as its page's)
 
 
 def host_name(host_header: str) -> str:
@@ -78,7 +81,7 @@ class AccessPolicy:
         if not request.path.startswith(PROTECTED_PREFIX):
             return Client("anonymous", via="anonymous")
         origin = request.headers.get("origin")
-        if origin is not None and not self.origin_allowed(origin, host):
+        if origin is not None and not self.origin_allowed(origin, request.scheme, host):
             return Denial(403, "origin_not_allowed", f"origin {origin!r} is not allowed")
         if origin is None and request.headers.get("sec-fetch-site") in CROSS_SITE:
             # an <img>, <script> or link from another site: browsers send no Origin for those
@@ -87,13 +90,18 @@ class AccessPolicy:
             denial = self._body(request.headers)
             if denial is not None:
                 return denial
-        return self.client(request, now)
+        client = self.client(request, now)
+        if isinstance(client, Client) and not client.may_call(request.path):
+            return Denial(
+                403, "token_not_for_route", f"this token may call: {', '.join(client.routes)}"
+            )
+        return client
 
-    def origin_allowed(self, origin: str, host: str) -> bool:
+    def origin_allowed(self, origin: str, scheme: str, host: str) -> bool:
         origin = origin.rstrip("/")
         if origin in self.origins or (self.local_origins and LOCAL_ORIGIN.match(origin)):
             return True
-        return origin.split("://", 1)[-1] == host  # the page this gateway served
+        return origin.lower() == f"{scheme}://{host}".lower()  # the page this gateway served
 
     def _body(self, headers: Mapping[str, str]) -> Denial | None:
         media_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()

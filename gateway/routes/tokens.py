@@ -2,7 +2,9 @@
 
 A page's backend holds the key and asks for a token; the page passes the token as `?token=`
 (EventSource and browser WebSockets cannot set headers). The token is bound to the key's name
-(quotas count against it) and dies with the key.
+(quotas count against it) and to the route groups the body names (`{"routes": ["speak"]}`;
+by default the speak routes and the voice list), lives `--token-ttl-s` or the shorter
+`ttl_s` the body asks, and dies with the key.
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from gateway import openapi
+from gateway.access.keys import DEFAULT_TOKEN_ROUTES, TOKEN_ROUTES
 from gateway.access.middleware import client_of
-from gateway.errors import GatewayError
+from gateway.errors import BadRequest, GatewayError
 from gateway.routes.common import json_body, service_of
 
 router = APIRouter()
@@ -22,8 +25,7 @@ router = APIRouter()
 async def mint_token(request: Request) -> JSONResponse:
     service = service_of(request)
     client = client_of(request.scope)
-    if await request.body():
-        await json_body(request)  # no fields yet, but the body must still be a JSON object
+    body = await json_body(request) if await request.body() else {}
     keys = service.keys
     if keys is None:
         raise GatewayError(
@@ -31,10 +33,24 @@ async def mint_token(request: Request) -> JSONResponse:
             code="tokens_unavailable",
             status=400,
         )
-    if client.via != "key":
-        raise GatewayError(
-            "mint tokens with an API key, not a token", code="key_required", status=403
+    if unknown := set(body) - {"routes", "ttl_s"}:
+        raise BadRequest(f"unknown fields: {sorted(unknown)}", code="invalid_field")
+    routes = body.get("routes", list(DEFAULT_TOKEN_ROUTES))
+    if (
+        not isinstance(routes, list)
+        or not routes
+        or not all(isinstance(r, str) and r in TOKEN_ROUTES for r in routes)
+    ):
+        raise BadRequest(
+            f"routes: a non-empty list of {sorted(TOKEN_ROUTES)}", code="invalid_field"
         )
     ttl = service.settings.token_ttl_s
-    token = keys.mint(client, service.wall_clock(), ttl)
-    return JSONResponse({"token": token, "expires_in": ttl}, headers={"Cache-Control": "no-store"})
+    asked = body.get("ttl_s", ttl)
+    if not isinstance(asked, int) or isinstance(asked, bool) or not 1 <= asked <= ttl:
+        raise BadRequest(f"ttl_s: whole seconds, 1 to {ttl}", code="invalid_field")
+    ttl = asked
+    token = keys.mint(client, service.wall_clock(), ttl, routes)
+    return JSONResponse(
+        {"token": token, "expires_in": ttl, "routes": sorted(set(routes))},
+        headers={"Cache-Control": "no-store"},
+    )
