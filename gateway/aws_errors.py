@@ -73,4 +73,4 @@ def bedrock_error(exc: Exception, model_id: str) -> LLMError:
     code, message = describe(exc)
     hint = _BEDROCK_HINTS.get(code)
     text = f"Bedrock {code}: {message}" + (f" ({hint}; model {model_id!r})" if hint else "")
-    return LLMError(text, code="llm_error", retryable=retryable(code))
+    return LLMError(f"Bedrock answered {code}", retryable=retryable(code), detail=text)

@@ -9,7 +9,8 @@ from typing import Any
 
 
 class ServiceError(Exception):
-    """An error a client is told about."""
+    """An error a client is told about: `message` is what the client reads; `detail`, what
+    only the log does (an upstream's address, its answer's body)."""
 
     code: str = "internal_error"
     status: int = 500
@@ -23,9 +24,11 @@ class ServiceError(Exception):
         status: int | None = None,
         retryable: bool | None = None,
         retry_after_s: int | None = None,
+        detail: str | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
+        self.detail = detail
         self.retry_after_s = retry_after_s  # answered as Retry-After
         if code is not None:
             self.code = code

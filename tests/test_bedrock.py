@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Iterator
 
 import orjson
@@ -119,14 +120,17 @@ async def test_a_mid_stream_error_ends_the_reply(
     assert "error" not in again.names
 
 
-async def test_validation_error_names_the_setting(bedrock_settings: GatewaySettings) -> None:
+async def test_validation_error_names_the_setting_in_the_log(
+    bedrock_settings: GatewaySettings, caplog: pytest.LogCaptureFixture
+) -> None:
     settings = dataclasses.replace(bedrock_settings, bedrock_model_id="invalid.model")
-    with serve(create_gateway(settings)) as gw:
+    with caplog.at_level(logging.WARNING, "gateway"), serve(create_gateway(settings)) as gw:
         reply = await sse_get(gw.http_url, {"prompt": "Hi?"})
     error = reply.one("error")
     assert error["retryable"] is False
-    assert "ValidationException" in error["message"]
-    assert "GATEWAY_BEDROCK_MODEL_ID" in error["message"]
+    assert error["message"] == "Bedrock answered ValidationException"  # no model, no setting
+    logged = [r.getMessage() for r in caplog.records if "ValidationException" in r.getMessage()]
+    assert any("GATEWAY_BEDROCK_MODEL_ID" in m and "invalid.model" in m for m in logged)
 
 
 async def test_websocket_conversation_history_reaches_bedrock(

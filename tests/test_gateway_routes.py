@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterator
 
 import httpx
@@ -308,18 +309,21 @@ async def test_an_llm_that_stalls_mid_answer_ends_the_reply(fake_server: Running
     assert llm.app.state.stalled.is_set()
 
 
-async def test_llm_failure_is_an_error_event(
-    fake_server: RunningServer, openai_stub: RunningServer
+async def test_llm_failure_is_an_error_event_without_its_address(
+    fake_server: RunningServer, openai_stub: RunningServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     settings = llm_gateway_settings(
         fake_server.http_url, openai_stub.http_url, openai_model="missing-model"
     )
-    with serve(create_gateway(settings)) as gw:
+    with caplog.at_level(logging.WARNING, "gateway"), serve(create_gateway(settings)) as gw:
         reply = await sse_get(gw.http_url, {"prompt": "Hi?"})
     assert reply.names[-2:] == ["error", "agent_end"]
     error = reply.one("error")
-    assert error["code"] == "llm_error"
-    assert "404" in error["message"]
+    assert (error["code"], error["message"]) == ("llm_error", "the LLM answered 404")
+    address = openai_stub.http_url.removeprefix("http://")
+    assert address not in orjson.dumps(reply.data("error")).decode()
+    logged = [r.getMessage() for r in caplog.records if "answered 404" in r.getMessage()]
+    assert any(address in m and "model not found" in m for m in logged), logged  # the operator's
 
 
 async def test_readyz_without_a_model_server() -> None:

@@ -185,6 +185,8 @@ class Reply:
         except* GatewayError as group:
             exc = first_leaf(group)
             assert isinstance(exc, GatewayError)
+            if exc.detail:  # the upstream's address and answer: for the operator only
+                log.warning("reply %s: %s", spec.utterance_id, exc.detail)
             self.error = ErrorEvent(exc.code, exc.message, exc.retryable)
         except* EncoderError as group:
             self.error = ErrorEvent("encoder_error", str(first_leaf(group)))

@@ -57,7 +57,9 @@ class BedrockSource:
         except ClientError as exc:
             raise bedrock_error(exc, opts.model_id) from exc
         except BotoCoreError as exc:  # connection refused, endpoint not resolving, timeouts
-            raise LLMError(f"Bedrock unreachable: {exc}", retryable=True) from exc
+            raise LLMError(
+                "Bedrock is unreachable", retryable=True, detail=f"Bedrock unreachable: {exc}"
+            ) from exc
 
     async def _until_first_text(self) -> tuple[Any, AsyncIterator[Any], str | None]:
         """Open the stream and read it up to its first text: an error event before that (a
@@ -79,7 +81,9 @@ class BedrockSource:
     def _error(self, exc: ClientError | BotoCoreError) -> LLMError:
         if isinstance(exc, ClientError):  # an exception event in the stream
             return bedrock_error(exc, self._options.model_id)
-        return LLMError(f"Bedrock stream failed: {exc}", retryable=True)
+        return LLMError(
+            "Bedrock's stream failed", retryable=True, detail=f"Bedrock stream failed: {exc}"
+        )
 
     async def stream(self) -> AsyncGenerator[str]:
         opts = self._options

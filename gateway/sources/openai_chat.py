@@ -51,7 +51,11 @@ class OpenAIChatSource:
         try:
             response = await self._client.send(request, stream=True)
         except httpx.HTTPError as exc:
-            raise LLMError(f"LLM at {self._url} unreachable: {exc}", retryable=True) from exc
+            raise LLMError(
+                "the LLM is unreachable",
+                retryable=True,
+                detail=f"LLM at {self._url} unreachable: {exc}",
+            ) from exc
         if response.status_code == 200:
             return response
         try:
@@ -62,8 +66,9 @@ class OpenAIChatSource:
             await response.aclose()
         status = response.status_code
         raise LLMError(
-            f"LLM at {self._url} answered {status}: {detail}",
+            f"the LLM answered {status}",
             retryable=status in (408, 429) or status >= 500,
+            detail=f"LLM at {self._url} answered {status}: {detail}",
         )
 
     async def stream(self) -> AsyncGenerator[str]:
@@ -82,7 +87,11 @@ class OpenAIChatSource:
                     if text:
                         yield text
         except httpx.HTTPError as exc:
-            raise LLMError(f"LLM stream from {self._url} failed: {exc}", retryable=True) from exc
+            raise LLMError(
+                "the LLM's stream failed",
+                retryable=True,
+                detail=f"LLM stream from {self._url} failed: {exc}",
+            ) from exc
         finally:
             await response.aclose()
 
@@ -91,9 +100,12 @@ def _delta_text(data: str) -> str:
     try:
         obj: Any = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
-        raise LLMError(f"LLM sent a chunk that is not JSON: {data[:100]!r}") from exc
+        raise LLMError(
+            "the LLM sent a chunk that is not JSON",
+            detail=f"LLM sent a chunk that is not JSON: {data[:100]!r}",
+        ) from exc
     if "error" in obj:
-        raise LLMError(f"LLM error: {obj['error']}")
+        raise LLMError("the LLM sent an error", detail=f"LLM error: {obj['error']}")
     choices = obj.get("choices") or []
     if not choices:
         return ""
