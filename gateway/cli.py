@@ -16,7 +16,7 @@ from fastapi import FastAPI
 from gateway.app import create_app
 from gateway.config import Settings, parse_settings
 from gateway.service import GatewayService
-from kokoro_contract import logs
+from kokoro_contract import listen, logs
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,22 @@ class InternalServer(uvicorn.Server):
         yield
 
 
-async def serve(app: FastAPI, settings: Settings) -> None:
+def bind_listeners(settings: Settings) -> list[socket.socket]:
+    """The public socket and, when there is one, the internal listener's, bound before either
+    serves (`kokoro_contract.listen.CannotListen` names a port in use and its flag)."""
+    sockets = [listen.bind(settings.host, settings.port, "--port")]
+    if settings.internal_port:
+        try:
+            sockets.append(
+                listen.bind(settings.internal_host, settings.internal_port, "--internal-port")
+            )
+        except listen.CannotListen:
+            sockets[0].close()
+            raise
+    return sockets
+
+
+async def serve(app: FastAPI, settings: Settings, sockets: list[socket.socket]) -> None:
     public = PublicServer(
         uvicorn.Config(
             app,
@@ -69,7 +84,7 @@ async def serve(app: FastAPI, settings: Settings) -> None:
         app.state.service,
     )
     if not settings.internal_port:
-        await public.serve()
+        await public.serve(sockets[:1])
         return
     internal = InternalServer(
         uvicorn.Config(
@@ -81,9 +96,9 @@ async def serve(app: FastAPI, settings: Settings) -> None:
             log_level=settings.log_level,
         )
     )
-    serving = asyncio.create_task(internal.serve())
+    serving = asyncio.create_task(internal.serve(sockets[1:]))
     try:
-        await public.serve()
+        await public.serve(sockets[:1])
     finally:
         internal.should_exit = True
         await serving
@@ -94,14 +109,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     logs.configure(settings.log_level)
     try:
         app = create_app(settings)  # a setting that cannot work: say which, no traceback
-    except ValueError as exc:
+        sockets = bind_listeners(settings)
+    except (ValueError, listen.CannotListen) as exc:
         print(f"gateway: {exc}", file=sys.stderr, flush=True)
-        raise SystemExit(2) from exc
+        raise SystemExit(2) from None
     print(f"gateway: listening on http://{settings.host}:{settings.port}", flush=True)
     if settings.internal_port:
         where = f"http://{settings.internal_host}:{settings.internal_port}"
         print(f"gateway: /metrics and /readyz details on {where}", flush=True)
     try:
-        asyncio.run(serve(app, settings))
+        asyncio.run(serve(app, settings, sockets))
     except KeyboardInterrupt:  # Ctrl-C: uvicorn has shut down already and passes it on
         raise SystemExit(130) from None

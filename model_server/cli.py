@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import uvicorn
 
-from kokoro_contract import logs
+from kokoro_contract import listen, logs
 from model_server import cuda_compat
 from model_server.app import create_app
 from model_server.config import Settings, parse_settings
@@ -50,15 +50,16 @@ def run(settings: Settings) -> None:
     settings = resolve_engine(settings)
     try:
         preflight(settings)
-    except ModelUnavailable as exc:
+        sock = listen.bind(settings.host, settings.port, "--port")
+    except (ModelUnavailable, listen.CannotListen) as exc:
         print(f"model-server: {exc}", file=sys.stderr)
-        raise SystemExit(2) from exc
+        raise SystemExit(2) from None
     print(
         f"model-server: listening on http://{settings.host}:{settings.port} "
         f"(ws://{settings.host}:{settings.port}/invocations-bidirectional-stream)",
         flush=True,
     )
-    uvicorn.run(
+    config = uvicorn.Config(
         create_app(settings),
         host=settings.host,
         port=settings.port,
@@ -66,6 +67,7 @@ def run(settings: Settings) -> None:
         ws="websockets-sansio",
         timeout_graceful_shutdown=25,  # SageMaker sends SIGKILL 30 s after SIGTERM
     )
+    uvicorn.Server(config).run(sockets=[sock])
 
 
 def main(argv: Sequence[str] | None = None) -> None:

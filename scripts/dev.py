@@ -1,8 +1,11 @@
 """`make dev`: the model server and the gateway together, until Ctrl-C.
 
-Starts both, waits until the model server's /ping and the gateway's /readyz say ready, prints
-the URL with the engine, device and default voice, and stops both cleanly (SIGINT, then SIGKILL
-after 15 s) on Ctrl-C or if one exits. The model server picks its engine itself
+Starts the model server, then the gateway once the model server listens (a model server that
+cannot start says why and nothing else follows), waits until the model server's /ping and the
+gateway's /readyz say ready, prints
+the URL with the engine, device and default voice, and stops both cleanly (SIGTERM, as an
+orchestrator would: a service still starting ends without a word; then SIGKILL after 15 s) on
+Ctrl-C or if one exits. The model server picks its engine itself
 (`--engine auto`: the torch engine on CUDA when a device and a Kokoro checkpoint are at hand,
 else int8 ONNX on the CPU); `--model-args` (make's MODEL_ARGS) reaches the model server and
 wins over that, the other arguments (DEV_ARGS) reach the gateway. A service that exits during
@@ -29,8 +32,9 @@ class ServiceExited(SystemExit):
 
 
 def wait_ready(
-    url: str, procs: list[subprocess.Popen[bytes]], timeout: float = 600
+    url: str, procs: list[subprocess.Popen[bytes]], timeout: float = 600, listening: bool = False
 ) -> httpx.Response:
+    """`url`'s answer once it is 200 (or any answer, when `listening`)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for p in procs:
@@ -41,7 +45,7 @@ def wait_ready(
                 raise ServiceExited(status or 1)
         try:
             response = httpx.get(url, timeout=2)
-            if response.status_code == 200:
+            if response.status_code == 200 or listening:
                 return response
         except httpx.HTTPError:
             pass
@@ -75,7 +79,7 @@ def banner(gateway_url: str, model_url: str, ping: dict[str, object]) -> str:
 def stop(procs: list[subprocess.Popen[bytes]]) -> None:
     for p in procs:
         if p.poll() is None:
-            p.send_signal(signal.SIGINT)
+            p.send_signal(signal.SIGTERM)
     for p in procs:
         try:
             p.wait(timeout=15)
@@ -92,21 +96,8 @@ def main() -> None:
     args, extra = parser.parse_known_args()
     model_url = f"http://{args.host}:{args.model_port}"
     gateway_url = f"http://{args.host}:{args.port}"
-    procs = [
-        subprocess.Popen(model_server_command(args.host, args.model_port, args.model_args)),
-        subprocess.Popen(
-            [
-                BIN / "gateway",
-                "--host",
-                args.host,
-                "--port",
-                str(args.port),
-                "--model-server-url",
-                model_url,
-                *extra,
-            ]
-        ),
-    ]
+    procs = [subprocess.Popen(model_server_command(args.host, args.model_port, args.model_args))]
+    gateway = [BIN / "gateway", "--host", args.host, "--port", str(args.port)]
 
     def on_term(*_: object) -> None:
         stop(procs)
@@ -116,6 +107,8 @@ def main() -> None:
     # Ctrl-C, also when started from a shell that ignores SIGINT for background jobs
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
+        wait_ready(model_url + "/ping", procs, listening=True)  # 503 while the model loads
+        procs.append(subprocess.Popen([*gateway, "--model-server-url", model_url, *extra]))
         ping = wait_ready(model_url + "/ping", procs).json()
         wait_ready(gateway_url + "/readyz", procs)
         print(banner(gateway_url, model_url, ping), flush=True)
