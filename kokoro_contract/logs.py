@@ -5,6 +5,7 @@ escape (`\\x0a`, `\\x1b`), so a request cannot forge a second line or recolour a
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import TextIO
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -31,6 +32,35 @@ class OneLineFormatter(logging.Formatter):
     def formatMessage(self, record: logging.LogRecord) -> str:
         record.message = printable(record.message)
         return super().formatMessage(record)
+
+
+class ProbeFilter(logging.Filter):
+    """Access-log records of health probes only when a probe's answer changes: `/ping` is asked
+    every few seconds (503 a dozen times while the model loads, then 200 for days), and what
+    an operator needs is when it turned. Other requests pass. Reads uvicorn's access records
+    (args: client, method, path, HTTP version, status); `worth_logging` serves a request log
+    of one's own."""
+
+    def __init__(self, paths: Iterable[str]) -> None:
+        super().__init__()
+        self.paths = frozenset(paths)
+        self._last: dict[str, int] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) == 5 and isinstance(args[2], str):
+            path, status = args[2], args[4]  # uvicorn's access record
+            return not isinstance(status, int) or self.worth_logging(path, status)
+        return True
+
+    def worth_logging(self, path: str, status: int) -> bool:
+        """False for a probe that answers as it did last time."""
+        path = path.split("?", 1)[0]
+        if path not in self.paths:
+            return True
+        changed = self._last.get(path) != status
+        self._last[path] = status
+        return changed
 
 
 def configure(level: str, stream: TextIO | None = None) -> None:

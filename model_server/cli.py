@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import sys
 from collections.abc import Sequence
 
@@ -67,7 +68,14 @@ def run(settings: Settings) -> None:
         ws="websockets-sansio",
         timeout_graceful_shutdown=25,  # SageMaker sends SIGKILL 30 s after SIGTERM
     )
+    quiet_probes()
     uvicorn.Server(config).run(sockets=[sock])
+
+
+def quiet_probes() -> None:
+    """uvicorn's access log (configured by `uvicorn.Config`): `/ping` and `/load` only when
+    their answer changes (SageMaker and the gateways ask every few seconds)."""
+    logging.getLogger("uvicorn.access").addFilter(logs.ProbeFilter({"/ping", "/load"}))
 
 
 def main(argv: Sequence[str] | None = None) -> None:

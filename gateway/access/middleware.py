@@ -17,8 +17,9 @@ import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.access.keys import Client
-from gateway.access.policy import AccessPolicy, Denial, RequestFacts
+from gateway.access.policy import PROBES, AccessPolicy, Denial, RequestFacts
 from kokoro_contract.errors import error_body
+from kokoro_contract.logs import ProbeFilter
 
 log = logging.getLogger("gateway.access.policy")
 DENIAL_EXTENSION = "websocket.http.response"
@@ -34,7 +35,7 @@ def _facts(scope: Scope) -> RequestFacts:
     headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
     query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
     peer = scope.get("client")
-    scheme = scope.get("scheme", "http")
+    scheme = str(scope.get("scheme") or "http")
     return RequestFacts(
         method="WEBSOCKET" if scope["type"] == "websocket" else scope["method"],
         path=scope["path"],
@@ -82,6 +83,7 @@ class AccessMiddleware:
         self.policy = policy
         self.on_denied = on_denied
         self.clock = clock
+        self.probes = ProbeFilter(PROBES)  # kubelets, load balancers: logged when answers turn
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -105,14 +107,15 @@ class AccessMiddleware:
             await self.app(scope, receive, self._watch(send, status))
         finally:
             client = verdict.name if not isinstance(verdict, Denial) else "-"
-            log.info(
-                "%s %s %d %.0fms client=%s",
-                facts.method,
-                facts.path,
-                status[0],
-                (time.perf_counter() - started) * 1000,
-                "anonymous" if client.startswith("ip:") else client,
-            )
+            if self.probes.worth_logging(facts.path, status[0]):
+                log.info(
+                    "%s %s %d %.0fms client=%s",
+                    facts.method,
+                    facts.path,
+                    status[0],
+                    (time.perf_counter() - started) * 1000,
+                    "anonymous" if client.startswith("ip:") else client,
+                )
 
     async def _read_body(
         self, scope: Scope, receive: Receive, send: Send, status: list[int]
