@@ -224,7 +224,7 @@ async def test_tokens_need_keys(gateway_on_fake: RunningServer) -> None:
 
 
 def test_anonymous_beyond_loopback_must_be_said_out_loud(tmp_path: Any) -> None:
-    named = {"host": "0.0.0.0", "allowed_hosts": "voice.example"}
+    named: dict[str, Any] = {"host": "0.0.0.0", "allowed_hosts": "voice.example"}
     with pytest.raises(ValueError, match="--allow-anonymous"):
         create_gateway(GatewaySettings(**named))
     create_gateway(GatewaySettings(**named, allow_anonymous=True))
