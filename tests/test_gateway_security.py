@@ -206,7 +206,13 @@ async def test_a_token_is_bound_to_its_routes_and_lifetime(fake_server: RunningS
             assert "speak" in speech.json()["error"]["message"]
             voices = await http.get("/v1/voices", params={"token": token})
             assert code_of(voices) == (403, "token_not_for_route")
-            for body in ({"ttl_s": 601}, {"ttl_s": 0}, {"routes": ["admin"]}, {"routes": []}):
+            bodies: list[dict[str, Any]] = [
+                {"ttl_s": 601},
+                {"ttl_s": 0},
+                {"routes": ["admin"]},
+                {"routes": []},
+            ]
+            for body in bodies:
                 bad = await http.post("/v1/tokens", json=body, headers=auth())
                 assert code_of(bad) == (400, "invalid_field"), body
             default = (await http.post("/v1/tokens", json={}, headers=auth())).json()
