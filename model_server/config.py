@@ -37,6 +37,7 @@ class Settings:
     max_text_chars: int = limits.MAX_TEXT_CHARS
     max_pending: int = 32  # queued + running requests per WebSocket session
     watchdog_s: float = 60.0  # an engine call running longer: /ping fails (0: no watchdog)
+    invocation_timeout_s: float = 60.0  # SageMaker's limit on one non-streamed invocation
     warmup: bool = True
     log_level: str = "info"
 
@@ -83,6 +84,9 @@ _HELP = {
     "watchdog_s": "an engine call still running after this long means a wedged worker: /ping "
     "and /load answer 503 stuck, so the platform replaces the container and gateways route "
     "elsewhere (0: no watchdog)",
+    "invocation_timeout_s": "a non-streamed POST /invocations whose synthesis is estimated to "
+    "take longer is refused up front (413 synthesis_too_long: stream it instead); SageMaker "
+    "gives one invocation 60 s (0: no limit)",
     "warmup": "run one synthesis before /ping reports ready",
     "log_level": "logging level",
 }

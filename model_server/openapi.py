@@ -103,6 +103,7 @@ INVOCATIONS: Responses = {
         },
     },
     400: _error("a bad request"),
+    413: _error("synthesis_too_long: without `stream`, estimated past --invocation-timeout-s"),
     422: _error("unreadable_text: the text could not be converted to speech sounds"),
     500: _error("synthesis_failed or internal_error"),
     **NOT_READY,

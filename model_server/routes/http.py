@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any
 
 import orjson
 from fastapi import APIRouter, Request
@@ -25,6 +27,7 @@ from kokoro_contract.protocol import (
 )
 from model_server import openapi
 from model_server.service import ModelService
+from model_server.synthesis import Chunk
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -33,6 +36,25 @@ router = APIRouter()
 def _service(request: Request) -> ModelService:
     service: ModelService = request.app.state.service
     return service
+
+
+async def _unless_client_leaves[T](request: Request, work: Coroutine[Any, Any, T]) -> T | None:
+    """`work`'s result, or None when the client disconnects first: then `work` is cancelled
+    (the scheduler gives up its turns, the running engine call is told to stop). Once the
+    body is read, the server's `receive` answers only when the client has gone."""
+
+    async def gone() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    job, watch = asyncio.ensure_future(work), asyncio.ensure_future(gone())
+    try:
+        await asyncio.wait((job, watch), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (job, watch):
+            task.cancel()
+        await asyncio.gather(job, watch, return_exceptions=True)
+    return None if job.cancelled() else job.result()
 
 
 def _stuck(service: ModelService) -> str | None:
@@ -141,8 +163,25 @@ async def invocations(request: Request) -> Response:
 
         return StreamingResponse(body(), media_type=fmt.mime, headers=headers)
 
+    limit = _service(request).settings.invocation_timeout_s
+    estimate = sum(loaded.synthesizer.scheduler.speed.estimate(len(s)) for s in plan.segments)
+    if limit and estimate > limit:
+        raise ServiceError(
+            f"this text would take about {estimate:.0f} s to synthesize, past the {limit:.0f} s "
+            'an invocation may take: send it with "stream": true (audio as it is made), or '
+            "over the bidirectional stream",
+            code="synthesis_too_long",
+            status=413,
+        )
+
+    async def collect() -> list[Chunk]:
+        return [c async for c in loaded.synthesizer.stream_timed(synth, key, received, plan)]
+
     started = time.perf_counter()
-    chunks = [c async for c in loaded.synthesizer.stream_timed(synth, key, received, plan)]
+    chunks = await _unless_client_leaves(request, collect())
+    if chunks is None:  # nobody to answer; the synthesis stopped at its next step
+        log.info("request %s: the client went away", synth.request_id)
+        return Response(status_code=499)
     pcm = b"".join(c.pcm for c in chunks)
     elapsed = time.perf_counter() - started
     headers["X-Audio-Duration-S"] = f"{pcm_duration_s(len(pcm)):.4f}"
