@@ -13,11 +13,12 @@ from fastapi.staticfiles import StaticFiles
 
 from gateway.access.keys import MAX_TOKEN_TTL_S
 from gateway.access.middleware import AccessMiddleware
-from gateway.access.policy import LOCAL_ORIGIN, LOOPBACK_HOSTS, AccessPolicy, is_loopback
+from gateway.access.policy import LOCAL_ORIGIN, LOOPBACK_HOSTS, AccessPolicy
 from gateway.config import Settings
 from gateway.routes import health, openai_speech, pages, speak_sse, speak_ws, tokens
 from gateway.service import GatewayService
 from kokoro_contract.http_errors import install_error_handlers
+from kokoro_contract.listen import is_loopback
 
 
 def access_policy(settings: Settings, service: GatewayService) -> AccessPolicy:

@@ -16,6 +16,7 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 8000
     model_server_url: str = "http://127.0.0.1:8080"  # several: comma-separated
+    model_server_key: str = ""  # the model servers' --api-key, sent as a Bearer credential
     llm: str = "echo"
     openai_base_url: str = "http://127.0.0.1:11434/v1"
     openai_model: str = "llama3.2"
@@ -84,6 +85,7 @@ def _items(value: str, clean: Callable[[str], str]) -> list[str]:
 _HELP = {
     "host": "interface to listen on",
     "port": "port to listen on",
+    "model_server_key": "the model servers' shared key (their --api-key), sent on every call",
     "model_server_url": "the Kokoro model server(s): http://host:port, comma-separated for "
     "several; a name that resolves to several addresses counts as several",
     "llm": "text source for prompts: echo speaks the text itself; openai streams a chat model",

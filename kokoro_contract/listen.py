@@ -4,7 +4,18 @@ status 2, never a server's traceback."""
 
 from __future__ import annotations
 
+import ipaddress
 import socket
+
+
+def is_loopback(host: str) -> bool:
+    """Whether listening on `host` reaches only this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 class CannotListen(Exception):

@@ -11,6 +11,7 @@ import uvicorn
 
 from kokoro_contract import listen, logs
 from model_server import cuda_compat
+from model_server.access import check_listening
 from model_server.app import create_app
 from model_server.config import Settings, parse_settings
 from model_server.detect import detect
@@ -50,9 +51,10 @@ def run(settings: Settings) -> None:
     logs.configure(settings.log_level)
     settings = resolve_engine(settings)
     try:
+        check_listening(settings.host, settings.api_key, settings.allow_anonymous)
         preflight(settings)
         sock = listen.bind(settings.host, settings.port, "--port")
-    except (ModelUnavailable, listen.CannotListen) as exc:
+    except (ValueError, ModelUnavailable, listen.CannotListen) as exc:
         print(f"model-server: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     print(
@@ -87,7 +89,7 @@ def serve(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["serve"]:
         args = args[1:]
-    settings = parse_settings(args, host="0.0.0.0", port=8080)
+    settings = parse_settings(args, host="0.0.0.0", port=8080, allow_anonymous=True)
     if settings.engine == "torch" and argv is None:
         cuda_compat.restart_if_needed()  # before anything loads libcuda
     run(settings)

@@ -10,9 +10,10 @@ import orjson
 import pytest
 
 from gateway.access.keys import AuthError, Client, KeyRing, bearer
-from gateway.access.policy import AccessPolicy, Denial, RequestFacts, host_name, is_loopback
+from gateway.access.policy import AccessPolicy, Denial, RequestFacts, host_name
 from gateway.access.quotas import PerMinute, RateLimited, Sessions, TooManySessions
 from gateway.errors import Overloaded
+from kokoro_contract.listen import is_loopback
 
 KEY = "k" * 24
 OTHER = "o" * 24

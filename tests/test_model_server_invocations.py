@@ -42,7 +42,7 @@ async def until_idle(http: httpx.AsyncClient) -> int:
     """`/ping`'s inflight once it reads 0, or what it reads after 20 s (polled as a drain
     script does: from outside there is no event to wait on)."""
     deadline = time.monotonic() + 20
-    while (now := await inflight(http)) and time.monotonic() < deadline:
+    while (now := await inflight(http)) and time.monotonic() < deadline:  # noqa: ASYNC110
         await asyncio.sleep(0.02)
     return now
 
@@ -57,14 +57,17 @@ async def test_a_whole_body_past_the_invocation_limit_is_refused_before_synthesi
             assert refused.status_code == 413
             error = refused.json()["error"]
             assert error["code"] == "synthesis_too_long"
-            assert "about 6 s" in error["message"] and "past the 3 s" in error["message"]
+            assert "about 6 s" in error["message"]
+            assert "past the 3 s" in error["message"]
             assert '"stream": true' in error["message"]
             assert fake_engine.calls == []  # refused before anything ran
             streamed = await http.post("/invocations", json={"text": long_text, "stream": True})
-            assert streamed.status_code == 200 and len(streamed.content) > 0
+            assert streamed.status_code == 200
+            assert len(streamed.content) > 0
             assert fake_engine.calls == [long_text]
             short = await http.post("/invocations", json={"text": "Hello there."})
-            assert short.status_code == 200 and len(short.content) > 0
+            assert short.status_code == 200
+            assert len(short.content) > 0
     with model_server(fake_engine, invocation_timeout_s=0) as server:  # 0: no limit
         async with httpx.AsyncClient(base_url=server.http_url, timeout=30) as http:
             assert (await http.post("/invocations", json={"text": long_text})).status_code == 200
@@ -90,4 +93,5 @@ async def test_a_client_that_leaves_stops_its_synthesis(
             assert fake_engine.calls == ["First one."]  # and none of the four after it ran
             fake_engine.hold = False
             again = await http.post("/invocations", json={"text": "Still here.", "stream": stream})
-            assert again.status_code == 200 and len(again.content) > 0
+            assert again.status_code == 200
+            assert len(again.content) > 0

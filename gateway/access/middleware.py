@@ -13,16 +13,14 @@ import time
 from collections.abc import Callable
 from urllib.parse import parse_qsl
 
-import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.access.keys import Client
 from gateway.access.policy import PROBES, AccessPolicy, Denial, RequestFacts
-from kokoro_contract.errors import error_body
+from kokoro_contract import asgi_deny
 from kokoro_contract.logs import ProbeFilter
 
 log = logging.getLogger("gateway.access.policy")
-DENIAL_EXTENSION = "websocket.http.response"
 
 
 def client_of(scope: Scope) -> Client:
@@ -46,29 +44,10 @@ def _facts(scope: Scope) -> RequestFacts:
     )
 
 
-def _json(denial: Denial) -> tuple[list[tuple[bytes, bytes]], bytes]:
-    body = orjson.dumps(error_body(denial.code, denial.message))
-    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
-    if denial.status == 401:
-        headers.append((b"www-authenticate", b'Bearer realm="gateway"'))
-    return headers, body
-
-
 async def deny(scope: Scope, receive: Receive, send: Send, denial: Denial) -> None:
-    headers, body = _json(denial)
-    if scope["type"] == "http":
-        await send({"type": "http.response.start", "status": denial.status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
-        return
-    message = await receive()  # websocket.connect
-    if message["type"] != "websocket.connect":
-        return
-    if DENIAL_EXTENSION in scope.get("extensions", {}):
-        start = {"type": "websocket.http.response.start", "status": denial.status}
-        await send({**start, "headers": headers})
-        await send({"type": "websocket.http.response.body", "body": body})
-    else:
-        await send({"type": "websocket.close", "code": 1008, "reason": denial.code})
+    await asgi_deny.deny(
+        scope, receive, send, denial.status, denial.code, denial.message, realm="gateway"
+    )
 
 
 class AccessMiddleware:

@@ -16,7 +16,6 @@ Checked for every HTTP request and WebSocket upgrade before any route runs:
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,16 +28,6 @@ PROTECTED_PREFIX = "/v1/"
 PROBES = frozenset({"/healthz", "/readyz"})  # answered whatever the Host: they tell nothing
 JSON_TYPES = frozenset({"application/json"})
 CROSS_SITE = frozenset({"cross-site", "same-site"})  # Sec-Fetch-Site values
-
-
-def is_loopback(host: str) -> bool:
-    """Whether listening on `host` reaches only this machine."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,11 @@ class Runtime:
         reply still starting; `sagemaker_http2_transport` replaces the HTTP/2 SDK's CRT client
         (tests)."""
         self.settings = settings
+        key = settings.model_server_key
+        headers = {"Authorization": f"Bearer {key}"} if key else {}  # the model servers' key
         # one connection per session at most, waited for at most 5 s (then a clean error)
         self.client = httpx.AsyncClient(
+            headers=headers,
             timeout=httpx.Timeout(30.0, connect=5.0, pool=5.0),
             limits=httpx.Limits(
                 max_connections=settings.max_sessions + 16,
@@ -57,6 +60,7 @@ class Runtime:
             self.pool = ModelServerPool(
                 urls,
                 self.client,
+                httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(0.5)),
                 tts_timeout_s=settings.tts_timeout_s,
                 starting_slack_s=first_slack_s,
             )

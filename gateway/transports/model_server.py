@@ -53,7 +53,8 @@ class ModelServerTransport:
         probe: httpx.AsyncClient | None = None,
         tts_timeout_s: float | None = None,
     ) -> None:
-        """`client` carries synthesis; `probe`, with short timeouts, readiness."""
+        """`client` carries synthesis; `probe`, with short timeouts, readiness. The
+        WebSocket sends the `Authorization` header `client` sends (the model server's key)."""
         self.base_url = base_url.rstrip("/")
         self._client = client
         self._probe = probe or client
@@ -68,7 +69,13 @@ class ModelServerTransport:
         timestamps: bool = False,
     ) -> AsyncIterator[FramedTTSStream]:
         try:
-            ws = await connect(ws_url(self.base_url) + protocol.PATH, max_size=None)
+            ws = await connect(
+                ws_url(self.base_url) + protocol.PATH,
+                max_size=None,
+                additional_headers=[
+                    (k, v) for k, v in self._client.headers.items() if k == "authorization"
+                ],
+            )
         except (OSError, WebSocketException) as exc:
             raise TTSError(f"model server at {self.base_url} unreachable: {exc}") from exc
 
