@@ -53,6 +53,7 @@ class Settings:
     send_timeout_s: float = 10.0
     max_history_chars: int = 8_000
     tts_timeout_s: float = 15.0  # silence past a chunk's due time: tts_timeout
+    stall_timeout_s: float = 2.0  # a model server's pong this late: tts_stalled (0: no pings)
     llm_timeout_s: float = 30.0  # an LLM silent this long mid-answer: llm_timeout
     retry_attempts: int = 4  # tries per hop before first audio, the first included
     drain_timeout_s: float = 25.0  # on SIGTERM: replies in progress finish within this
@@ -126,6 +127,10 @@ _HELP = {
     "send_timeout_s": "a client that takes longer than this to take one message is dropped",
     "max_history_chars": "conversation history kept per WebSocket for LLM prompts (oldest "
     "turns dropped first)",
+    "stall_timeout_s": "the model server's WebSocket is pinged every half of this; a pong this "
+    "late (a frozen process, a cut network) fails the session at once, whatever audio the "
+    "listener has buffered: the reply resumes on another model server, or ends with a "
+    "retryable error (0: no pings)",
     "tts_timeout_s": "a reply's TTS stream silent this long past a chunk's due time (its "
     "deadline, or when it was sent) fails with tts_timeout, and its model server gets no new "
     "replies for a while",

@@ -4,7 +4,9 @@ Only what is safe is retried: an attempt that failed with a retryable error befo
 said (no text shown, no audio played), and only while the next attempt can still start before
 the reply's deadline for first audio. Waits grow exponentially with full jitter (so replies
 that failed together do not retry together) up to `max_s`. After audio has started nothing is
-retried: the reply ends with an `error` event that says `retryable`.
+retried blind: a TTS stream may resume on another server from where the listener is
+(`may_resume`, `gateway.transports.resuming`), and otherwise the reply ends with an `error`
+event that says `retryable`.
 """
 
 from __future__ import annotations
@@ -65,6 +67,13 @@ class RetryBudget:
         if self.on_retry is not None:
             self.on_retry(exc, wait)
         return wait
+
+    def may_resume(self, exc: BaseException) -> bool:
+        """After audio has started: whether the reply may go on elsewhere after `exc` (its
+        session was lost or stalled), its unheard text sent again; counts a try. Unlike a
+        retry, it waits for nothing: the listener is hearing what was buffered meanwhile."""
+        self.failures += 1
+        return is_retryable(exc) and self.failures < self.policy.attempts
 
     def may_fail_over(self, exc: BaseException) -> bool:
         """Whether another server may take over at once after `exc` (unreachable before

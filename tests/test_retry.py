@@ -13,8 +13,10 @@ import pytest
 
 from gateway.errors import TTSError
 from gateway.retry import RetryBudget, RetryPolicy, retrying
-from gateway.transports.base import OnComplete, Piece
+from gateway.transports.base import Completed, OnComplete, Piece, TimedWords
 from gateway.transports.resuming import ResumingTransport
+from kokoro_contract.audio import pcm_duration_s
+from kokoro_contract.protocol import WordTiming
 
 FAST = RetryPolicy(attempts=4, base_s=0.0, max_s=0.0)  # no waiting in unit tests
 
@@ -76,14 +78,17 @@ class Attempt:
     fail: TTSError | None = None
     audio_frames: int = 0  # frames sent back before failing (when `fail`)
     fail_on_send: bool = False
+    frame_bytes: int = 0  # each chunk's audio (its text) in frames of this size (0: one frame)
+    words: bool = False  # each chunk's word timings (its text, one word) before its audio
     sent: list[tuple[str, float | None]] = field(default_factory=list)
     ended: bool = False
     exited_with: type[BaseException] | None = None
 
 
 class ScriptedStream:
-    def __init__(self, attempt: Attempt) -> None:
+    def __init__(self, attempt: Attempt, on_complete: OnComplete | None = None) -> None:
         self.attempt = attempt
+        self.on_complete = on_complete
         self.chunks: asyncio.Queue[str | None] = asyncio.Queue()
 
     async def send(self, text: str, deadline_ms: float | None = None) -> None:
@@ -96,13 +101,24 @@ class ScriptedStream:
         self.attempt.ended = True
         await self.chunks.put(None)
 
-    async def audio(self) -> AsyncIterator[bytes]:
-        frames = 0
+    async def audio(self) -> AsyncIterator[Piece]:
+        """Each chunk's text as its audio (and its word timings first, when asked), then its
+        completion; the attempt fails after `audio_frames` frames when it is to fail."""
+        frames = index = given = 0
         while (text := await self.chunks.get()) is not None:
-            if self.attempt.fail is not None and frames >= self.attempt.audio_frames:
-                raise self.attempt.fail
-            frames += 1
-            yield text.encode()
+            if self.attempt.words:
+                at, end = pcm_duration_s(given), pcm_duration_s(given + len(text))
+                yield TimedWords((WordTiming(text.strip(), at, end),))
+            size = self.attempt.frame_bytes or len(text)
+            for start in range(0, len(text), size):
+                if self.attempt.fail is not None and frames >= self.attempt.audio_frames:
+                    raise self.attempt.fail
+                frames += 1
+                yield text[start : start + size].encode()
+            given += len(text)
+            if self.on_complete is not None:
+                self.on_complete(Completed(index, len(text), len(text), 0.0))
+            index += 1
         if self.attempt.fail is not None:
             raise self.attempt.fail
 
@@ -127,7 +143,7 @@ class ScriptedTransport:
         attempt = self.attempts[len(self.opened)]
         self.opened.append(attempt)
         try:
-            yield ScriptedStream(attempt)
+            yield ScriptedStream(attempt, on_complete)
         except BaseException as exc:
             attempt.exited_with = type(exc)
             raise
@@ -144,13 +160,34 @@ class ScriptedTransport:
             raise attempt.fail
 
 
-async def speak(transport: ScriptedTransport, chunks: list[str], deadline_s: float = 60) -> bytes:
-    """What a reply does with its TTS: send every chunk, then read all the audio."""
+async def speak(
+    transport: ScriptedTransport,
+    chunks: list[str],
+    deadline_s: float = 60,
+    completed: list[int] | None = None,
+    words: list[WordTiming] | None = None,
+) -> bytes:
+    """What a reply does with its TTS: send every chunk, then read all the audio (the indices
+    of the chunks completed and the word timings into `completed` and `words`)."""
     retries: list[BaseException] = []
     deadline = asyncio.get_running_loop().time() + deadline_s
     budget = RetryBudget(FAST, deadline, lambda exc, _: retries.append(exc))
     resuming = ResumingTransport(transport, transport, budget)
-    async with resuming.open(None, 1.0) as tts:
+
+    def on_complete(done: Completed) -> None:
+        if completed is not None:
+            completed.append(done.index)
+
+    async def collect_all(pieces: AsyncIterator[Piece]) -> bytes:
+        audio = b""
+        async for piece in pieces:
+            if isinstance(piece, bytes):
+                audio += piece
+            elif words is not None:
+                words.extend(piece.words)
+        return audio
+
+    async with resuming.open(None, 1.0, on_complete) as tts:
 
         async def send_all() -> None:
             for chunk in chunks:
@@ -159,7 +196,7 @@ async def speak(transport: ScriptedTransport, chunks: list[str], deadline_s: flo
 
         async with asyncio.TaskGroup() as tg:
             tg.create_task(send_all())
-            audio = tg.create_task(collect(tts.audio()))
+            audio = tg.create_task(collect_all(tts.audio()))
     return audio.result()
 
 
@@ -186,13 +223,40 @@ async def test_a_send_that_fails_resumes_through_the_audio_side() -> None:
     assert [text for text, _ in fine.sent] == ["Hello. ", "World."]
 
 
-async def test_after_the_first_audio_nothing_is_retried() -> None:
-    late = Attempt(fail=TTSError("stream error", retryable=True), audio_frames=1)
-    transport = ScriptedTransport(late, Attempt())
+async def test_after_the_first_audio_a_lost_stream_resumes_where_the_listener_is() -> None:
+    """A frozen or lost server after "One. Tw" was heard: the next attempt is sent what was
+    not completed ("Two. ", "Three."), and the "Tw" it says again is not given twice."""
+    stalled = TTSError("stalled", code="tts_stalled", retryable=True)
+    late = Attempt(fail=stalled, audio_frames=4, frame_bytes=2, words=True)  # "On" "e." " " "Tw"
+    fine = Attempt(frame_bytes=2, words=True)
+    transport = ScriptedTransport(late, fine)
+    completed: list[int] = []
+    words: list[WordTiming] = []
+    audio = await speak(transport, ["One. ", "Two. ", "Three."], completed=completed, words=words)
+    assert audio == b"One. Two. Three."  # no repeat, no hole
+    assert [text for text, _ in fine.sent] == ["Two. ", "Three."]
+    assert completed == [0, 1, 2]  # each chunk once, under its index in the reply
+    assert [(w.word, round(w.start * 48_000)) for w in words] == [
+        ("One.", 0),
+        ("Two.", 5),  # given once, before the failure; on the reply's clock
+        ("Three.", 10),  # the resumed stream's, shifted by what came before it
+    ]
+    assert late.exited_with is TTSError
+
+
+async def test_a_stream_that_cannot_resume_ends_the_reply() -> None:
+    lost = TTSError("session lost", retryable=True)
+    always = [Attempt(fail=lost, audio_frames=1, frame_bytes=1) for _ in range(4)]
+    transport = ScriptedTransport(*always)
     with pytest.raises(ExceptionGroup) as failed:
         await speak(transport, ["One. ", "Two."])
-    assert failed.group_contains(TTSError, match="stream error")
-    assert len(transport.opened) == 1
+    assert failed.group_contains(TTSError, match="session lost")
+    assert len(transport.opened) == 4  # FAST.attempts (each says "O" again, then fails)
+    final = TTSError("model server: unknown voice", code="tts_unknown_voice", retryable=False)
+    transport = ScriptedTransport(Attempt(fail=final, audio_frames=1), Attempt())
+    with pytest.raises(ExceptionGroup):
+        await speak(transport, ["One. ", "Two."])
+    assert len(transport.opened) == 1  # not retryable: never resumed
 
 
 async def test_final_errors_and_spent_budgets_are_not_retried() -> None:

@@ -38,7 +38,7 @@ from gateway.routing.admission import (
     choose,
 )
 from gateway.transports.base import Completed, OnComplete, Piece, TTSStream
-from gateway.transports.model_server import ModelServerTransport
+from gateway.transports.model_server import STALL_TIMEOUT_S, ModelServerTransport
 
 
 @dataclass
@@ -82,6 +82,7 @@ class ModelServerPool:
     down_for_s: float = 2.0
     resolve_every_s: float = 10.0
     tts_timeout_s: float | None = None  # a stream silent this long past due: tts_timeout
+    stall_timeout_s: float | None = STALL_TIMEOUT_S  # a session's pong this late: tts_stalled
     ready_ttl_s: float = 1.0  # readiness answers are reused this long
     max_waiting: int = 16  # new replies waiting for a server with spare time, at most
     starting_slack_s: float = STARTING_SLACK_S  # a starting reply's first chunk may wait this
@@ -118,7 +119,9 @@ class ModelServerPool:
         }
 
     def _transport(self, url: str) -> ModelServerTransport:
-        return ModelServerTransport(url, self.client, self.probe, self.tts_timeout_s)
+        return ModelServerTransport(
+            url, self.client, self.probe, self.tts_timeout_s, self.stall_timeout_s
+        )
 
     async def _fetch(self, upstream: Upstream) -> None:
         now = time.monotonic()
@@ -239,6 +242,7 @@ class PooledTransport:
         self._starting = True
         self._released = False
         self._plan: InProgress | None = None
+        self._wedged: set[str] = set()  # servers that stalled or timed out on this reply
 
     def _started(self) -> None:
         if self._starting:
@@ -292,11 +296,11 @@ class PooledTransport:
         return completed
 
     def _order(self) -> list[Upstream]:
+        """Where to open the reply's stream: its server first (unless it wedged on this
+        reply: a frozen server accepts connections it never answers), then the others up."""
         others = [u for u in self.pool.upstreams if u is not self.upstream and u.up]
-        return [
-            self.upstream,
-            *sorted(others, key=lambda u: u.load.first_audio_s if u.load else 9e9),
-        ]
+        first = [] if self.upstream.url in self._wedged else [self.upstream]
+        return [*first, *sorted(others, key=lambda u: u.load.first_audio_s if u.load else 9e9)]
 
     @contextlib.asynccontextmanager
     async def open(
@@ -323,8 +327,9 @@ class PooledTransport:
             try:
                 yield stream
             except BaseException as exc:
-                if _timed_out(exc):  # wedged: route new replies elsewhere for a while
+                if _wedged(exc):  # route new replies, and this one's resumption, elsewhere
                     self.pool.mark_down(upstream)
+                    self._wedged.add(upstream.url)
                 if not await opened.__aexit__(type(exc), exc, exc.__traceback__):
                     raise
             else:
@@ -356,10 +361,13 @@ class PooledTransport:
         raise error or TTSError("no model server is reachable", retryable=True)
 
 
-def _timed_out(exc: BaseException) -> bool:
+WEDGED = frozenset({"tts_timeout", "tts_stalled"})
+
+
+def _wedged(exc: BaseException) -> bool:
     if isinstance(exc, BaseExceptionGroup):
-        return any(_timed_out(e) for e in exc.exceptions)
-    return isinstance(exc, TTSError) and exc.code == "tts_timeout"
+        return any(_wedged(e) for e in exc.exceptions)
+    return isinstance(exc, TTSError) and exc.code in WEDGED
 
 
 async def expand(url: str) -> list[str]:

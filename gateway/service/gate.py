@@ -208,4 +208,6 @@ class Gate:
             bidi = batch = chosen
         loop = asyncio.get_running_loop()
         budget.deadline = loop.time() + self.settings.first_audio_budget_s
-        return ResumingTransport(bidi, batch, budget)
+        # after audio, only a pool can resume a reply elsewhere: SageMaker's stream would be
+        # opened on the same endpoint, which just broke it
+        return ResumingTransport(bidi, batch, budget, resume_after_audio=pool is not None)

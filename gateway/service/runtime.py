@@ -62,6 +62,7 @@ class Runtime:
                 self.client,
                 httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(0.5)),
                 tts_timeout_s=settings.tts_timeout_s,
+                stall_timeout_s=settings.stall_timeout_s or None,
                 starting_slack_s=first_slack_s,
             )
         self._exits = contextlib.AsyncExitStack()

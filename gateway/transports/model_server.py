@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import orjson
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import WebSocketException
+from websockets.exceptions import ConnectionClosedError, WebSocketException
 
 from gateway.aio import cancel_and_wait
 from gateway.errors import TTSError
@@ -20,12 +20,18 @@ from gateway.transports.framed_stream import FramedTTSStream
 from kokoro_contract import protocol
 from kokoro_contract.protocol import invocation_body
 
+STALL_TIMEOUT_S = 2.0
+OPEN_TIMEOUT_S = 5.0  # a model server accepts within 250 ms (SageMaker's rule); a frozen one never
+
 
 def ws_url(http_url: str) -> str:
     base = http_url.rstrip("/")
     if base.startswith("https://"):
         return "wss://" + base.removeprefix("https://")
     return "ws://" + base.removeprefix("http://")
+
+
+KEEPALIVE = "keepalive ping timeout"  # how websockets closes a session whose pong never came
 
 
 class _WebSocketReader:
@@ -39,6 +45,13 @@ class _WebSocketReader:
         try:
             async for frame in self.ws:
                 await self.tts.received(frame)
+        except ConnectionClosedError as exc:
+            if exc.sent is not None and exc.sent.reason == KEEPALIVE:  # frozen, or cut off
+                stalled = "the model server stopped answering (no pong to the session's ping)"
+                await self.tts.failed(TTSError(stalled, code="tts_stalled"))
+            else:
+                await self.tts.failed(TTSError(f"model server session lost: {exc}"))
+            return
         except WebSocketException as exc:
             await self.tts.failed(TTSError(f"model server session lost: {exc}"))
             return
@@ -52,13 +65,18 @@ class ModelServerTransport:
         client: httpx.AsyncClient,
         probe: httpx.AsyncClient | None = None,
         tts_timeout_s: float | None = None,
+        stall_timeout_s: float | None = STALL_TIMEOUT_S,
     ) -> None:
         """`client` carries synthesis; `probe`, with short timeouts, readiness. The
-        WebSocket sends the `Authorization` header `client` sends (the model server's key)."""
+        WebSocket sends the `Authorization` header `client` sends (the model server's key),
+        and pings the model server every `stall_timeout_s / 2`: a session whose pong is
+        `stall_timeout_s` late (a frozen process, a cut network) fails with `tts_stalled`,
+        whatever audio the listener still has buffered (None: no pings)."""
         self.base_url = base_url.rstrip("/")
         self._client = client
         self._probe = probe or client
         self.tts_timeout_s = tts_timeout_s
+        self.stall_timeout_s = stall_timeout_s
 
     @contextlib.asynccontextmanager
     async def open(
@@ -69,14 +87,19 @@ class ModelServerTransport:
         timestamps: bool = False,
     ) -> AsyncIterator[FramedTTSStream]:
         try:
+            stall = self.stall_timeout_s
             ws = await connect(
                 ws_url(self.base_url) + protocol.PATH,
                 max_size=None,
+                open_timeout=OPEN_TIMEOUT_S,
+                ping_interval=None if stall is None else stall / 2,
+                ping_timeout=stall,
+                close_timeout=1.0,  # a frozen peer never answers the close either
                 additional_headers=[
                     (k, v) for k, v in self._client.headers.items() if k == "authorization"
                 ],
             )
-        except (OSError, WebSocketException) as exc:
+        except (OSError, WebSocketException, TimeoutError) as exc:
             raise TTSError(f"model server at {self.base_url} unreachable: {exc}") from exc
 
         async def send_frame(frame: str) -> None:
