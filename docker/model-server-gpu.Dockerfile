@@ -30,10 +30,10 @@ ENV UV_PROJECT_ENVIRONMENT=/opt/venv \
 WORKDIR /src
 # Dependencies first (a layer that survives code changes), then the project itself.
 COPY pyproject.toml uv.lock README.md ./
-RUN /opt/uv/bin/uv sync --frozen --no-dev --extra torch --no-install-project --python /usr/bin/python3
+RUN /opt/uv/bin/uv sync --frozen --no-default-groups --extra torch --no-install-project --python /usr/bin/python3
 COPY kokoro_contract ./kokoro_contract
 COPY model_server ./model_server
-RUN /opt/uv/bin/uv sync --frozen --no-dev --extra torch --no-editable --python /usr/bin/python3
+RUN /opt/uv/bin/uv sync --frozen --no-default-groups --extra torch --no-editable --python /usr/bin/python3
 
 FROM ${CUDA_IMAGE}
 LABEL com.amazonaws.sagemaker.capabilities.bidirectional-streaming=true \
