@@ -55,8 +55,9 @@ ENV PATH=/opt/venv/bin:$PATH \
     MODEL_SERVER_DEVICE=cuda \
     MODEL_SERVER_DEFAULT_VOICE=af_heart \
     MODEL_SERVER_WORKERS=4
-USER 10001
 EXPOSE 8080
+# No USER: SageMaker hosting expects containers to run as root (its custom inference
+# container requirements); Kubernetes and compose run it as the `app` user (uid 10001).
 HEALTHCHECK --interval=10s --timeout=3s --start-period=300s --retries=3 \
     CMD ["python3", "-c", "import urllib.request as u; u.urlopen('http://127.0.0.1:8080/ping', timeout=2)"]
 # SageMaker starts the container as `docker run IMAGE serve`: `serve` listens on 0.0.0.0:8080.

@@ -923,7 +923,8 @@ def test_containers_run_locked_down(k8s: tuple[str, list[dict[str, Any]]]) -> No
             context = {**pod.get("securityContext", {}), **container.get("securityContext", {})}
             where = f"{deployment['metadata']['name']}/{container['name']}"
             assert context["runAsNonRoot"] is True, where
-            assert context.get("runAsUser", 10001) != 0, where
+            # the model server's images run as root for SageMaker: the pod names the user
+            assert context["runAsUser"] == 10001, where
             assert context["allowPrivilegeEscalation"] is False, where
             assert context["readOnlyRootFilesystem"] is True, where
             assert context["capabilities"] == {"drop": ["ALL"]}, where
@@ -1127,6 +1128,8 @@ def test_compose_serves_anonymously_only_because_it_publishes_on_loopback(
 
 
 def test_compose_services_run_locked_down(compose: dict[str, dict[str, Any]]) -> None:
+    # the model server's images run as root for SageMaker: compose names the user
+    assert compose["model-server"]["user"] == "10001:10001"
     for name, service in compose.items():
         assert service["read_only"] is True, name
         assert service["cap_drop"] == ["ALL"], name

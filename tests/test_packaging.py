@@ -78,10 +78,18 @@ def test_model_server_images_keep_the_sagemaker_contract(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", ALL_IMAGES)
-def test_images_run_as_a_non_root_user_from_pinned_bases(name: str) -> None:
+def test_images_run_as_their_platforms_expect_from_pinned_bases(name: str) -> None:
+    """SageMaker hosting expects its containers to run as root, so the model server's images
+    set no USER (Kubernetes and compose run them as uid 10001, their `app` user); the gateway
+    image is non-root itself."""
     parser = _dockerfile(name)
-    (user,) = _instructions(_final_stage(parser), "USER")
-    assert user not in {"0", "root"}
+    stage = _final_stage(parser)
+    users = _instructions(stage, "USER")
+    if name in MODEL_IMAGES:
+        assert users == [], name
+    else:
+        assert users == ["10001"], name
+    assert any("useradd --uid 10001" in r for r in _instructions(stage, "RUN")), name
     for image in parser.parent_images:
         repository, _, tag = image.rpartition(":")
         assert repository, f"{image}: no tag"
