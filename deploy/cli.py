@@ -1,12 +1,14 @@
 """`kokoro-deploy model-data ...`, `kokoro-deploy sagemaker ...` and `kokoro-deploy teardown`.
 
 Region and credentials come from the AWS SDK's default chain (`--region` overrides);
-`AWS_ENDPOINT_URL_SAGEMAKER` and `AWS_ENDPOINT_URL_APPLICATION_AUTO_SCALING` point it elsewhere.
+`AWS_ENDPOINT_URL_<SERVICE>` (or `AWS_ENDPOINT_URL`) points a client elsewhere. The role and the
+image are checked before anything is created (deploy/preflight.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,9 +17,13 @@ import boto3
 from botocore.exceptions import BotoCoreError, ClientError, WaiterError
 
 from deploy.model_data import pack, upload
+from deploy.preflight import check_role, ecr_region, resolve_image
 from deploy.sagemaker import (
+    DEPLOYMENTS,
     GPU_AMI_VERSION,
+    DeployError,
     EndpointSpec,
+    check_spec,
     default_ami_version,
     deploy,
     teardown,
@@ -90,6 +96,18 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="the endpoint's AMI (NVIDIA driver); default for GPU instances: "
         f"{GPU_AMI_VERSION}; 'default' keeps SageMaker's",
     )
+    up.add_argument(
+        "--deployment",
+        choices=DEPLOYMENTS,
+        default="blue-green",
+        help="how an update replaces the fleet (both roll back on the endpoint's alarms)",
+    )
+    up.add_argument(
+        "--latency-alarm-ms",
+        type=float,
+        default=5000.0,
+        help="p90 model latency that rolls an update back",
+    )
     up.add_argument("--no-wait", action="store_true", help="do not wait for InService")
     data = sub.add_parser(
         "model-data", help="pack a Kokoro checkpoint directory as model.tar.gz (and upload it)"
@@ -106,6 +124,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     sagemaker = boto3.client("sagemaker", region_name=args.region)
     autoscaling = boto3.client("application-autoscaling", region_name=args.region)
+    cloudwatch = boto3.client("cloudwatch", region_name=args.region)
     try:
         if args.command == "sagemaker":
             spec = EndpointSpec(
@@ -121,12 +140,23 @@ def main(argv: Sequence[str] | None = None) -> None:
                 target_concurrency_per_instance=args.target_concurrency,
                 environment=_env(args.env),
                 inference_ami_version=_ami(args.inference_ami_version, args.instance_type),
+                deployment=args.deployment,
+                latency_alarm_ms=args.latency_alarm_ms,
             )
-            for key, value in deploy(spec, sagemaker, autoscaling, wait=not args.no_wait).items():
+            check_spec(spec)
+            notes = check_role(spec.role_arn, boto3.client("iam"), boto3.client("sts"))
+            ecr = boto3.client("ecr", region_name=ecr_region(spec.image_uri) or args.region)
+            image, note = resolve_image(spec.image_uri, ecr)
+            spec = dataclasses.replace(spec, image_uri=image)
+            for line in [*notes, *([note] if note else [])]:
+                print(f"note: {line}", file=sys.stderr)
+            print(f"image: {image}")
+            done = deploy(spec, sagemaker, autoscaling, cloudwatch, wait=not args.no_wait)
+            for key, value in done.items():
                 print(f"{key}: {value}")
         else:
-            removed = teardown(args.name, sagemaker, autoscaling)
+            removed = teardown(args.name, sagemaker, autoscaling, cloudwatch)
             print("\n".join(f"removed {r}" for r in removed) or "nothing to remove")
-    except (ClientError, BotoCoreError, WaiterError) as exc:
+    except (DeployError, ClientError, BotoCoreError, WaiterError) as exc:
         print(f"kokoro-deploy: {exc}", file=sys.stderr)
         raise SystemExit(1) from exc

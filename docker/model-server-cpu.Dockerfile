@@ -17,10 +17,10 @@ ENV UV_PROJECT_ENVIRONMENT=/opt/venv \
     UV_LINK_MODE=copy
 WORKDIR /src
 COPY pyproject.toml uv.lock README.md ./
-RUN uv sync --frozen --no-dev --no-install-project --python /usr/local/bin/python3
+RUN uv sync --frozen --no-default-groups --no-install-project --python /usr/local/bin/python3
 COPY kokoro_contract ./kokoro_contract
 COPY model_server ./model_server
-RUN uv sync --frozen --no-dev --no-editable --python /usr/local/bin/python3 \
+RUN uv sync --frozen --no-default-groups --no-editable --python /usr/local/bin/python3 \
     && /opt/venv/bin/python -c "from pathlib import Path; from model_server.engines.weights import assemble_model; assemble_model(Path('/opt/kokoro'))"
 
 FROM ${PYTHON_IMAGE}
@@ -34,8 +34,9 @@ ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     MODEL_SERVER_ENGINE=onnx \
     MODEL_SERVER_MODEL_PATH=/opt/kokoro/kokoro-v1.0.int8.onnx
-USER 10001
 EXPOSE 8080
+# No USER: SageMaker hosting expects containers to run as root (its custom inference
+# container requirements); Kubernetes and compose run it as the `app` user (uid 10001).
 HEALTHCHECK --interval=10s --timeout=3s --start-period=120s --retries=3 \
     CMD ["python3", "-c", "import urllib.request as u; u.urlopen('http://127.0.0.1:8080/ping', timeout=2)"]
 # SageMaker starts the container as `docker run IMAGE serve`: `serve` listens on 0.0.0.0:8080.

@@ -30,10 +30,10 @@ ENV UV_PROJECT_ENVIRONMENT=/opt/venv \
 WORKDIR /src
 # Dependencies first (a layer that survives code changes), then the project itself.
 COPY pyproject.toml uv.lock README.md ./
-RUN /opt/uv/bin/uv sync --frozen --no-dev --extra torch --no-install-project --python /usr/bin/python3
+RUN /opt/uv/bin/uv sync --frozen --no-default-groups --extra torch --no-install-project --python /usr/bin/python3
 COPY kokoro_contract ./kokoro_contract
 COPY model_server ./model_server
-RUN /opt/uv/bin/uv sync --frozen --no-dev --extra torch --no-editable --python /usr/bin/python3
+RUN /opt/uv/bin/uv sync --frozen --no-default-groups --extra torch --no-editable --python /usr/bin/python3
 
 FROM ${CUDA_IMAGE}
 LABEL com.amazonaws.sagemaker.capabilities.bidirectional-streaming=true \
@@ -55,8 +55,9 @@ ENV PATH=/opt/venv/bin:$PATH \
     MODEL_SERVER_DEVICE=cuda \
     MODEL_SERVER_DEFAULT_VOICE=af_heart \
     MODEL_SERVER_WORKERS=4
-USER 10001
 EXPOSE 8080
+# No USER: SageMaker hosting expects containers to run as root (its custom inference
+# container requirements); Kubernetes and compose run it as the `app` user (uid 10001).
 HEALTHCHECK --interval=10s --timeout=3s --start-period=300s --retries=3 \
     CMD ["python3", "-c", "import urllib.request as u; u.urlopen('http://127.0.0.1:8080/ping', timeout=2)"]
 # SageMaker starts the container as `docker run IMAGE serve`: `serve` listens on 0.0.0.0:8080.

@@ -38,6 +38,7 @@ class BedrockScript:
     stream_error_after: int | None = None  # tokens, then `stream_error` (0: before any text)
     stream_error: str = "modelStreamErrorException"  # the exception event's type
     stream_error_times: int | None = None  # streams it breaks, the first ones (None: all)
+    stop_reason: str = "end_turn"  # messageStop's (max_tokens, guardrail_intervened, ...)
     requests: list[dict[str, Any]] = field(default_factory=list)
     model_ids: list[str] = field(default_factory=list)
 
@@ -105,7 +106,7 @@ def create_bedrock_emulator(script: BedrockScript | None = None) -> FastAPI:
                 yield event("contentBlockDelta", {"delta": {"text": token}, "contentBlockIndex": 0})
                 i += 1
             yield event("contentBlockStop", {"contentBlockIndex": 0})
-            yield event("messageStop", {"stopReason": "end_turn"})
+            yield event("messageStop", {"stopReason": s.stop_reason})
             usage = {
                 "inputTokens": 10,
                 "outputTokens": len(words),

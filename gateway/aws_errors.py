@@ -21,7 +21,8 @@ RETRYABLE = frozenset(
         "InternalServerError",
         "InternalServerException",
         "InternalStreamFailure",
-        "ModelNotReadyException",
+        "ModelNotReadyException",  # retryable in bedrock-runtime's service model
+        "ModelTimeoutException",  # HTTP 408: the model took too long; another try may not
         "ModelStreamError",
         "ModelStreamErrorException",
     }

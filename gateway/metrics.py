@@ -54,6 +54,18 @@ class GatewayMetrics:
             ["hop"],
             registry=self.registry,
         )
+        self.llm_stops = Counter(
+            "gateway_llm_stop_reasons_total",
+            "LLM answers by why they ended (Bedrock's stopReason: end_turn, max_tokens, ...)",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.llm_tokens = Counter(
+            "gateway_llm_tokens_total",
+            "LLM tokens by kind (inputTokens, outputTokens), as Bedrock reports them",
+            ["kind"],
+            registry=self.registry,
+        )
         self.sessions = Gauge(
             "gateway_open_sessions",
             "Sessions counted against --max-sessions: WebSockets and HTTP replies",

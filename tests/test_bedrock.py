@@ -13,7 +13,7 @@ from websockets.asyncio.client import connect
 from emulators.bedrock import BedrockScript, create_bedrock_emulator
 from gateway.app import create_app as create_gateway
 from gateway.config import Settings as GatewaySettings
-from tests.support.gateway_client import sse_get
+from tests.support.gateway_client import metric, sse_get
 from tests.support.servers import RunningServer, serve
 
 ANSWER = "Sure, here is the answer you asked for. It comes from Bedrock."
@@ -149,3 +149,70 @@ async def test_websocket_conversation_history_reaches_bedrock(
         {"role": "assistant", "content": [{"text": ANSWER}]},
         {"role": "user", "content": [{"text": "Second?"}]},
     ]
+
+
+# --- stop reasons, usage, and settings Bedrock would refuse -------------------------------
+
+
+async def test_the_stop_reason_reaches_the_client_and_the_metrics(
+    gateway_bedrock: RunningServer, bedrock: tuple[RunningServer, BedrockScript]
+) -> None:
+    _, script = bedrock
+    before = await metric(gateway_bedrock, "gateway_llm_stop_reasons_total", reason="max_tokens")
+    tokens = await metric(gateway_bedrock, "gateway_llm_tokens_total", kind="outputTokens")
+    script.stop_reason = "max_tokens"  # the answer was cut, not finished
+    reply = await sse_get(gateway_bedrock.http_url, {"prompt": "Tell me.", "format": "pcm"})
+    assert reply.one("agent_end")["stop_reason"] == "max_tokens"
+    after = await metric(gateway_bedrock, "gateway_llm_stop_reasons_total", reason="max_tokens")
+    assert after - before == 1
+    used = await metric(gateway_bedrock, "gateway_llm_tokens_total", kind="outputTokens")
+    assert used - tokens == len(TOKENS)  # the emulator's usage: one token a delta
+    script.stop_reason = "end_turn"
+    again = await sse_get(gateway_bedrock.http_url, {"prompt": "Tell me.", "format": "pcm"})
+    assert again.one("agent_end")["stop_reason"] == "end_turn"
+
+
+async def test_a_temperature_over_one_fails_at_the_start_unretried(
+    bedrock_settings: GatewaySettings, bedrock: tuple[RunningServer, BedrockScript]
+) -> None:
+    _, script = bedrock
+    with serve(create_gateway(dataclasses.replace(bedrock_settings, temperature=1.5))) as gw:
+        reply = await sse_get(gw.http_url, {"prompt": "Hi?"})
+    error = reply.one("error")
+    assert (error["code"], error["retryable"]) == ("llm_error", False)
+    assert "temperature from 0 to 1, not 1.5 (GATEWAY_TEMPERATURE)" in error["message"]
+    assert script.requests == []
+
+
+async def test_an_empty_system_prompt_is_not_sent(
+    bedrock_settings: GatewaySettings, bedrock: tuple[RunningServer, BedrockScript]
+) -> None:
+    _, script = bedrock
+    with serve(create_gateway(dataclasses.replace(bedrock_settings, system_prompt=""))) as gw:
+        reply = await sse_get(gw.http_url, {"prompt": "Hi?"})
+    assert "error" not in reply.names
+    (request,) = script.requests
+    assert "system" not in request
+
+
+async def test_a_request_the_service_model_refuses_is_not_retried_as_unreachable(
+    bedrock_settings: GatewaySettings, bedrock: tuple[RunningServer, BedrockScript]
+) -> None:
+    _, script = bedrock
+    with serve(create_gateway(dataclasses.replace(bedrock_settings, max_tokens=0))) as gw:
+        reply = await sse_get(gw.http_url, {"prompt": "Hi?"})
+    error = reply.one("error")
+    assert error["retryable"] is False
+    assert "Bedrock refused the request" in error["message"]
+    assert "unreachable" not in error["message"]
+    assert script.requests == []  # botocore refused it before sending
+
+
+async def test_a_model_timeout_is_retried(
+    gateway_bedrock: RunningServer, bedrock: tuple[RunningServer, BedrockScript]
+) -> None:
+    _, script = bedrock
+    script.fail_first, script.fail_status, script.fail_code = 1, 408, "ModelTimeoutException"
+    reply = await sse_get(gateway_bedrock.http_url, {"prompt": "Tell me."})
+    assert "error" not in reply.names
+    assert len(script.requests) == 2

@@ -10,22 +10,37 @@ import re
 import subprocess
 import sys
 import tarfile
+import urllib.request
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import boto3
+import orjson
 import pytest
 import yaml
+from botocore.exceptions import ClientError
+from botocore.stub import Stubber
 from dockerfile_parse import DockerfileParser
 from moto.core.responses import ActionResult
+from moto.iam.responses import IamResponse
 from moto.sagemaker.models import FakeEndpoint, FakeEndpointConfig, SageMakerModelBackend
 from moto.sagemaker.responses import SageMakerResponse
 from moto.server import ThreadedMotoServer
 
 from deploy.cli import main
 from deploy.model_data import upload
-from deploy.sagemaker import GPU_AMI_VERSION, EndpointSpec, default_ami_version, deploy, teardown
+from deploy.preflight import check_role
+from deploy.sagemaker import (
+    GPU_AMI_VERSION,
+    DeployError,
+    EndpointSpec,
+    check_spec,
+    default_ami_version,
+    deploy,
+    teardown,
+)
 from gateway.config import Settings as GatewaySettings
 from model_server.config import Settings as ModelServerSettings
 from model_server.engines.checkpoint import locate
@@ -54,6 +69,17 @@ def _update_endpoint_action(self: SageMakerResponse) -> ActionResult:
     return ActionResult({"EndpointArn": endpoint.arn})
 
 
+def _simulate_principal_policy(self: IamResponse) -> ActionResult:
+    """moto has no SimulatePrincipalPolicy: every action is allowed (the policy logic is
+    IAM's; the decisions kokoro-deploy draws from it are tested with Stubber below)."""
+    results = [
+        {"EvalActionName": action, "EvalResourceName": resource, "EvalDecision": "allowed"}
+        for action in self._get_param("ActionNames", [])
+        for resource in self._get_param("ResourceArns", [])
+    ]
+    return ActionResult({"EvaluationResults": results, "IsTruncated": False})
+
+
 @pytest.fixture
 def moto_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     # moto's endpoint-config check predates the g5 family; SageMaker accepts ml.g5.*
@@ -69,10 +95,15 @@ def moto_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     monkeypatch.setattr(
         SageMakerResponse, "update_endpoint", _update_endpoint_action, raising=False
     )
+    monkeypatch.setattr(
+        IamResponse, "simulate_principal_policy", _simulate_principal_policy, raising=False
+    )
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
     url = f"http://{host}:{port}"
+    # moto's backends live in this process: each test starts from an empty account
+    urllib.request.urlopen(urllib.request.Request(f"{url}/moto-api/reset", method="POST"))
     for name, value in {
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
@@ -85,8 +116,12 @@ def moto_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     server.stop()
 
 
-def clients() -> tuple[Any, Any]:
-    return boto3.client("sagemaker"), boto3.client("application-autoscaling")
+def clients() -> tuple[Any, Any, Any]:
+    return (
+        boto3.client("sagemaker"),
+        boto3.client("application-autoscaling"),
+        boto3.client("cloudwatch"),
+    )
 
 
 def spec(**overrides: Any) -> EndpointSpec:
@@ -101,8 +136,8 @@ def spec(**overrides: Any) -> EndpointSpec:
 
 
 def test_deploy_creates_everything_on_g5(moto_server: str) -> None:
-    sm, aas = clients()
-    done = deploy(spec(), sm, aas)
+    sm, aas, cw = clients()
+    done = deploy(spec(), sm, aas, cw)
     assert (done["model_action"], done["config_action"], done["endpoint_action"]) == (
         "created",
         "created",
@@ -139,15 +174,15 @@ def test_deploy_creates_everything_on_g5(moto_server: str) -> None:
 
 
 def test_rerunning_is_safe_and_changes_update_in_place(moto_server: str) -> None:
-    sm, aas = clients()
-    first = deploy(spec(), sm, aas)
-    again = deploy(spec(), sm, aas)
+    sm, aas, cw = clients()
+    first = deploy(spec(), sm, aas, cw)
+    again = deploy(spec(), sm, aas, cw)
     assert (again["model_action"], again["config_action"], again["endpoint_action"]) == (
         "reused",
         "reused",
         "unchanged",
     )
-    bigger = deploy(spec(instance_type="ml.g5.2xlarge", max_instances=8), sm, aas)
+    bigger = deploy(spec(instance_type="ml.g5.2xlarge", max_instances=8), sm, aas, cw)
     assert (bigger["model_action"], bigger["config_action"], bigger["endpoint_action"]) == (
         "reused",
         "created",
@@ -161,17 +196,17 @@ def test_rerunning_is_safe_and_changes_update_in_place(moto_server: str) -> None
 
 
 def test_teardown_removes_it_all_and_is_safe_to_repeat(moto_server: str) -> None:
-    sm, aas = clients()
-    deploy(spec(), sm, aas)
-    deploy(spec(instance_type="ml.g5.2xlarge"), sm, aas)
-    removed = teardown("kokoro-tts", sm, aas)
+    sm, aas, cw = clients()
+    deploy(spec(), sm, aas, cw)
+    deploy(spec(instance_type="ml.g5.2xlarge"), sm, aas, cw)
+    removed = teardown("kokoro-tts", sm, aas, cw)
     assert "endpoint kokoro-tts" in removed
     assert sum(r.startswith("endpoint config") for r in removed) == 2
     assert sum(r.startswith("model ") for r in removed) == 1
     assert sm.list_endpoints()["Endpoints"] == []
     assert sm.list_models()["Models"] == []
     assert aas.describe_scalable_targets(ServiceNamespace="sagemaker")["ScalableTargets"] == []
-    assert teardown("kokoro-tts", sm, aas) == []
+    assert teardown("kokoro-tts", sm, aas, cw) == []
 
 
 def test_gpu_instances_get_the_newer_driver_ami() -> None:
@@ -182,7 +217,27 @@ def test_gpu_instances_get_the_newer_driver_ami() -> None:
     assert default_ami_version("ml.m5.xlarge") is None
 
 
+TRUST = {
+    "Version": "2012-10-17",
+    "Statement": [
+        {
+            "Effect": "Allow",
+            "Principal": {"Service": "sagemaker.amazonaws.com"},
+            "Action": "sts:AssumeRole",
+        }
+    ],
+}
+
+
+def execution_role(trust: dict[str, Any] = TRUST) -> str:
+    arn: str = boto3.client("iam").create_role(
+        RoleName="SageMakerExecution", AssumeRolePolicyDocument=orjson.dumps(trust).decode()
+    )["Role"]["Arn"]
+    return arn
+
+
 def test_cli(moto_server: str, capsys: pytest.CaptureFixture[str]) -> None:
+    role = execution_role()
     main(
         [
             "sagemaker",
@@ -190,18 +245,21 @@ def test_cli(moto_server: str, capsys: pytest.CaptureFixture[str]) -> None:
             "kokoro-cli",
             "--image-uri",
             "img:1",
+            "--model-data",
+            "s3://bucket/kokoro/model.tar.gz",
             "--role-arn",
-            ROLE,
+            role,
             "--env",
             "MODEL_SERVER_ENGINE=torch",
             "--max-instances",
             "3",
         ]
     )
-    out = capsys.readouterr().out
-    assert "endpoint_action: created" in out
-    assert "status: InService" in out
-    sm, _ = clients()
+    captured = capsys.readouterr()
+    assert "endpoint_action: created" in captured.out
+    assert "status: InService" in captured.out
+    assert "img:1 is not an ECR image" in captured.err
+    sm, _, _ = clients()
     endpoint = sm.describe_endpoint(EndpointName="kokoro-cli")
     config = sm.describe_endpoint_config(EndpointConfigName=endpoint["EndpointConfigName"])
     # ml.g5's default AMI has driver 470, too old for the GPU image's CUDA 13 torch
@@ -210,6 +268,414 @@ def test_cli(moto_server: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert "removed endpoint kokoro-cli" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="KEY=VALUE"):
         main(["sagemaker", "--name", "x", "--image-uri", "i", "--role-arn", ROLE, "--env", "BAD"])
+
+
+# --- redeploys, teardown, images by digest, refusals: call order checked with Stubber ---------
+# Stubber checks each request against botocore's service model and each client's call order;
+# `Calls` records the order across clients.
+
+NOW = datetime(2026, 12, 1, tzinfo=UTC)
+
+
+class Calls:
+    """Stubbed sagemaker, application-autoscaling and cloudwatch clients, and every call made
+    through them in order, as (service, operation)."""
+
+    def __init__(self) -> None:
+        self.order: list[tuple[str, str]] = []
+        self.stubs: dict[str, Stubber] = {}
+        self.clients: dict[str, Any] = {}
+        for service in ("sagemaker", "application-autoscaling", "cloudwatch", "iam", "sts"):
+            client = boto3.client(
+                service,
+                region_name="us-east-1",
+                aws_access_key_id="AKIDEXAMPLE",
+                aws_secret_access_key="secret",
+            )
+            client.meta.events.register(
+                "before-parameter-build.*.*",
+                lambda model, _s=service, **_: self.order.append((_s, model.name)),
+            )
+            self.clients[service] = client
+            self.stubs[service] = Stubber(client)
+            self.stubs[service].activate()
+
+    def expect(self, service: str, method: str, response: dict[str, Any], **params: Any) -> None:
+        self.stubs[service].add_response(method, response, params or None)
+
+    def refuse(self, service: str, method: str, code: str, message: str) -> None:
+        self.stubs[service].add_client_error(method, code, message, 400)
+
+    def done(self) -> None:
+        for stub in self.stubs.values():
+            stub.assert_no_pending_responses()
+
+    def deploy(self, endpoint_spec: EndpointSpec) -> dict[str, Any]:
+        c = self.clients
+        return deploy(endpoint_spec, c["sagemaker"], c["application-autoscaling"], c["cloudwatch"])
+
+
+def _endpoint(name: str, status: str, config: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "EndpointName": name,
+        "EndpointArn": f"arn:aws:sagemaker:us-east-1:123456789012:endpoint/{name}",
+        "EndpointConfigName": config,
+        "EndpointStatus": status,
+        "CreationTime": NOW,
+        "LastModifiedTime": NOW,
+        **extra,
+    }
+
+
+def _config(name: str, instance_type: str, count: int = 1) -> dict[str, Any]:
+    variant = {
+        "VariantName": "AllTraffic",
+        "ModelName": "kokoro-tts-model",
+        "InstanceType": instance_type,
+        "InitialInstanceCount": count,
+    }
+    return {
+        "EndpointConfigName": name,
+        "EndpointConfigArn": f"arn:aws:sagemaker:us-east-1:123456789012:endpoint-config/{name}",
+        "ProductionVariants": [variant],
+        "CreationTime": NOW,
+    }
+
+
+UPDATE_START = [
+    ("sagemaker", "DescribeEndpoint"),
+    ("sagemaker", "DescribeModel"),
+    ("sagemaker", "DescribeEndpointConfig"),
+    ("sagemaker", "CreateEndpointConfig"),
+    ("cloudwatch", "PutMetricAlarm"),
+    ("cloudwatch", "PutMetricAlarm"),
+    ("sagemaker", "DescribeEndpointConfig"),
+]
+UPDATE_END = [
+    ("sagemaker", "UpdateEndpoint"),
+    ("sagemaker", "DescribeEndpoint"),  # the waiter
+    ("sagemaker", "DescribeEndpoint"),
+    ("application-autoscaling", "RegisterScalableTarget"),
+    ("application-autoscaling", "PutScalingPolicy"),
+    ("application-autoscaling", "PutScalingPolicy"),
+]
+
+
+@pytest.mark.parametrize(
+    ("live_type", "live_count", "paused", "excluded"),
+    [
+        ("ml.g5.xlarge", 1, True, False),  # instance type changes: scaling off, then on again
+        ("ml.g5.2xlarge", 1, False, False),  # same type: autoscaling stays registered
+        ("ml.g5.2xlarge", 3, False, True),  # --initial-count changed: that count applies
+    ],
+)
+def test_an_update_keeps_live_properties_and_pauses_scaling_around_a_type_change(
+    live_type: str, live_count: int, paused: bool, excluded: bool
+) -> None:
+    calls = Calls()
+    new = spec(instance_type="ml.g5.2xlarge", max_instances=6)
+    live = _endpoint(new.name, "InService", "kokoro-tts-old")
+    calls.expect("sagemaker", "describe_endpoint", live)
+    model = {
+        "ModelName": new.model_name,
+        "ModelArn": "arn:aws:sagemaker:us-east-1:123456789012:model/m",
+        "CreationTime": NOW,
+    }
+    calls.expect("sagemaker", "describe_model", model)
+    calls.refuse(
+        "sagemaker",
+        "describe_endpoint_config",
+        "ValidationException",
+        f"Could not find endpoint configuration {new.config_name}.",
+    )
+    calls.expect(
+        "sagemaker",
+        "create_endpoint_config",
+        {"EndpointConfigArn": "arn:aws:sagemaker:us-east-1:123456789012:endpoint-config/c"},
+    )
+    for _ in range(2):
+        calls.expect("cloudwatch", "put_metric_alarm", {})
+    calls.expect(
+        "sagemaker", "describe_endpoint_config", _config("kokoro-tts-old", live_type, live_count)
+    )
+    if live_type != new.instance_type:
+        target = {
+            "ServiceNamespace": "sagemaker",
+            "ResourceId": new.resource_id,
+            "ScalableDimension": "sagemaker:variant:DesiredInstanceCount",
+            "MinCapacity": 1,
+            "MaxCapacity": 4,
+            "RoleARN": "arn:aws:iam::123456789012:role/aws-service-role/x",
+            "CreationTime": NOW,
+        }
+        calls.expect(
+            "application-autoscaling", "describe_scalable_targets", {"ScalableTargets": [target]}
+        )
+        calls.expect("application-autoscaling", "deregister_scalable_target", {})
+    alarms = {"Alarms": [{"AlarmName": "kokoro-tts-5xx"}, {"AlarmName": "kokoro-tts-latency"}]}
+    update: dict[str, Any] = {
+        "EndpointName": "kokoro-tts",
+        "EndpointConfigName": new.config_name,
+        "RetainAllVariantProperties": True,
+        "DeploymentConfig": {
+            "BlueGreenUpdatePolicy": {
+                "TrafficRoutingConfiguration": {
+                    "Type": "CANARY",
+                    "CanarySize": {"Type": "CAPACITY_PERCENT", "Value": 25},
+                    "WaitIntervalInSeconds": 300,
+                },
+                "TerminationWaitInSeconds": 300,
+            },
+            "AutoRollbackConfiguration": alarms,
+        },
+    }
+    if excluded:
+        update["ExcludeRetainedVariantProperties"] = [
+            {"VariantPropertyType": "DesiredInstanceCount"}
+        ]
+    calls.expect("sagemaker", "update_endpoint", {"EndpointArn": live["EndpointArn"]}, **update)
+    for _ in range(2):
+        calls.expect("sagemaker", "describe_endpoint", {**live, "EndpointStatus": "InService"})
+    calls.expect("application-autoscaling", "register_scalable_target", {})
+    for _ in range(2):
+        calls.expect(
+            "application-autoscaling",
+            "put_scaling_policy",
+            {"PolicyARN": "arn:aws:autoscaling:us-east-1:123456789012:scalingPolicy:p"},
+        )
+    done = calls.deploy(new)
+    calls.done()
+    scaling_off = [
+        ("application-autoscaling", "DescribeScalableTargets"),
+        ("application-autoscaling", "DeregisterScalableTarget"),
+    ]
+    assert calls.order == UPDATE_START + (scaling_off if paused else []) + UPDATE_END
+    assert done["endpoint_action"] == "updated"
+    assert ("autoscaling_paused" in done) is paused
+
+
+def test_the_rollback_alarms_watch_the_endpoints_5xx_and_latency(moto_server: str) -> None:
+    sm, aas, cw = clients()
+    deploy(spec(latency_alarm_ms=3000, deployment="rolling"), sm, aas, cw)
+    alarms = {a["AlarmName"]: a for a in cw.describe_alarms()["MetricAlarms"]}
+    assert set(alarms) == {"kokoro-tts-5xx", "kokoro-tts-latency"}
+    errors, latency = alarms["kokoro-tts-5xx"], alarms["kokoro-tts-latency"]
+    assert (errors["Namespace"], errors["MetricName"], errors["Statistic"]) == (
+        "AWS/SageMaker",
+        "Invocation5XXErrors",
+        "Sum",
+    )
+    assert (latency["MetricName"], latency["ExtendedStatistic"], latency["Threshold"]) == (
+        "ModelLatency",
+        "p90",
+        3_000_000.0,  # ModelLatency is in microseconds
+    )
+    for alarm in (errors, latency):
+        assert {d["Name"]: d["Value"] for d in alarm["Dimensions"]} == {
+            "EndpointName": "kokoro-tts",
+            "VariantName": "AllTraffic",
+        }
+
+
+@pytest.mark.parametrize(
+    ("status", "says"),
+    [
+        ("Updating", "is Updating: wait until it is InService"),
+        ("Creating", "is Creating: wait until it is InService"),
+        ("Failed", "is Failed (CannotStartContainerError): SageMaker cannot update it"),
+    ],
+)
+def test_a_busy_or_failed_endpoint_is_refused_before_anything_is_created(
+    status: str, says: str
+) -> None:
+    calls = Calls()
+    reason = {"FailureReason": "CannotStartContainerError"} if status == "Failed" else {}
+    calls.expect(
+        "sagemaker", "describe_endpoint", _endpoint("kokoro-tts", status, "kokoro-tts-a", **reason)
+    )
+    with pytest.raises(DeployError, match=re.escape(says)):
+        calls.deploy(spec())
+    assert calls.order == [("sagemaker", "DescribeEndpoint")]
+
+
+def test_only_could_not_find_means_absent() -> None:
+    calls = Calls()
+    calls.refuse("sagemaker", "describe_endpoint", "ValidationException", "Could not find endpoint")
+    calls.refuse(
+        "sagemaker", "describe_model", "ValidationException", "1 validation error detected"
+    )
+    with pytest.raises(ClientError, match="1 validation error"):
+        calls.deploy(spec())
+    assert ("sagemaker", "CreateModel") not in calls.order
+
+
+@pytest.mark.parametrize(
+    ("overrides", "says"),
+    [
+        ({"name": "k" * 53}, "has 53 characters; at most 52"),
+        ({"model_data_url": None}, "pass --model-data"),
+    ],
+)
+def test_what_would_fail_later_is_refused_up_front(
+    overrides: dict[str, Any], says: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = Calls()
+    with pytest.raises(DeployError, match=says):
+        calls.deploy(spec(environment={}, **overrides))
+    assert calls.order == []
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    argv = ["sagemaker", "--name", "k" * 53, "--image-uri", "i", "--role-arn", ROLE]
+    with pytest.raises(SystemExit) as exit_info:  # the CLI says it in one line
+        main(argv)
+    assert exit_info.value.code == 1
+
+
+def test_the_cpu_image_needs_no_model_data() -> None:
+    check_spec(spec(model_data_url=None, environment={"MODEL_SERVER_ENGINE": "onnx"}))
+    check_spec(spec(model_data_url=None, environment={}, instance_type="ml.c7i.4xlarge"))
+
+
+def test_teardown_removes_exactly_what_this_endpoint_created(
+    moto_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`kokoro` beside `kokoro-staging` (whose names it prefixes), one page per item, and an
+    endpoint of someone else's that uses one of kokoro's configs."""
+    monkeypatch.setattr("deploy.sagemaker.PAGE_SIZE", 1)
+    sm, aas, cw = clients()
+    deploy(spec(name="kokoro"), sm, aas, cw)
+    deploy(spec(name="kokoro", instance_type="ml.g5.2xlarge"), sm, aas, cw)
+    staging = deploy(spec(name="kokoro-staging"), sm, aas, cw)
+    kept = deploy(spec(name="kokoro", instance_type="ml.g5.4xlarge"), sm, aas, cw)["config"]
+    sm.create_endpoint(EndpointName="borrower", EndpointConfigName=kept)
+    removed = teardown("kokoro", sm, aas, cw)
+    assert "endpoint kokoro" in removed
+    assert sum(r.startswith("endpoint config ") for r in removed) == 2  # not the borrowed one
+    assert not [r for r in removed if "staging" in r]
+    assert {"alarm kokoro-5xx", "alarm kokoro-latency"} <= set(removed)
+    left = {e["EndpointName"] for e in sm.list_endpoints()["Endpoints"]}
+    assert left == {"kokoro-staging", "borrower"}
+    assert sm.describe_endpoint_config(EndpointConfigName=staging["config"])
+    assert sm.describe_model(ModelName=staging["model"])
+    assert sm.describe_endpoint_config(EndpointConfigName=kept)
+    assert sm.describe_model(ModelName=spec(name="kokoro").model_name)  # the borrower's model
+    (target,) = aas.describe_scalable_targets(ServiceNamespace="sagemaker")["ScalableTargets"]
+    assert target["ResourceId"] == "endpoint/kokoro-staging/variant/AllTraffic"
+    assert {a["AlarmName"] for a in cw.describe_alarms()["MetricAlarms"]} == {
+        "kokoro-staging-5xx",
+        "kokoro-staging-latency",
+    }
+
+
+def _push(ecr: Any, tag: str, layer: str) -> str:
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+        "config": {"digest": f"sha256:{layer * 64}", "size": 1, "mediaType": "x"},
+        "layers": [],
+    }
+    digest: str = ecr.put_image(
+        repositoryName="kokoro", imageManifest=orjson.dumps(manifest).decode(), imageTag=tag
+    )["image"]["imageId"]["imageDigest"]
+    return digest
+
+
+def test_a_re_pushed_tag_is_a_new_model(
+    moto_server: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ecr = boto3.client("ecr")
+    uri = ecr.create_repository(repositoryName="kokoro")["repository"]["repositoryUri"]
+    role = execution_role()
+    argv = ["sagemaker", "--name", "kokoro-tts", "--image-uri", f"{uri}:1.0", "--role-arn", role]
+    argv += ["--model-data", "s3://bucket/m.tar.gz", "--no-wait"]
+    sm, _, _ = clients()
+    images = []
+    for layer in ("a", "b"):
+        digest = _push(ecr, "1.0", layer)
+        main(argv)
+        assert f"image: {uri}@{digest}" in capsys.readouterr().out
+        endpoint = sm.describe_endpoint(EndpointName="kokoro-tts")
+        config = sm.describe_endpoint_config(EndpointConfigName=endpoint["EndpointConfigName"])
+        model = sm.describe_model(ModelName=config["ProductionVariants"][0]["ModelName"])
+        images.append(model["PrimaryContainer"]["Image"])
+    assert images == [f"{uri}@{d}" for d in (_push(ecr, "a", "a"), _push(ecr, "b", "b"))]
+    with pytest.raises(SystemExit):
+        main([*argv[:4], f"{uri}:missing", *argv[5:]])
+    assert "not in ECR (ImageNotFoundException)" in capsys.readouterr().err
+
+
+# --- IAM, checked before anything is created -----------------------------------------------
+
+
+def _role(trust: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "Role": {
+            "Path": "/",
+            "RoleName": "SageMakerExecution",
+            "RoleId": "AROAEXAMPLEEXAMPLE1",
+            "Arn": ROLE,
+            "CreateDate": NOW,
+            "AssumeRolePolicyDocument": orjson.dumps(trust).decode(),
+        }
+    }
+
+
+def _caller(calls: Calls, arn: str) -> None:
+    identity = {"UserId": "AIDAEXAMPLE", "Account": "123456789012", "Arn": arn}
+    calls.expect("sts", "get_caller_identity", identity)
+
+
+def _decision(calls: Calls, caller: str, decision: str) -> None:
+    result = {"EvalActionName": "iam:PassRole", "EvalResourceName": ROLE, "EvalDecision": decision}
+    calls.expect(
+        "iam",
+        "simulate_principal_policy",
+        {"EvaluationResults": [result]},
+        PolicySourceArn=caller,
+        ActionNames=["iam:PassRole"],
+        ResourceArns=[ROLE],
+    )
+
+
+def _check(calls: Calls) -> list[str]:
+    return check_role(ROLE, calls.clients["iam"], calls.clients["sts"])
+
+
+def test_a_role_sagemaker_may_assume_and_the_caller_may_pass() -> None:
+    calls = Calls()
+    calls.expect("iam", "get_role", _role(TRUST), RoleName="SageMakerExecution")
+    _caller(calls, "arn:aws:sts::123456789012:assumed-role/Deployer/ci-run")
+    _decision(calls, "arn:aws:iam::123456789012:role/Deployer", "allowed")
+    assert _check(calls) == []
+    calls.done()
+
+
+def test_roles_sagemaker_could_not_use_are_refused() -> None:
+    calls = Calls()
+    calls.refuse("iam", "get_role", "NoSuchEntity", "The role cannot be found.")
+    with pytest.raises(DeployError, match="no such role"):
+        _check(calls)
+    lambda_only = orjson.loads(orjson.dumps(TRUST).replace(b"sagemaker", b"lambda"))
+    calls.expect("iam", "get_role", _role(lambda_only))
+    with pytest.raises(DeployError, match=r"does not let sagemaker\.amazonaws\.com assume it"):
+        _check(calls)
+    calls.expect("iam", "get_role", _role(TRUST))
+    _caller(calls, "arn:aws:iam::123456789012:user/dev")
+    _decision(calls, "arn:aws:iam::123456789012:user/dev", "implicitDeny")
+    with pytest.raises(DeployError, match=r"may not pass .* \(iam:PassRole is implicitDeny\)"):
+        _check(calls)
+    calls.done()
+    assert ("sagemaker", "CreateModel") not in calls.order
+
+
+def test_checks_the_caller_may_not_make_are_reported_and_skipped() -> None:
+    calls = Calls()
+    calls.refuse("iam", "get_role", "AccessDenied", "not authorized to perform iam:GetRole")
+    _caller(calls, "arn:aws:iam::123456789012:user/dev")
+    calls.refuse("iam", "simulate_principal_policy", "AccessDenied", "not authorized")
+    assert _check(calls) == [
+        "the role was not checked (no iam:GetRole)",
+        "iam:PassRole was not checked (AccessDenied)",
+    ]
 
 
 def _checkpoint_layout(root: Path) -> Path:
@@ -457,7 +923,8 @@ def test_containers_run_locked_down(k8s: tuple[str, list[dict[str, Any]]]) -> No
             context = {**pod.get("securityContext", {}), **container.get("securityContext", {})}
             where = f"{deployment['metadata']['name']}/{container['name']}"
             assert context["runAsNonRoot"] is True, where
-            assert context.get("runAsUser", 10001) != 0, where
+            # the model server's images run as root for SageMaker: the pod names the user
+            assert context["runAsUser"] == 10001, where
             assert context["allowPrivilegeEscalation"] is False, where
             assert context["readOnlyRootFilesystem"] is True, where
             assert context["capabilities"] == {"drop": ["ALL"]}, where
@@ -661,6 +1128,8 @@ def test_compose_serves_anonymously_only_because_it_publishes_on_loopback(
 
 
 def test_compose_services_run_locked_down(compose: dict[str, dict[str, Any]]) -> None:
+    # the model server's images run as root for SageMaker: compose names the user
+    assert compose["model-server"]["user"] == "10001:10001"
     for name, service in compose.items():
         assert service["read_only"] is True, name
         assert service["cap_drop"] == ["ALL"], name
@@ -703,3 +1172,33 @@ def test_the_deployment_guide_says_how_to_create_the_keys_secret() -> None:
     links = re.findall(r"\]\(([^)]+)\)", guide)
     assert links
     assert not [link for link in links if re.match(r"[a-z]+:", link)]  # no links outside
+
+
+def test_the_deployment_guide_lists_the_minimal_policies() -> None:
+    guide = (ROOT / "docs" / "deployment.md").read_text()
+    iam = guide.split("### IAM", 1)[1].split("\n## ", 1)[0]
+    policies = [orjson.loads(block) for block in re.findall(r"```json\n(.*?)```", iam, re.S)]
+    trust, role, caller = policies
+    assert trust["Statement"][0]["Principal"] == {"Service": "sagemaker.amazonaws.com"}
+
+    def actions(policy: dict[str, Any]) -> set[str]:
+        found: set[str] = set()
+        for statement in policy["Statement"]:
+            action = statement["Action"]
+            found |= {action} if isinstance(action, str) else set(action)
+        return found
+
+    assert {"ecr:BatchGetImage", "s3:GetObject", "logs:PutLogEvents"} <= actions(role)
+    assert "cloudwatch:PutMetricData" in actions(role)
+    # every call kokoro-deploy makes (as the Stubber tests record them) is allowed
+    made = {
+        "sagemaker": {op for _, op in UPDATE_START + UPDATE_END if _ == "sagemaker"},
+        "application-autoscaling": {"DeregisterScalableTarget", "DescribeScalableTargets"},
+        "cloudwatch": {"PutMetricAlarm", "DescribeAlarms", "DeleteAlarms"},
+        "iam": {"PassRole", "GetRole", "SimulatePrincipalPolicy"},
+        "ecr": {"DescribeImages"},
+    }
+    for service, operations in made.items():
+        for operation in operations:
+            assert f"{service}:{operation}" in actions(caller), operation
+    assert "AWSServiceRoleForApplicationAutoScaling_SageMakerEndpoint" in iam

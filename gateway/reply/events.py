@@ -66,6 +66,7 @@ class AudioStreamEnd:
 @dataclass(frozen=True)
 class AgentEnd:
     metrics: dict[str, Any]
+    stop_reason: str | None = None  # why the LLM's answer ended, where the source says
     name = "agent_end"
 
 

@@ -198,7 +198,8 @@ class Reply:
         )
         if self.error is not None:
             await self.out.put(self.error)
-        await self.out.put(AgentEnd(self.metrics.as_dict()))
+        stop_reason = getattr(self.source, "stop_reason", None)  # Bedrock's messageStop
+        await self.out.put(AgentEnd(self.metrics.as_dict(), stop_reason))
         await self.out.put(None)
 
     def heard(self, played_ms: float) -> str:

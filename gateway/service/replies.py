@@ -88,6 +88,7 @@ class ReplyFactory:
                 retry=self.runtime.retry,
                 first_token_budget_s=settings.first_audio_budget_s,
                 on_retry=self._llm_retried,
+                on_stop=self._llm_stopped,
             )
             return BedrockSource(self.runtime.bedrock, options, settings.system_prompt, turns)
         messages = [{"role": "system", "content": settings.system_prompt}, *turns]
@@ -106,6 +107,12 @@ class ReplyFactory:
 
     def _llm_retried(self, _error: BaseException, _wait: float) -> None:
         self.metrics.retries.labels("llm").inc()
+
+    def _llm_stopped(self, reason: str, usage: dict[str, int]) -> None:
+        self.metrics.llm_stops.labels(reason).inc()
+        for kind in ("inputTokens", "outputTokens"):
+            if kind in usage:
+                self.metrics.llm_tokens.labels(kind).inc(usage[kind])
 
     def build(
         self,

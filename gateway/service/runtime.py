@@ -8,6 +8,7 @@ import os
 from typing import Any
 
 import httpx
+from aiobotocore.session import get_session
 
 from gateway.config import Settings
 from gateway.errors import TTSError
@@ -40,6 +41,8 @@ class Runtime:
         )
         self.retry = RetryPolicy(attempts=max(1, settings.retry_attempts))
         self.pool: ModelServerPool | None = None
+        # one botocore session for every AWS client: one credential chain, refreshed in one place
+        self.aws_session = get_session()
         self.bidi: BidiTransport  # SageMaker's (the pool gives each reply its own)
         self.batch: BatchTransport
         if settings.tts_transport == "sagemaker":
@@ -54,6 +57,7 @@ class Runtime:
                 settings.sagemaker_http2_endpoint_uri or None,
                 sagemaker_http2_transport,
                 settings.tts_timeout_s,
+                self.aws_session,
             )
         else:
             urls = [u.strip() for u in settings.model_server_url.split(",") if u.strip()]
@@ -93,15 +97,14 @@ class Runtime:
             max_pool_connections=self.settings.max_sessions,
         )
         region = self.settings.aws_region or None
+        session = aioboto3.Session(botocore_session=self.aws_session)
         if self.settings.llm == "bedrock":
             self.bedrock = await self._exits.enter_async_context(
-                aioboto3.Session().client("bedrock-runtime", region_name=region, config=config)
+                session.client("bedrock-runtime", region_name=region, config=config)
             )
         if self.settings.tts_transport == "sagemaker":
             runtime = await self._exits.enter_async_context(
-                aioboto3.Session().client(
-                    "sagemaker-runtime", region_name=self.aws_region(), config=config
-                )
+                session.client("sagemaker-runtime", region_name=self.aws_region(), config=config)
             )
             self.batch = SageMakerStreamTransport(runtime, self.settings.sagemaker_endpoint)
             assert isinstance(self.bidi, SageMakerBidiTransport)

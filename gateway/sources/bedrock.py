@@ -3,17 +3,20 @@
 Region and credentials follow the AWS SDKs' default chain (refreshing credentials keep working);
 `AWS_ENDPOINT_URL_BEDROCK_RUNTIME` points the client elsewhere (the local emulator). Throttling
 and unavailability before the first text are retried with backoff; after it they end the reply
-with a retryable error. Validation and access errors name the setting to fix.
+with a retryable error. Validation and access errors name the setting to fix; settings Bedrock
+would refuse (a temperature over 1) fail at start, and an empty system prompt is not sent.
+`messageStop` gives the answer's stop reason (`max_tokens`, `guardrail_intervened`, ...), kept
+as `stop_reason` for the reply's end, and `metadata` its token usage; both go to `on_stop`.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import BotoCoreError, ClientError, ParamValidationError
 
 from gateway.aws_errors import bedrock_error
 from gateway.errors import LLMError
@@ -28,6 +31,7 @@ class BedrockOptions:
     retry: RetryPolicy = DEFAULT_RETRY
     first_token_budget_s: float | None = None  # retries stop when the next could not start
     on_retry: OnRetry | None = None
+    on_stop: Callable[[str, dict[str, int]], None] | None = None  # stop reason, token usage
 
 
 class BedrockSource:
@@ -44,16 +48,32 @@ class BedrockSource:
         self._messages = [
             {"role": m["role"], "content": [{"text": m["content"]}]} for m in messages
         ]
+        self.stop_reason: str | None = None  # from messageStop, once the answer has ended
+        self._usage: dict[str, int] = {}
+
+    def _request(self) -> dict[str, Any]:
+        opts = self._options
+        if not 0.0 <= opts.temperature <= 1.0:
+            raise LLMError(
+                f"Bedrock takes a temperature from 0 to 1, not {opts.temperature} "
+                "(GATEWAY_TEMPERATURE)",
+                retryable=False,
+            )
+        request: dict[str, Any] = {
+            "modelId": opts.model_id,
+            "messages": self._messages,
+            "inferenceConfig": {"maxTokens": opts.max_tokens, "temperature": opts.temperature},
+        }
+        if self._system.strip():  # Bedrock refuses an empty system block
+            request["system"] = [{"text": self._system}]
+        return request
 
     async def _attempt(self) -> Any:
         opts = self._options
         try:
-            return await self._client.converse_stream(
-                modelId=opts.model_id,
-                messages=self._messages,
-                system=[{"text": self._system}],
-                inferenceConfig={"maxTokens": opts.max_tokens, "temperature": opts.temperature},
-            )
+            return await self._client.converse_stream(**self._request())
+        except ParamValidationError as exc:  # a setting the service model refuses: final
+            raise LLMError(f"Bedrock refused the request: {exc}", retryable=False) from exc
         except ClientError as exc:
             raise bedrock_error(exc, opts.model_id) from exc
         except BotoCoreError as exc:  # connection refused, endpoint not resolving, timeouts
@@ -68,7 +88,7 @@ class BedrockSource:
         items = aiter(events)
         try:
             async for item in items:
-                if text := _text(item):
+                if text := self._read(item):
                     return events, items, text
             return events, items, None
         except (ClientError, BotoCoreError) as exc:
@@ -97,12 +117,23 @@ class BedrockSource:
             if first is not None:
                 yield first
             async for item in items:
-                if text := _text(item):
+                if text := self._read(item):
                     yield text
         except (ClientError, BotoCoreError) as exc:  # after text: never retried silently
             raise self._error(exc) from exc
         finally:
             events.close()  # releases the HTTP connection, also when the client went away
+        if opts.on_stop is not None and self.stop_reason is not None:
+            opts.on_stop(self.stop_reason, self._usage)
+
+    def _read(self, item: dict[str, Any]) -> str | None:
+        """The text of a stream event; notes the stop reason and the usage on the way."""
+        if "messageStop" in item:
+            self.stop_reason = str(item["messageStop"].get("stopReason", "unknown"))
+        elif "metadata" in item:
+            usage = item["metadata"].get("usage", {})
+            self._usage = {k: int(v) for k, v in usage.items() if isinstance(v, int)}
+        return _text(item)
 
 
 def _text(item: dict[str, Any]) -> str | None:

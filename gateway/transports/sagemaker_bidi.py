@@ -2,7 +2,8 @@
 endpoint running the model server: one stream per reply carrying every chunk.
 
 Uses `aws-sdk-sagemaker-runtime-http2` (pinned) with the CRT transport, the one that can do
-duplex. Replies come back as PayloadParts: PARTIAL parts are joined, then each message is told
+duplex, signing with credentials from botocore's chain (`aws_identity`), as the aioboto3 paths
+do. Replies come back as PayloadParts: PARTIAL parts are joined, then each message is told
 apart by the frame rule (a JSON object is control, anything else is audio). The input stream
 stays open until the last audio has arrived; then `{"type": "close"}` and close.
 """
@@ -18,6 +19,7 @@ from typing import Any
 from gateway.aio import cancel_and_wait
 from gateway.aws_errors import sagemaker_error
 from gateway.errors import TTSError
+from gateway.transports.aws_identity import BotocoreIdentityResolver
 from gateway.transports.base import OnComplete
 from gateway.transports.framed_stream import FramedTTSStream
 
@@ -34,6 +36,7 @@ class SageMakerBidiTransport:
         endpoint_uri: str | None = None,
         http_transport: Any = None,  # default: the SDK's CRT client; tests pass a seam
         tts_timeout_s: float | None = None,
+        session: Any = None,  # the aiobotocore session whose credentials sign (default: new)
     ) -> None:
         self.endpoint_name = endpoint_name
         self.tts_timeout_s = tts_timeout_s
@@ -44,6 +47,7 @@ class SageMakerBidiTransport:
             or default_endpoint_uri(region)
         )
         self._http_transport = http_transport
+        self._session = session
         self._client: Any = None
         self._lock = asyncio.Lock()
 
@@ -62,8 +66,16 @@ class SageMakerBidiTransport:
                     from smithy_http.aio.crt import AWSCRTHTTPClient
 
                     transport = AWSCRTHTTPClient()
+                session = self._session
+                if session is None:
+                    from aiobotocore.session import get_session
+
+                    session = get_session()
                 config = await AsyncSageMakerRuntimeHTTP2Config.resolve(
-                    region=self.region, endpoint_uri=self.endpoint_uri, transport=transport
+                    region=self.region,
+                    endpoint_uri=self.endpoint_uri,
+                    transport=transport,
+                    aws_credentials_identity_resolver=BotocoreIdentityResolver(session),
                 )
                 self._client = AsyncSageMakerRuntimeHTTP2Client(config=config)
             return self._client
