@@ -439,16 +439,26 @@ async def test_the_longest_reply(
 
 
 async def test_a_client_that_stops_reading_is_dropped(fake_engine: FakeEngine) -> None:
-    """Its reply would be minutes of PCM, far more than the sockets' buffers: the gateway keeps
-    only bounded buffers, drops the client after the send timeout and closes the model-server
-    session; the client, reading at last, finds the stream cut short."""
-    roomy = dataclasses.replace(FAKE_SETTINGS, max_pending=256)  # every sentence at once
+    """Its reply would be over 13 minutes of PCM, far more than the sockets' buffers: the
+    gateway keeps only bounded buffers, drops the client after the send timeout and closes the
+    model-server session, so the engine stops: far fewer of the reply's sentences are ever
+    synthesized than it has (the model server, over an engine of no cost, runs ahead of the
+    client only by what the socket buffers between them hold). The client, reading at last,
+    finds the stream cut short."""
+    sentences = 2_000
+    roomy = dataclasses.replace(FAKE_SETTINGS, max_pending=sentences)  # every sentence at once
     model = create_model_server(
         roomy, engine_factory=lambda _: fake_engine, g2p_factory=identity_g2p
     )
-    settings = {"send_timeout_s": 0.5, "chunk_plan": "sentences", "max_text_chars": 20_000}
+    sentence = "This is one more sentence to speak now."
+    text = f"{sentence} " * sentences  # 800 s of audio: 50 MB as SSE
+    settings = {
+        "send_timeout_s": 0.5,
+        "chunk_plan": "sentences",
+        "max_text_chars": len(text),
+        "max_body_bytes": 2 * len(text),
+    }
     with serve(model) as model_server, gateway(model_server, **settings) as gw:
-        text = "This is one more sentence to speak now. " * 500  # 200 s of audio: 13 MB as SSE
         body = orjson.dumps({"text": text, "format": "pcm"})
         head = (
             "POST /v1/speak HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
@@ -462,11 +472,17 @@ async def test_a_client_that_stops_reading_is_dropped(fake_engine: FakeEngine) -
             assert await wait_for_metric(gw, "gateway_open_sessions", 1) == 1
             assert await wait_for_metric(gw, "gateway_open_sessions", 0) == 0
             assert await asyncio.to_thread(wait_drained, model_server.http_url, 20, 0.05) == 0
+            # the session is gone: what the engine ran is final
+            ran = await metric(model_server, "model_server_engine_calls_total")
             received = await asyncio.to_thread(read_to_end, sock)
+        assert ran == len(fake_engine.calls)
+        assert text.startswith(" ".join(fake_engine.calls))  # the reply's opening, in order
+        assert 0 < ran < sentences / 2, ran  # 335 to 522 here: the engine stopped with it
         assert received.startswith(b"HTTP/1.1 200 OK")
         assert b"event: audio_chunk" in received
         assert b"agent_end" not in received  # cut short, not finished
-        assert len(received) < len(text) * 0.01 * 64_000  # far less than the whole reply
+        # and the client got no more than the engine made
+        assert received.count(b"event: audio_chunk") <= ran
         assert await metric(gw, "gateway_active_sessions", transport="sse") == 0
 
 
