@@ -14,7 +14,15 @@ from websockets.asyncio.client import connect
 
 from gateway.sources.sse import SSEDecoder, SSEEvent
 from tests.support.codec_checks import mp4_boxes, split_mp3_frames
-from tests.support.gateway_client import decode_seconds, split_audio_frame, sse_get, sse_post
+from tests.support.gateway_client import (
+    counted,
+    decode_seconds,
+    metric,
+    split_audio_frame,
+    sse_get,
+    sse_post,
+    wait_for_metric,
+)
 from tests.support.servers import RunningServer
 
 pytestmark = pytest.mark.real_model
@@ -244,12 +252,22 @@ async def test_openai_speech_sse_stream_format(gateway_server: RunningServer) ->
 
 
 async def test_metrics_and_health(gateway_server: RunningServer) -> None:
-    await sse_get(gateway_server.http_url, {"text": "Hello there.", "format": "opus"})
+    opus = {"format": "opus", "mode": "bidi"}
+    replies = await counted(gateway_server, "gateway_replies_total", **opus)
+    ttfa_count = await counted(gateway_server, "gateway_time_to_first_audio_seconds_count", **opus)
+    ttfa_sum = await counted(gateway_server, "gateway_time_to_first_audio_seconds_sum", **opus)
+    reply = await sse_get(gateway_server.http_url, {"text": "Hello there.", "format": "opus"})
     async with httpx.AsyncClient(base_url=gateway_server.http_url) as http:
         assert (await http.get("/healthz")).json() == {"status": "ok"}
         ready = await http.get("/readyz")
         assert (ready.status_code, ready.json()) == (200, {"status": "ready"})
-    async with httpx.AsyncClient(base_url=gateway_server.internal_url) as http:
-        text = (await http.get("/metrics")).text  # the internal listener only
-    assert 'gateway_time_to_first_audio_seconds_count{format="opus",mode="bidi"}' in text
-    assert "gateway_active_sessions" in text
+        assert (await http.get("/metrics")).status_code == 404  # the internal listener only
+    # once it has ended (the gauge back to 0, its figures recorded in the same step): this
+    # reply, counted once, with its first audio's time as it reported it
+    assert await wait_for_metric(gateway_server, "gateway_active_sessions", 0, transport="sse") == 0
+    assert await metric(gateway_server, "gateway_replies_total", **opus) - replies == 1
+    count = await metric(gateway_server, "gateway_time_to_first_audio_seconds_count", **opus)
+    assert count - ttfa_count == 1
+    seconds = await metric(gateway_server, "gateway_time_to_first_audio_seconds_sum", **opus)
+    ttfa_s = reply.one("agent_end")["metrics"]["ttfa_ms"] / 1000
+    assert seconds - ttfa_sum == pytest.approx(ttfa_s, abs=0.002)

@@ -123,15 +123,17 @@ async def metric(server: RunningServer, name: str, **labels: str) -> float:
 
 
 async def counted(server: RunningServer, name: str, **labels: str) -> float:
-    """A counter's value, 0 while its labelled series has not counted anything yet (a
-    labelled counter appears at its first count); the counter itself must be exported."""
+    """A counter's value (or a histogram's `_count` or `_sum`), 0 while its labelled series
+    has counted nothing yet (a labelled series appears at its first count); the counter or
+    histogram itself must be exported."""
     try:
         return await metric(server, name, **labels)
     except NoSuchSeries:
-        counters = [f for f in await _families(server) if f.type == "counter"]
-        if not any(name in (f.name, f.name + "_total") for f in counters):
-            raise
-        return 0.0
+        suffixes = {"counter": ("", "_total"), "histogram": ("_count", "_sum")}
+        for family in await _families(server):
+            if any(family.name + end == name for end in suffixes.get(family.type, ())):
+                return 0.0
+        raise
 
 
 async def wait_for_metric(server: RunningServer, name: str, value: float, **labels: str) -> float:
