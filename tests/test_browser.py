@@ -21,7 +21,7 @@ from playwright.async_api import Browser, ConsoleMessage, Page, Route, async_pla
 from gateway.app import create_app as create_gateway
 from gateway.config import Settings as GatewaySettings
 from tests.support.fakes import FakeEngine
-from tests.support.gateway_client import metric
+from tests.support.gateway_client import counted, metric
 from tests.support.processes import gateway_process
 from tests.support.servers import RunningServer, free_port, serve
 from tests.support.split_proxy import split_proxy
@@ -216,7 +216,7 @@ async def test_a_page_speaks_through_a_keyed_gateway_with_a_token(
             assert proof["bytes"] > 0
             assert console.errors == []
             await page.close()
-        assert await metric(keyed, "gateway_errors_total", code="unauthorized") == 0
+        assert await counted(keyed, "gateway_errors_total", code="unauthorized") == 0
 
 
 @pytest.mark.parametrize(("transport", "fmt"), [("ws", "pcm"), ("sse", "mp3")])

@@ -25,7 +25,7 @@ from gateway.sources.sse import SSEDecoder, SSEEvent
 from kokoro_contract import protocol
 from tests.support.fakes import FakeEngine
 from tests.support.gateway_client import metric, sse_get
-from tests.support.processes import fake_model_server, gateway_process
+from tests.support.processes import ROOT, fake_model_server, gateway_process, running
 from tests.support.servers import RunningServer, free_port, serve
 
 PACED = {
@@ -162,12 +162,15 @@ async def test_a_wedged_engine_call_fails_ping_until_it_ends(
             assert (ping.status_code, ping.json()["status"]) == (503, "stuck")
             assert "watchdog 60 s" in ping.json()["detail"]
             assert (load.status_code, load.json()["error"]["code"]) == (503, "stuck")
+            fake_engine.gate.set()  # it comes loose
+            while "synthesis_complete" not in str(await ws.recv()):
+                pass
+            # the clock still runs 61 s ahead: only the call's end can have cleared it
+            ping, load = await http.get("/ping"), await http.get("/load")
+            assert (ping.status_code, ping.json()["status"]) == (200, "ok")
+            assert load.status_code == 200
         finally:
             scheduler.clock = real_clock
-        fake_engine.gate.set()  # it comes loose
-        while "synthesis_complete" not in str(await ws.recv()):
-            pass
-        assert (await http.get("/ping")).status_code == 200
 
 
 # --- the gateway restarted ----------------------------------------------------------------------
@@ -221,5 +224,26 @@ async def test_sigterm_while_idle_closes_at_once_and_new_sessions_are_refused(
         assert await asyncio.to_thread(proc.wait, 30) == -signal.SIGTERM
 
 
+# a service that tells who runs it: its interpreter and working directory
+WHO_RUNS = """
+import http.server, json, os, sys
+class Who(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = json.dumps({"executable": sys.executable, "cwd": os.getcwd()}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Who).serve_forever()
+"""
+
+
 def test_the_process_helper_runs_this_interpreter() -> None:
-    assert sys.executable  # the helper starts services with the interpreter running the tests
+    """`running` starts a service with the interpreter running the tests (so with this
+    virtual environment's packages, not whatever `python` is on PATH), in the repository,
+    ready once it answers; and stops and reaps it on the way out."""
+    port = free_port()
+    with running(["-c", WHO_RUNS, str(port)], f"http://127.0.0.1:{port}/") as proc:
+        who = httpx.get(f"http://127.0.0.1:{port}/").json()
+    assert who == {"executable": sys.executable, "cwd": str(ROOT)}
+    assert proc.returncode is not None  # reaped

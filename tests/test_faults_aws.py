@@ -28,7 +28,7 @@ from gateway.config import Settings as GatewaySettings
 from tests.support.fakes import expected_pcm_bytes
 from tests.support.gateway_client import (
     SSEReply,
-    metric,
+    counted,
     split_audio_frame,
     sse_get,
     ws_reply_audio,
@@ -121,7 +121,7 @@ def synthesized(script: BidiScript) -> list[str]:
 
 
 async def tts_retries(gateway: RunningServer) -> float:
-    return await metric(gateway, "gateway_retries_total", hop="tts")
+    return await counted(gateway, "gateway_retries_total", hop="tts")
 
 
 def assert_whole_audio(reply: SSEReply) -> None:
@@ -444,11 +444,11 @@ async def test_bedrock_fault_before_the_first_text_is_retried(
         setattr(script, name, value)
     if "stream_error_after" in setup:
         script.stream_error_times = 2
-    before = await metric(bedrock.gateway, "gateway_retries_total", hop="llm")
+    before = await counted(bedrock.gateway, "gateway_retries_total", hop="llm")
     reply = await ask(bedrock.gateway)
     assert_whole_answer(reply)
     assert len(script.requests) == 3, what  # two refused or broken, then the answer
-    assert await metric(bedrock.gateway, "gateway_retries_total", hop="llm") - before == 2
+    assert await counted(bedrock.gateway, "gateway_retries_total", hop="llm") - before == 2
 
 
 @pytest.mark.parametrize(
@@ -482,7 +482,7 @@ async def test_bedrock_persistent_throttling_is_a_retryable_error(
     script = bedrock.script
     for name, value in setup.items():
         setattr(script, name, value)
-    before = await metric(bedrock.gateway, "gateway_retries_total", hop="llm")
+    before = await counted(bedrock.gateway, "gateway_retries_total", hop="llm")
     reply = await ask(bedrock.gateway)
     assert "text_delta" not in reply.names
     assert reply.names[-2:] == ["error", "agent_end"]
@@ -490,5 +490,5 @@ async def test_bedrock_persistent_throttling_is_a_retryable_error(
     assert (error["code"], error["retryable"]) == ("llm_error", True)
     assert "throttlingexception" in error["message"].lower()
     assert len(script.requests) == ATTEMPTS
-    retries = await metric(bedrock.gateway, "gateway_retries_total", hop="llm")
+    retries = await counted(bedrock.gateway, "gateway_retries_total", hop="llm")
     assert retries - before == ATTEMPTS - 1

@@ -28,6 +28,7 @@ from websockets.sync.client import ClientConnection, connect
 
 from gateway.app import create_app as create_gateway
 from gateway.config import Settings as GatewaySettings
+from gateway.sources.sse import SSEDecoder
 from gateway.speak_ws.protocol import Cancel, Invalid, Speak, parse_client_message
 from model_server.drain import wait_drained
 from tests.support.servers import RunningServer, serve
@@ -84,6 +85,19 @@ SPEAK_FIELDS: dict[str, st.SearchStrategy[Any]] = {
     "echo_tps": st.floats(0, 2000) | JSON_VALUES,
     "utterance_id": st.text(max_size=70) | JSON_VALUES,
 }
+
+# bodies that are mostly replies (their events are what `check_reply` checks), with what can
+# still fail inside one: an unknown voice, a format, a speed, a batch reply
+REPLIES = st.fixed_dictionaries(
+    {"text": st.sampled_from(["Hello there.", "One, two, three.", "Okay"])},
+    optional={
+        "mode": st.sampled_from(["bidi", "batch"]),
+        "format": st.sampled_from(["pcm", "mp3", "wav", "opus", "aac"]),
+        "voice": st.sampled_from(["af_test", "jf_alpha", "nobody"]),
+        "speed": st.floats(0.5, 2.0),
+        "echo_tps": st.sampled_from([50, 400]),
+    },
+)
 
 
 @dataclass(frozen=True)
@@ -167,6 +181,22 @@ def check(events: list[dict[str, Any]]) -> None:
             assert isinstance(event["retryable"], bool)
 
 
+def check_reply(body: bytes) -> None:
+    """A 200 SSE reply, decoded: one whole reply that ends with `agent_end`, any error in it
+    one of the documented codes (checked as the WebSocket's are, so never `internal_error`)
+    and the last event before `agent_end`."""
+    decoder = SSEDecoder()
+    events = [{**orjson.loads(e.data), "type": e.event} for e in decoder.push(body)]
+    kinds = [e["type"] for e in events]
+    assert kinds[0] == "agent_start", kinds
+    assert kinds[-1] == "agent_end", kinds
+    assert kinds.count("agent_end") == 1, kinds
+    assert kinds.count("error") <= 1, kinds
+    if "error" in kinds:
+        assert kinds[-2] == "error", kinds
+    check(events)
+
+
 @FUZZ
 @given(steps=SESSIONS)
 def test_websocket_sessions_survive_any_frames(
@@ -187,14 +217,14 @@ def test_websocket_sessions_survive_any_frames(
 
 
 @FUZZ
-@given(body=st.fixed_dictionaries({}, optional=SPEAK_FIELDS) | JSON_VALUES)
+@given(body=REPLIES | st.fixed_dictionaries({}, optional=SPEAK_FIELDS) | JSON_VALUES)
 def test_post_speak_answers_a_reply_or_a_clean_error(gateway: RunningServer, body: Any) -> None:
     with httpx.Client(base_url=gateway.http_url, timeout=30) as http:
         r = http.post(
             "/v1/speak", content=json.dumps(body), headers={"Content-Type": "application/json"}
         )
     if r.status_code == 200:
-        assert "event: agent_end" in r.text
+        check_reply(r.content)
         return
     assert 400 <= r.status_code < 500, r.text
     error = r.json()["error"]
@@ -204,7 +234,8 @@ def test_post_speak_answers_a_reply_or_a_clean_error(gateway: RunningServer, bod
 
 @FUZZ
 @given(
-    query=st.dictionaries(st.sampled_from(sorted(SPEAK_FIELDS)), st.text(max_size=30), max_size=5)
+    query=REPLIES.map(lambda fields: {k: str(v) for k, v in fields.items()})
+    | st.dictionaries(st.sampled_from(sorted(SPEAK_FIELDS)), st.text(max_size=30), max_size=5)
 )
 def test_sse_query_answers_a_reply_or_a_clean_error(
     gateway: RunningServer, query: dict[str, str]
@@ -212,7 +243,7 @@ def test_sse_query_answers_a_reply_or_a_clean_error(
     with httpx.Client(base_url=gateway.http_url, timeout=30) as http:
         r = http.get("/v1/speak/sse", params=query)
     if r.status_code == 200:
-        assert "event: agent_end" in r.text
+        check_reply(r.content)
         return
     assert 400 <= r.status_code < 500, r.text
     assert r.json()["error"]["code"] in ERROR_CODES

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import random
+import re
 
 import httpx
 import orjson
@@ -10,9 +12,17 @@ import pytest
 from openai import AsyncOpenAI
 from websockets.asyncio.client import connect
 
-from gateway.sources.sse import SSEDecoder
+from gateway.sources.sse import SSEDecoder, SSEEvent
 from tests.support.codec_checks import mp4_boxes, split_mp3_frames
-from tests.support.gateway_client import decode_seconds, split_audio_frame, sse_get, sse_post
+from tests.support.gateway_client import (
+    counted,
+    decode_seconds,
+    metric,
+    split_audio_frame,
+    sse_get,
+    sse_post,
+    wait_for_metric,
+)
 from tests.support.servers import RunningServer
 
 pytestmark = pytest.mark.real_model
@@ -74,11 +84,54 @@ async def test_sse_containers_carry_whole_units(gateway_server: RunningServer, f
     assert seconds == pytest.approx(reply.one("audio_stream_end")["duration_s"], abs=0.15)
 
 
+def whole_body_events(raw: bytes) -> list[SSEEvent]:
+    """The events of a whole SSE body, read the plain way, independently of `SSEDecoder`: all
+    of it at once, split into lines on any of the spec's line ends, fields gathered until each
+    blank line."""
+    events = []
+    fields: dict[str, list[str]] = {}
+    for line in re.split(r"\r\n|\r|\n", raw.decode("utf-8")):
+        if not line:  # the end of an event: dispatched when it has data
+            if "data" in fields:
+                retry = fields.get("retry", [""])[-1]
+                events.append(
+                    SSEEvent(
+                        fields.get("event", ["message"])[-1],
+                        "\n".join(fields["data"]),
+                        fields.get("id", [None])[-1],
+                        int(retry) if retry.isdigit() else None,
+                    )
+                )
+            fields = {}
+        elif not line.startswith(":"):
+            name, _, value = line.partition(":")
+            fields.setdefault(name, []).append(value.removeprefix(" "))
+    return events
+
+
 async def test_sse_reader_gives_the_same_events_however_bytes_arrive(
     gateway_server: RunningServer,
 ) -> None:
     reply = await sse_get(gateway_server.http_url, {"text": "Hello there.", "format": "mp3"})
     raw = reply.raw
+    expected = whole_body_events(raw)
+    # the body parsed whole is the reply the gateway meant to send: its events in order, ids
+    # counting up, and MP3 audio that adds up to what agent_end reports
+    names = [e.event for e in expected]
+    audio_at = names.index("audio_chunk")
+    assert names[:audio_at] == ["agent_start", "audio_stream_start", "text_delta"]
+    assert set(names[audio_at:-2]) == {"audio_chunk"}
+    assert names[-2:] == ["audio_stream_end", "agent_end"]
+    uid = orjson.loads(expected[0].data)["utterance_id"]
+    assert [e.id for e in expected] == [f"{uid}:{n}" for n in range(len(expected))]
+    data = [orjson.loads(e.data) for e in expected]
+    assert data[2]["text"] == "Hello there."
+    audio = b"".join(base64.b64decode(d["data"]) for d in data[audio_at:-2])
+    split_mp3_frames(audio)
+    assert len(audio) == data[-1]["metrics"]["audio_bytes"] > 0
+    # and the streaming decoder gives exactly those events however the bytes are cut: as they
+    # came off the socket, one byte at a time, and at 30 random points, 20 times
+    assert reply.events == expected
     rng = random.Random(7)
     splits = [[raw[i : i + 1] for i in range(len(raw))]]
     for _ in range(20):
@@ -87,7 +140,7 @@ async def test_sse_reader_gives_the_same_events_however_bytes_arrive(
     for pieces in splits:
         decoder = SSEDecoder()
         events = [e for piece in pieces for e in decoder.push(piece)]
-        assert events == reply.events
+        assert events == expected
 
 
 async def test_bidi_and_batch_give_the_same_audio_duration(gateway_server: RunningServer) -> None:
@@ -199,12 +252,22 @@ async def test_openai_speech_sse_stream_format(gateway_server: RunningServer) ->
 
 
 async def test_metrics_and_health(gateway_server: RunningServer) -> None:
-    await sse_get(gateway_server.http_url, {"text": "Hello there.", "format": "opus"})
+    opus = {"format": "opus", "mode": "bidi"}
+    replies = await counted(gateway_server, "gateway_replies_total", **opus)
+    ttfa_count = await counted(gateway_server, "gateway_time_to_first_audio_seconds_count", **opus)
+    ttfa_sum = await counted(gateway_server, "gateway_time_to_first_audio_seconds_sum", **opus)
+    reply = await sse_get(gateway_server.http_url, {"text": "Hello there.", "format": "opus"})
     async with httpx.AsyncClient(base_url=gateway_server.http_url) as http:
         assert (await http.get("/healthz")).json() == {"status": "ok"}
         ready = await http.get("/readyz")
         assert (ready.status_code, ready.json()) == (200, {"status": "ready"})
-    async with httpx.AsyncClient(base_url=gateway_server.internal_url) as http:
-        text = (await http.get("/metrics")).text  # the internal listener only
-    assert 'gateway_time_to_first_audio_seconds_count{format="opus",mode="bidi"}' in text
-    assert "gateway_active_sessions" in text
+        assert (await http.get("/metrics")).status_code == 404  # the internal listener only
+    # once it has ended (the gauge back to 0, its figures recorded in the same step): this
+    # reply, counted once, with its first audio's time as it reported it
+    assert await wait_for_metric(gateway_server, "gateway_active_sessions", 0, transport="sse") == 0
+    assert await metric(gateway_server, "gateway_replies_total", **opus) - replies == 1
+    count = await metric(gateway_server, "gateway_time_to_first_audio_seconds_count", **opus)
+    assert count - ttfa_count == 1
+    seconds = await metric(gateway_server, "gateway_time_to_first_audio_seconds_sum", **opus)
+    ttfa_s = reply.one("agent_end")["metrics"]["ttfa_ms"] / 1000
+    assert seconds - ttfa_sum == pytest.approx(ttfa_s, abs=0.002)

@@ -28,7 +28,7 @@ from model_server.app import create_app as create_model_server
 from model_server.drain import wait_drained
 from tests.conftest import FAKE_SETTINGS
 from tests.support.fakes import FakeEngine, identity_g2p
-from tests.support.gateway_client import metric, read_sse, split_audio_frame
+from tests.support.gateway_client import metric, read_sse, split_audio_frame, wait_for_metric
 from tests.support.servers import RunningServer, free_port, serve
 
 KEY = "web-key-0123456789abcdef"
@@ -70,17 +70,6 @@ async def speak_once(ws: ClientConnection, **fields: Any) -> tuple[bytes, list[d
         events.append(orjson.loads(frame))
         if events[-1]["type"] == "agent_end":
             return audio, events
-
-
-async def wait_for_metric(server: RunningServer, name: str, value: float) -> float:
-    """The gauge once it reads `value`, or what it reads after 20 s (polled, as an operator's
-    dashboard would: the gateway has no event to wait on from outside)."""
-    deadline = time.monotonic() + 20
-    now = await metric(server, name)
-    while now != value and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-        now = await metric(server, name)
-    return now
 
 
 # --- keys and tokens ----------------------------------------------------------------------------
@@ -508,16 +497,26 @@ async def test_the_longest_reply(
 
 
 async def test_a_client_that_stops_reading_is_dropped(fake_engine: FakeEngine) -> None:
-    """Its reply would be minutes of PCM, far more than the sockets' buffers: the gateway keeps
-    only bounded buffers, drops the client after the send timeout and closes the model-server
-    session; the client, reading at last, finds the stream cut short."""
-    roomy = dataclasses.replace(FAKE_SETTINGS, max_pending=256)  # every sentence at once
+    """Its reply would be over 13 minutes of PCM, far more than the sockets' buffers: the
+    gateway keeps only bounded buffers, drops the client after the send timeout and closes the
+    model-server session, so the engine stops: far fewer of the reply's sentences are ever
+    synthesized than it has (the model server, over an engine of no cost, runs ahead of the
+    client only by what the socket buffers between them hold). The client, reading at last,
+    finds the stream cut short."""
+    sentences = 2_000
+    roomy = dataclasses.replace(FAKE_SETTINGS, max_pending=sentences)  # every sentence at once
     model = create_model_server(
         roomy, engine_factory=lambda _: fake_engine, g2p_factory=identity_g2p
     )
-    settings = {"send_timeout_s": 0.5, "chunk_plan": "sentences", "max_text_chars": 20_000}
+    sentence = "This is one more sentence to speak now."
+    text = f"{sentence} " * sentences  # 800 s of audio: 50 MB as SSE
+    settings = {
+        "send_timeout_s": 0.5,
+        "chunk_plan": "sentences",
+        "max_text_chars": len(text),
+        "max_body_bytes": 2 * len(text),
+    }
     with serve(model) as model_server, gateway(model_server, **settings) as gw:
-        text = "This is one more sentence to speak now. " * 500  # 200 s of audio: 13 MB as SSE
         body = orjson.dumps({"text": text, "format": "pcm"})
         head = (
             "POST /v1/speak HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
@@ -531,11 +530,17 @@ async def test_a_client_that_stops_reading_is_dropped(fake_engine: FakeEngine) -
             assert await wait_for_metric(gw, "gateway_open_sessions", 1) == 1
             assert await wait_for_metric(gw, "gateway_open_sessions", 0) == 0
             assert await asyncio.to_thread(wait_drained, model_server.http_url, 20, 0.05) == 0
+            # the session is gone: what the engine ran is final
+            ran = await metric(model_server, "model_server_engine_calls_total")
             received = await asyncio.to_thread(read_to_end, sock)
+        assert ran == len(fake_engine.calls)
+        assert text.startswith(" ".join(fake_engine.calls))  # the reply's opening, in order
+        assert 0 < ran < sentences / 2, ran  # 335 to 522 here: the engine stopped with it
         assert received.startswith(b"HTTP/1.1 200 OK")
         assert b"event: audio_chunk" in received
         assert b"agent_end" not in received  # cut short, not finished
-        assert len(received) < len(text) * 0.01 * 64_000  # far less than the whole reply
+        # and the client got no more than the engine made
+        assert received.count(b"event: audio_chunk") <= ran
         assert await metric(gw, "gateway_active_sessions", transport="sse") == 0
 
 
@@ -615,7 +620,8 @@ async def test_an_abandoned_reply_leaves_nothing_behind(
             assert await asyncio.to_thread(fake_engine.cancel_seen.wait, 10)
         assert await asyncio.to_thread(wait_drained, own_fake_server.http_url, 20, 0.02) == 0
         assert await wait_for_metric(gw, "gateway_open_sessions", 0) == 0
-        for transport in ("sse", "ws", "ws_reply", "openai"):
+        used = {"GET": ("sse",), "POST": ("sse",), "WS": ("ws", "ws_reply")}.get(route, ("openai",))
+        for transport in used:  # counted while it ran (so the series is there), 0 now
             assert await metric(gw, "gateway_active_sessions", transport=transport) == 0
 
 

@@ -14,6 +14,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosedOK
 
+from model_server.drain import wait_drained
 from tests.support.model_server_client import read_until_terminal, synth
 from tests.support.servers import RunningServer
 
@@ -99,18 +100,26 @@ LONG = " ".join(
 
 
 async def test_ping_answers_while_a_long_synthesis_runs(model_server: RunningServer) -> None:
+    """/ping answers between the synthesis's first frame and its last: after the first frame
+    has come, and while the engine has not yet run every sentence (read once /ping has
+    answered, so it held when /ping answered too); the other frames come after it."""
+    scheduler = model_server.app.state.service.get().synthesizer.scheduler
+    before = scheduler.engine_calls
     async with (
         connect(model_server.ws_url + BIDI) as ws,
-        httpx.AsyncClient(base_url=model_server.http_url) as http,
+        httpx.AsyncClient(base_url=model_server.http_url, timeout=60) as http,
     ):
         await ws.send(synth(LONG, "long"))
         assert orjson.loads(await ws.recv())["type"] == "synthesis_start"
+        first = await ws.recv()
+        assert isinstance(first, bytes)  # the synthesis is under way
         ping = await http.get("/ping")
-        assert ping.status_code == 200
-        # the synthesis was still running when /ping answered: its complete event comes later
+        assert (ping.status_code, ping.json()["status"]) == (200, "ok")
+        assert scheduler.engine_calls - before < 9  # sentences were still to synthesize
         reply = await read_until_terminal(ws, "long")
         assert reply.last["type"] == "synthesis_complete"
-        assert reply.frames == 9  # one binary frame per sentence
+        assert 1 + reply.frames == 9  # one binary frame per sentence, 8 still to come
+        assert scheduler.engine_calls - before == 9
 
 
 async def test_cancel_in_flight(model_server: RunningServer) -> None:
@@ -128,7 +137,12 @@ async def test_cancel_in_flight(model_server: RunningServer) -> None:
 
 
 async def test_vanished_client_does_not_stop_another(model_server: RunningServer) -> None:
+    """A client that vanishes mid-synthesis neither blocks another nor costs the engine the
+    rest of its text: of its 9 sentences, at most what was running when it went (none to two
+    calls, aborted or ended) is ever synthesized."""
     app = model_server.app
+    scheduler = app.state.service.get().synthesizer.scheduler
+    before = scheduler.engine_calls
     vanishing = await connect(model_server.ws_url + BIDI)
     await vanishing.send(synth(LONG, "gone"))
     assert orjson.loads(await vanishing.recv())["type"] == "synthesis_start"
@@ -138,7 +152,11 @@ async def test_vanished_client_does_not_stop_another(model_server: RunningServer
         reply = await read_until_terminal(ws, "other")
         assert reply.types == ["synthesis_start", "synthesis_complete"]
         _speech(bytes(reply.pcm))
-    scheduler = app.state.service.get().synthesizer.scheduler
+    # both sessions have ended (the vanished one once its engine call has stopped): what the
+    # engine ran is final
+    assert await asyncio.to_thread(wait_drained, model_server.http_url, 60, 0.05) == 0
+    ran = scheduler.engine_calls - before
+    assert 1 <= ran <= 3, ran  # "Still here.", and at most the vanished one's first two
     # nothing of the vanished session's long text is left queued
     assert scheduler.slots.waiting == 0
 

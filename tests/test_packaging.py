@@ -313,7 +313,9 @@ def test_model_server_pods_probe_ping_and_drain(rendered: tuple[str, list[dict[s
         assert "nodeSelector" not in pod
 
 
-def test_gateway_scales_and_survives_disruption(rendered: tuple[str, list[dict[str, Any]]]) -> None:
+def test_rendered_gateway_manifests_declare_probes_autoscaling_and_a_disruption_budget(
+    rendered: tuple[str, list[dict[str, Any]]],
+) -> None:
     _, docs = rendered
     deployment = _one(docs, "Deployment", "gateway")
     container = _container(deployment)

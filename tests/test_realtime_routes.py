@@ -22,8 +22,8 @@ from gateway.routing.admission import Refusal
 from kokoro_contract import protocol
 from model_server.app import create_app
 from tests.conftest import FAKE_SETTINGS
-from tests.support.fakes import FakeEngine, identity_g2p
-from tests.support.gateway_client import metric, sse_get
+from tests.support.fakes import FakeEngine, expected_pcm_bytes, identity_g2p
+from tests.support.gateway_client import NoSuchSeries, metric, sse_get, wait_for_metric
 from tests.support.model_server_client import read_until_terminal
 from tests.support.servers import RunningServer, free_port, serve
 from tests.support.steps import until
@@ -70,28 +70,54 @@ async def _until_waiting(server: RunningServer, n: int) -> None:
 async def test_load_and_metrics_report_the_scheduler(fake_server: RunningServer) -> None:
     async with httpx.AsyncClient(base_url=fake_server.http_url) as http:
         body = (await http.get("/load")).json()
-        text = (await http.get("/metrics")).text
     assert body["workers"] == 2
     assert body["scheduling"] == "edf"
     assert {"backlog_s", "busy", "waiting", "min_slack_s", "deadline_misses"} <= set(body)
-    assert "model_server_backlog_seconds" in text
-    assert "model_server_deadline_misses_total" in text
-    assert "model_server_engine_calls_total" in text
+    assert (body["busy"], body["waiting"], body["backlog_s"]) == (0, 0, 0.0)  # idle now
+    # the metrics report the same scheduler, series by series
+    assert await metric(fake_server, "model_server_workers") == 2
+    assert await metric(fake_server, "model_server_busy_workers") == 0
+    assert await metric(fake_server, "model_server_waiting_segments") == 0
+    assert await metric(fake_server, "model_server_backlog_seconds") == 0
+    misses = await metric(fake_server, "model_server_deadline_misses_total")
+    assert misses == body["deadline_misses"]
 
 
-async def test_metrics_count_the_engine_calls_and_their_time(fake_server: RunningServer) -> None:
+async def test_metrics_count_the_engine_calls_and_their_time(
+    fake_server: RunningServer, fake_engine: FakeEngine
+) -> None:
+    calls = await metric(fake_server, "model_server_engine_calls_total")
+    seconds = await metric(fake_server, "model_server_engine_seconds_total")
     async with httpx.AsyncClient(base_url=fake_server.http_url) as http:
         answer = await http.post("/invocations", json={"text": "Hello there. How are you?"})
-        assert answer.status_code == 200
-        assert answer.content
-        text = (await http.get("/metrics")).text
-    values = {
-        line.split(" ")[0]: float(line.split(" ")[1])
-        for line in text.splitlines()
-        if line.startswith("model_server_engine_")
-    }
-    assert values["model_server_engine_calls_total"] >= 1
-    assert values["model_server_engine_seconds_total"] > 0
+    assert answer.status_code == 200
+    assert len(answer.content) == sum(expected_pcm_bytes(t) for t in fake_engine.calls)
+    assert fake_engine.calls == ["Hello there.", "How are you?"]  # one call per sentence
+    assert await metric(fake_server, "model_server_engine_calls_total") - calls == 2
+    assert await metric(fake_server, "model_server_engine_seconds_total") - seconds > 0
+
+
+async def test_a_reply_in_progress_reads_1_on_the_gauges(
+    fake_server: RunningServer, fake_engine: FakeEngine
+) -> None:
+    """Mid-reply (the engine holds its call), the gateway's active-replies gauge and the model
+    server's busy-workers gauge both read 1; after it, 0. Before the gateway's first reply the
+    gauge has no series at all, which is not 0."""
+    settings = GatewaySettings(model_server_url=fake_server.http_url)
+    with serve(create_gateway(settings)) as gw:
+        with pytest.raises(NoSuchSeries):
+            await metric(gw, "gateway_active_sessions", transport="sse")
+        fake_engine.hold = True
+        reply = asyncio.create_task(sse_get(gw.http_url, {"text": "Held.", "format": "pcm"}))
+        assert await asyncio.to_thread(fake_engine.entered.wait, 10)
+        assert await metric(gw, "gateway_active_sessions", transport="sse") == 1
+        assert await metric(fake_server, "model_server_busy_workers") == 1
+        fake_engine.gate.set()
+        done = await reply
+        assert "error" not in done.names
+        assert len(b"".join(done.audio_chunks())) == expected_pcm_bytes("Held.")
+        assert await wait_for_metric(gw, "gateway_active_sessions", 0, transport="sse") == 0
+        assert await metric(fake_server, "model_server_busy_workers") == 0
 
 
 @pytest.fixture
@@ -119,7 +145,8 @@ async def test_an_overloaded_gateway_refuses_before_the_stream_starts(
             assert "first audio would take" in error["message"]
             assert int(r.headers["retry-after"]) >= 1
     assert await metric(refusing_gateway, "gateway_refused_total", code="overloaded") == 3
-    assert await metric(refusing_gateway, "gateway_active_sessions", transport="sse") == 0
+    with pytest.raises(NoSuchSeries):  # refused before it ran: never an active session
+        await metric(refusing_gateway, "gateway_active_sessions", transport="sse")
     # a first audio past the budget is refused at once: waiting would only shrink the budget
     assert await metric(refusing_gateway, "gateway_admission_wait_seconds_count") == 3
     assert await metric(refusing_gateway, "gateway_admission_waiting") == 0

@@ -6,9 +6,9 @@ original's and the timings against the waveform."""
 from __future__ import annotations
 
 import base64
+import difflib
 import itertools
 import string
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -26,6 +26,7 @@ from model_server.audio import TrimPolicy
 from model_server.engines.base import Timed, char_durations
 from model_server.text.normalize import normalize, normalize_spans
 from model_server.text.split import split_phonemes
+from model_server.text.words import _WINDOW as WINDOW
 from model_server.text.words import WordMap, map_words, word_pieces
 from model_server.timings import WordClock, locate
 from tests.support.fakes import FakeEngine, IdentityG2P, expected_pcm_bytes
@@ -137,14 +138,30 @@ class LongMergingG2P(MergingG2P):
         return " ".join(self.LEXICON[w] for w in text.split()).replace("ʌv ðə", "ʌvðə")
 
 
-def test_a_long_text_is_lined_up_quickly_and_right() -> None:
-    text = "most of the time, yes. " * 200  # 4,600 characters: the longest a request may be
-    g2p = LongMergingG2P()
-    started = time.perf_counter()
-    words = map_words(text, g2p(text), g2p)
-    assert time.perf_counter() - started < 2.0  # whole-text difflib took 19 s on 4,900
-    assert words.words == ("most", "of", "the", "time,", "yes.") * 200
-    assert _voiced_spans(words) == ["mˈOst", "ʌv", "ðə", "tˈIm", "jˈɛs"] * 200
+def test_a_long_text_is_lined_up_in_linear_work_and_right(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whole-text difflib took 19 s on 4,900 characters (its work grows with the product of
+    the lengths it compares). Counted, not timed: every comparison is within one window, and
+    twice the text costs twice the comparing."""
+    compared: list[tuple[int, int]] = []  # (len(a), len(b)) of every SequenceMatcher made
+
+    class CountingMatcher(difflib.SequenceMatcher[str]):
+        def __init__(self, isjunk: Any = None, a: Any = "", b: Any = "", autojunk: bool = True):
+            super().__init__(isjunk, a, b, autojunk)
+            compared.append((len(a), len(b)))
+
+    monkeypatch.setattr(difflib, "SequenceMatcher", CountingMatcher)
+    work = {}
+    for repeats in (200, 400):  # 200: 4,600 characters, the longest a request may be
+        compared.clear()
+        text = "most of the time, yes. " * repeats
+        g2p = LongMergingG2P()
+        words = map_words(text, g2p(text), g2p)
+        assert words.words == ("most", "of", "the", "time,", "yes.") * repeats
+        assert _voiced_spans(words) == ["mˈOst", "ʌv", "ðə", "tˈIm", "jˈɛs"] * repeats
+        assert compared  # lined up character by character, so compared
+        assert max(max(pair) for pair in compared) <= WINDOW
+        work[repeats] = sum(a * b for a, b in compared)
+    assert work[400] <= 2.2 * work[200], work  # linear: n**2 would be 4 times
 
 
 def test_a_word_the_g2p_cannot_read_alone_is_placed_by_its_neighbours() -> None:

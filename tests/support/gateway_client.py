@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import av
 import httpx
 import orjson
+from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.sources.sse import SSEDecoder, SSEEvent
@@ -95,12 +98,50 @@ def split_audio_frame(frame: bytes) -> tuple[str, bytes]:
     return frame[1 : 1 + n].decode("ascii"), frame[1 + n :]
 
 
-async def metric(server: RunningServer, name: str, **labels: str) -> float:
-    """One sample of the gateway's Prometheus metrics (0 when it has not been observed)."""
-    async with httpx.AsyncClient(base_url=server.internal_url) as http:
+class NoSuchSeries(AssertionError):
+    """The metrics have no such series: a gauge never set, a labelled series never touched,
+    or a name that is not exported at all."""
+
+
+async def _families(server: RunningServer) -> list[Metric]:
+    """A server's Prometheus metrics: a gateway's on its internal listener, a model server's
+    on its own port."""
+    base = server.internal_url if server.internal_port is not None else server.http_url
+    async with httpx.AsyncClient(base_url=base) as http:
         text = (await http.get("/metrics")).text
-    for family in text_string_to_metric_families(text):
+    return list(text_string_to_metric_families(text))
+
+
+async def metric(server: RunningServer, name: str, **labels: str) -> float:
+    """One sample of a server's metrics; `NoSuchSeries` when there is none (never 0 for a
+    series that does not exist: a gauge that was never set reads as missing, not as 0)."""
+    for family in await _families(server):
         for sample in family.samples:
             if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
                 return float(sample.value)
-    return 0.0
+    raise NoSuchSeries(f"no {name}{labels or ''} in the metrics")
+
+
+async def counted(server: RunningServer, name: str, **labels: str) -> float:
+    """A counter's value (or a histogram's `_count` or `_sum`), 0 while its labelled series
+    has counted nothing yet (a labelled series appears at its first count); the counter or
+    histogram itself must be exported."""
+    try:
+        return await metric(server, name, **labels)
+    except NoSuchSeries:
+        suffixes = {"counter": ("", "_total"), "histogram": ("_count", "_sum")}
+        for family in await _families(server):
+            if any(family.name + end == name for end in suffixes.get(family.type, ())):
+                return 0.0
+        raise
+
+
+async def wait_for_metric(server: RunningServer, name: str, value: float, **labels: str) -> float:
+    """The series once it reads `value`, or what it reads after 20 s (polled, as an operator's
+    dashboard would: a server has no event to wait on from outside)."""
+    deadline = time.monotonic() + 20
+    now = await metric(server, name, **labels)
+    while now != value and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+        now = await metric(server, name, **labels)
+    return now

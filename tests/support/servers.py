@@ -20,6 +20,7 @@ class RunningServer:
     port: int
     server: uvicorn.Server
     internal_port: int | None = None  # a gateway's internal listener (/metrics)
+    host: str = "127.0.0.1"  # (any loopback address: 127.0.0.2 for a second "machine")
 
     @property
     def internal_url(self) -> str:
@@ -28,11 +29,11 @@ class RunningServer:
 
     @property
     def http_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     @property
     def ws_url(self) -> str:
-        return f"ws://127.0.0.1:{self.port}"
+        return f"ws://{self.host}:{self.port}"
 
 
 def free_port() -> int:
@@ -43,18 +44,20 @@ def free_port() -> int:
         return port
 
 
-def _listening() -> socket.socket:
+def _listening(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
     # IPPROTO_TCP named: asyncio then sets TCP_NODELAY on accepted connections, as it does for
     # the sockets uvicorn makes itself (else each reused connection waits on delayed ACKs)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock.bind((host, port))
     sock.listen(128)
     return sock
 
 
 @contextlib.contextmanager
-def _serving(*apps: tuple[FastAPI, dict[str, Any]]) -> Iterator[list[tuple[uvicorn.Server, int]]]:
+def _serving(
+    *apps: tuple[FastAPI, dict[str, Any]], host: str = "127.0.0.1", port: int = 0
+) -> Iterator[list[tuple[uvicorn.Server, int]]]:
     """Bind first, then serve: connections made before uvicorn is up wait in the backlog, so
     nobody needs to poll for the port. Several apps share one thread and event loop (as the
     gateway's two listeners do in `gateway.cli`)."""
@@ -64,7 +67,7 @@ def _serving(*apps: tuple[FastAPI, dict[str, Any]]) -> Iterator[list[tuple[uvico
         "lifespan": "on",
         "timeout_graceful_shutdown": 2,
     }
-    socks = [_listening() for _ in apps]
+    socks = [_listening(host, port if i == 0 else 0) for i, _ in enumerate(apps)]
     servers = [uvicorn.Server(uvicorn.Config(app, **{**defaults, **opts})) for app, opts in apps]
     ports: list[int] = [sock.getsockname()[1] for sock in socks]
 
@@ -84,13 +87,14 @@ def _serving(*apps: tuple[FastAPI, dict[str, Any]]) -> Iterator[list[tuple[uvico
 
 
 @contextlib.contextmanager
-def serve(app: FastAPI) -> Iterator[RunningServer]:
+def serve(app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> Iterator[RunningServer]:
     """A gateway app is served as `gateway` serves it: the public listener with the same
-    uvicorn options, and the internal one (`/metrics`) on a port of its own."""
+    uvicorn options, and the internal one (`/metrics`) on a port of its own. `host` and
+    `port` (0: any free one) are a model server's address."""
     internal = getattr(app.state, "internal", None)
     if internal is None:
-        with _serving((app, {})) as [(server, port)]:
-            yield RunningServer(app, port, server)
+        with _serving((app, {}), host=host, port=port) as [(server, bound)]:
+            yield RunningServer(app, bound, server, host=host)
         return
     from gateway.cli import server_options
 

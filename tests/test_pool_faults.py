@@ -1,0 +1,218 @@
+"""The model-server pool under faults, on real servers (the fake engine) behind a fault proxy:
+a wedged server is marked down so new replies go to another, a name's addresses are followed
+as they change, and the batch path fails over before its audio and never after. Which server
+served a reply is read from the servers themselves (their engines' calls, the requests their
+proxies saw), never inferred from timing."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+from gateway.app import create_app as create_gateway
+from gateway.config import Settings as GatewaySettings
+from gateway.errors import TTSError
+from gateway.routing import pool
+from gateway.transports.base import Piece
+from model_server.app import create_app
+from tests.conftest import FAKE_SETTINGS
+from tests.support.fakes import FakeEngine, expected_pcm_bytes, identity_g2p
+from tests.support.fault_proxy import FaultProxy, fault_proxy
+from tests.support.gateway_client import sse_get, wait_for_metric
+from tests.support.servers import RunningServer, free_port, serve
+from tests.test_faults import error_of, reply_with_fault
+
+BIDI = "GET /invocations-bidirectional-stream"
+BATCH = "POST /invocations"
+
+
+@contextlib.contextmanager
+def fake_model_server(
+    engine: FakeEngine, host: str = "127.0.0.1", port: int = 0
+) -> Iterator[RunningServer]:
+    """A model server of its own over `engine`, at `host`:`port` (0: any free port)."""
+    app = create_app(FAKE_SETTINGS, engine_factory=lambda _: engine, g2p_factory=identity_g2p)
+    with serve(app, host, port) as running:
+        assert app.state.service.settled.wait(10)
+        yield running
+
+
+def pool_of(gateway: RunningServer) -> pool.ModelServerPool:
+    runtime_pool = gateway.app.state.service.runtime.pool
+    assert isinstance(runtime_pool, pool.ModelServerPool)
+    return runtime_pool
+
+
+# --- a wedged server ----------------------------------------------------------------------------
+
+
+async def test_a_wedged_model_server_is_marked_down_so_new_replies_go_to_another() -> None:
+    """A model server freezes mid-reply: that reply ends with `tts_timeout` (its audio had
+    started), and the next reply goes straight to the other server, never to the frozen one,
+    even though the frozen one's last load report (kept while its probes time out, for as long
+    as `stale_load_s` allows: a long while here) still ranks it first."""
+    engines = {"a": FakeEngine(), "b": FakeEngine()}
+    with (
+        fake_model_server(engines["a"]) as a,
+        fake_model_server(engines["b"]) as b,
+        fault_proxy(a.port) as proxy_a,
+        fault_proxy(b.port) as proxy_b,
+    ):
+        proxies = {"a": proxy_a, "b": proxy_b}
+        urls = f"{proxy_a.http_url},{proxy_b.http_url}"
+        settings = GatewaySettings(model_server_url=urls, tts_timeout_s=1)
+        with serve(create_gateway(settings)) as gw:
+            pool_of(gw).stale_load_s = 600.0  # a timed-out probe alone never marks it down
+            frozen: list[str] = []
+
+            def freeze_the_one_speaking() -> None:
+                (name,) = [n for n, p in proxies.items() if BIDI in p.requests]
+                proxies[name].freeze()
+                frozen.append(name)
+
+            events = await reply_with_fault(gw.http_url, freeze_the_one_speaking)
+            error = error_of(events)
+            assert (error["code"], error["retryable"]) == ("tts_timeout", True)
+            assert any(e.event == "audio_chunk" for e in events)
+            (wedged,) = frozen
+            (other,) = set(proxies) - {wedged}
+            assert await wait_for_metric(gw, "gateway_active_sessions", 0, transport="sse") == 0
+
+            text = "After the freeze."
+            reply = await sse_get(gw.http_url, {"text": text, "format": "pcm"})
+        assert "error" not in reply.names
+        assert len(b"".join(reply.audio_chunks())) == expected_pcm_bytes(text)
+        assert engines[other].calls == [text]  # served by the other one...
+        assert proxies[other].requests.count(BIDI) == 1
+        assert proxies[wedged].requests.count(BIDI) == 1  # ...and never tried on the frozen one
+        assert text not in engines[wedged].calls
+
+
+# --- a name whose addresses change --------------------------------------------------------------
+
+
+async def test_the_pool_follows_a_name_whose_addresses_change(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The model server's name (a headless Service) resolves to one set of pods, then another:
+    the pool re-resolves it, keeps what it knew of a pod that stays, drops a pod that left
+    (new replies never go there, though it ranked first: it had learned it is fast) and sends
+    them to one that came."""
+    addresses = ["127.0.0.3", "127.0.0.4"]
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        if host in ("tts.voice.test", b"tts.voice.test"):  # (anyio asks with bytes)
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, int(port))) for a in addresses]
+        return real(host, port, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    engines = {host: FakeEngine() for host in ("127.0.0.2", "127.0.0.3", "127.0.0.4")}
+    port = free_port()
+    with contextlib.ExitStack() as stack:
+        for host, engine in engines.items():
+            stack.enter_context(fake_model_server(engine, host, port))
+        settings = GatewaySettings(model_server_url=f"http://tts.voice.test:{port}")
+        gw = stack.enter_context(serve(create_gateway(settings)))
+        servers = pool_of(gw)
+        servers.resolve_every_s = 0.0  # every new reply resolves the name again
+
+        def pods() -> list[str]:
+            return sorted(urlsplit(u.url).hostname or "" for u in servers.upstreams)
+
+        one = await sse_get(gw.http_url, {"text": "One.", "format": "pcm"})
+        assert pods() == ["127.0.0.3", "127.0.0.4"]
+        # equal loads: the first name serves, and learns how fast its engine is
+        assert [e.calls for e in engines.values()] == [[], ["One."], []]
+        stays = next(u for u in servers.upstreams if "127.0.0.4" in u.url)
+
+        addresses[:] = ["127.0.0.2", "127.0.0.4"]  # .3 left, .2 came
+        two = await sse_get(gw.http_url, {"text": "Two.", "format": "pcm"})
+        assert pods() == ["127.0.0.2", "127.0.0.4"]
+        assert next(u for u in servers.upstreams if "127.0.0.4" in u.url) is stays
+        assert [e.calls for e in engines.values()] == [["Two."], ["One."], []]
+    for reply, text in ((one, "One."), (two, "Two.")):
+        assert "error" not in reply.names
+        assert len(b"".join(reply.audio_chunks())) == expected_pcm_bytes(text)
+
+
+# --- the batch path -----------------------------------------------------------------------------
+
+TWO = "The first sentence is here. And this is the second one."
+SENTENCES = ["The first sentence is here.", "And this is the second one."]
+WHOLE = sum(expected_pcm_bytes(s) for s in SENTENCES)
+
+
+@contextlib.asynccontextmanager
+async def batch_pool(
+    first: FaultProxy, then: RunningServer
+) -> AsyncIterator[tuple[pool.PooledTransport, pool.Upstream, pool.Upstream]]:
+    """A reply's transport in a pool of two servers that are both up, the one behind `first`
+    chosen (then: its upstream, and the other's)."""
+    async with httpx.AsyncClient() as client:
+        servers = pool.ModelServerPool([first.http_url, then.http_url], client)
+        try:
+            assert isinstance(await servers.pick(None), pool.Upstream)  # both answer /load
+            by_url = {u.url: u for u in servers.upstreams}
+            chosen, other = by_url[first.http_url], by_url[then.http_url]
+            assert chosen.up
+            assert other.up
+            transport = servers.transport_for(chosen)
+            yield transport, chosen, other
+            transport.release()
+        finally:
+            await servers.aclose()
+
+
+async def collect(pieces: AsyncIterator[Piece], heard: list[bytes]) -> bytes:
+    """The PCM of a batch call, each piece into `heard` as it comes."""
+    async for piece in pieces:
+        assert isinstance(piece, bytes)
+        heard.append(piece)
+    return b"".join(heard)
+
+
+async def test_a_batch_call_fails_over_to_another_server_before_any_audio() -> None:
+    engines = {"chosen": FakeEngine(), "other": FakeEngine()}
+    with (
+        fake_model_server(engines["chosen"]) as chosen_server,
+        fake_model_server(engines["other"]) as other_server,
+        fault_proxy(chosen_server.port) as proxy,
+    ):
+        proxy.cut(BATCH.encode(), after=0)  # its connection closes before the server hears it
+        async with batch_pool(proxy, other_server) as (transport, chosen, other):
+            pcm = await collect(transport.synthesize(TWO, None, 1.0), [])
+            # the reply counts where it is served now
+            assert transport.upstream is other
+            assert (chosen.replies, other.replies) == (0, 1)
+        assert not chosen.up  # skipped by new replies until tried again
+    assert proxy.requests.count(BATCH) == 1
+    assert engines["chosen"].calls == []
+    assert engines["other"].calls == SENTENCES
+    assert len(pcm) == WHOLE  # all of it, once
+
+
+async def test_a_batch_call_is_never_retried_after_its_audio_has_started() -> None:
+    engines = {"chosen": FakeEngine(), "other": FakeEngine()}
+    with (
+        fake_model_server(engines["chosen"]) as chosen_server,
+        fake_model_server(engines["other"]) as other_server,
+        fault_proxy(chosen_server.port) as proxy,
+    ):
+        proxy.cut(BATCH.encode(), after=4_000)  # the headers and some audio, then it ends
+        heard: list[bytes] = []
+        async with batch_pool(proxy, other_server) as (transport, chosen, _):
+            with pytest.raises(TTSError) as failed:
+                await collect(transport.synthesize(TWO, None, 1.0), heard)
+            assert transport.upstream is chosen  # it stayed where its audio came from
+        pcm = b"".join(heard)
+    assert failed.value.retryable  # the caller may try again; the pool did not, silently
+    assert 0 < len(pcm) < WHOLE  # what was heard: cut short, not repeated from elsewhere
+    assert engines["chosen"].calls[:1] == SENTENCES[:1]
+    assert engines["other"].calls == []
