@@ -11,9 +11,10 @@ Once audio has flowed, a stream over a pool of model servers that fails retryabl
 `tts_stalled`: a frozen server) resumes at once where the listener is, while tries are left:
 opened again (the pool avoids the server that wedged), sent the chunks not yet completed, and
 the audio of the first one already heard is dropped by its byte count (the same text, voice
-and speed give the same audio), so it continues without a repeat or a hole; word timings are shifted to the reply's clock and not
-given twice. A chunk's completion keeps its index in the reply. When it cannot resume (no
-server is up, no tries left) the reply ends with a retryable `error`.
+and speed give the same audio), so it continues without a repeat or a hole; word timings are
+shifted to the reply's clock and not given twice. A chunk's completion keeps its index in the
+reply. When it cannot resume (no server is up, no tries left) the reply ends with a retryable
+`error`.
 """
 
 from __future__ import annotations
