@@ -17,7 +17,7 @@ from gateway.app import create_app as create_gateway
 from gateway.config import Settings as GatewaySettings
 from gateway.sources.sse import SSEDecoder
 from tests.support.fakes import expected_pcm_bytes
-from tests.support.gateway_client import SSEReply, metric, sse_get
+from tests.support.gateway_client import SSEReply, counted, metric, sse_get
 from tests.support.processes import fake_model_server
 from tests.support.servers import RunningServer, free_port, serve
 
@@ -79,7 +79,7 @@ async def test_a_frozen_server_mid_reply_is_left_and_the_reply_goes_on_elsewhere
         sentences = [f"{s.strip()}." for s in PACED["text"].split(".") if s.strip()]
         expected = sum(expected_pcm_bytes(s) for s in sentences)
         assert len(b"".join(reply.audio_chunks())) == expected
-        assert await metric(gw, "gateway_errors_total", code="tts_stalled") == 0
+        assert await counted(gw, "gateway_errors_total", code="tts_stalled") == 0
         # the frozen one is marked down: a new reply goes to the other
         (alive,) = [u for u in urls if u not in frozen]
         before = inflight(alive)
