@@ -94,7 +94,7 @@ class ModelServerTransport:
                 open_timeout=OPEN_TIMEOUT_S,
                 ping_interval=None if stall is None else stall / 2,
                 ping_timeout=stall,
-                close_timeout=1.0,  # a frozen peer never answers the close either
+                close_timeout=0.5,  # a frozen peer never answers the close either
                 additional_headers=[
                     (k, v) for k, v in self._client.headers.items() if k == "authorization"
                 ],
