@@ -16,10 +16,10 @@ import pytest
 
 from model_server.app import create_app
 from model_server.config import Settings
-from tests.support.fakes import FakeEngine, identity_g2p
+from tests.support.fakes import FAKE_SETTINGS, FakeEngine, serve_fake
 from tests.support.servers import RunningServer, serve
 
-FAKE_SETTINGS = Settings(workers=2, max_text_chars=200, max_pending=4, warmup=False)
+__all__ = ["FAKE_SETTINGS"]  # where the suite has always imported it from
 
 
 @pytest.fixture(scope="session")
@@ -44,9 +44,7 @@ def gateway_server(model_server: RunningServer) -> Iterator[RunningServer]:
 
 
 def _serve_fake(engine: FakeEngine) -> Iterator[RunningServer]:
-    app = create_app(FAKE_SETTINGS, engine_factory=lambda _: engine, g2p_factory=identity_g2p)
-    with serve(app) as running:
-        assert app.state.service.settled.wait(timeout=10)
+    with serve_fake(engine) as running:
         yield running
 
 

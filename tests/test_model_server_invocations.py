@@ -6,32 +6,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import time
-from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from typing import Any
 
 import httpx
 import pytest
 
-from model_server.app import create_app
-from tests.conftest import FAKE_SETTINGS
-from tests.support.fakes import FakeEngine, identity_g2p
-from tests.support.servers import RunningServer, serve
+from tests.support.fakes import FakeEngine, serve_fake
+from tests.support.servers import RunningServer
 
 FIVE = "First one. Second one. Third one. Fourth one. Fifth one."
 
 
-@contextlib.contextmanager
-def model_server(engine: FakeEngine, **settings: float) -> Iterator[RunningServer]:
+def model_server(engine: FakeEngine, **settings: Any) -> AbstractContextManager[RunningServer]:
     """A fake model server of the test's own; its speed model has seen nothing (the prior)."""
-    app = create_app(
-        dataclasses.replace(FAKE_SETTINGS, **settings),
-        engine_factory=lambda _: engine,
-        g2p_factory=identity_g2p,
-    )
-    with serve(app) as running:
-        assert app.state.service.settled.wait(timeout=10)
-        yield running
+    return serve_fake(engine, **settings)
 
 
 async def inflight(http: httpx.AsyncClient) -> int:

@@ -3,12 +3,10 @@ route but /ping checks it, and the gateway's transports send it on every call.""
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from contextlib import AbstractContextManager
 
 import httpx
 import orjson
@@ -19,9 +17,7 @@ from websockets.exceptions import InvalidStatus
 from gateway.app import create_app as create_gateway
 from gateway.config import Settings as GatewaySettings
 from model_server.access import check_listening
-from model_server.app import create_app
-from tests.conftest import FAKE_SETTINGS
-from tests.support.fakes import FakeEngine, identity_g2p
+from tests.support.fakes import FakeEngine, serve_fake
 from tests.support.gateway_client import sse_get
 from tests.support.model_server_client import read_until_terminal, synth
 from tests.support.servers import RunningServer, serve
@@ -29,16 +25,8 @@ from tests.support.servers import RunningServer, serve
 KEY = "model-key-0123456789abcdef"
 
 
-@contextlib.contextmanager
-def keyed_model_server(engine: FakeEngine) -> Iterator[RunningServer]:
-    app = create_app(
-        dataclasses.replace(FAKE_SETTINGS, api_key=KEY),
-        engine_factory=lambda _: engine,
-        g2p_factory=identity_g2p,
-    )
-    with serve(app) as running:
-        assert app.state.service.settled.wait(timeout=10)
-        yield running
+def keyed_model_server(engine: FakeEngine) -> AbstractContextManager[RunningServer]:
+    return serve_fake(engine, api_key=KEY)
 
 
 def test_beyond_loopback_a_key_or_anonymity_said_out_loud() -> None:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import dataclasses
 import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
+from contextlib import AbstractContextManager
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -23,9 +23,7 @@ from gateway.config import Settings as GatewaySettings
 from gateway.errors import TTSError
 from gateway.routing import pool
 from gateway.transports.base import Piece
-from model_server.app import create_app
-from tests.conftest import FAKE_SETTINGS
-from tests.support.fakes import FakeEngine, expected_pcm_bytes, identity_g2p
+from tests.support.fakes import FakeEngine, expected_pcm_bytes, serve_fake
 from tests.support.fault_proxy import FaultProxy, fault_proxy
 from tests.support.gateway_client import counted, sse_get, wait_for_metric
 from tests.support.servers import RunningServer, free_port, serve
@@ -35,18 +33,13 @@ BIDI = "GET /invocations-bidirectional-stream"
 BATCH = "POST /invocations"
 
 
-@contextlib.contextmanager
 def fake_model_server(
     engine: FakeEngine, host: str = "127.0.0.1", port: int = 0
-) -> Iterator[RunningServer]:
+) -> AbstractContextManager[RunningServer]:
     """A model server of its own over `engine`, at `host`:`port` (0: any free port); it takes
     as many pending requests per session as a real one (a resumed reply sends its unfinished
     chunks at once)."""
-    settings = dataclasses.replace(FAKE_SETTINGS, max_pending=32)
-    app = create_app(settings, engine_factory=lambda _: engine, g2p_factory=identity_g2p)
-    with serve(app, host, port) as running:
-        assert app.state.service.settled.wait(10)
-        yield running
+    return serve_fake(engine, host, port, max_pending=32)
 
 
 def pool_of(gateway: RunningServer) -> pool.ModelServerPool:

@@ -17,16 +17,19 @@ import pytest
 from websockets.asyncio.client import connect
 
 from kokoro_contract.protocol import SynthesisRequest, parse_words
-from model_server.app import create_app
 from model_server.config import Settings
 from model_server.engines.base import CancelToken
 from model_server.scheduler import Scheduler
 from model_server.synthesis import Synthesizer
 from model_server.windows import Schedule
-from tests.conftest import FAKE_SETTINGS
-from tests.support.fakes import FakeEngine, FakeProgressiveEngine, IdentityG2P, identity_g2p
+from tests.support.fakes import (
+    FakeEngine,
+    FakeProgressiveEngine,
+    IdentityG2P,
+    serve_fake,
+)
 from tests.support.model_server_client import read_until_terminal, synth
-from tests.support.servers import RunningServer, serve
+from tests.support.servers import RunningServer
 
 T = TypeVar("T")
 BIDI = "/invocations-bidirectional-stream"
@@ -50,15 +53,7 @@ def engine(progressive_engine: FakeProgressiveEngine) -> FakeProgressiveEngine:
 
 
 def _server(engine: FakeEngine, **settings: Any) -> Iterator[RunningServer]:
-    import dataclasses
-
-    app = create_app(
-        dataclasses.replace(FAKE_SETTINGS, **settings),
-        engine_factory=lambda _: engine,
-        g2p_factory=identity_g2p,
-    )
-    with serve(app) as running:
-        assert app.state.service.settled.wait(timeout=10)
+    with serve_fake(engine, **settings) as running:
         yield running
 
 

@@ -6,12 +6,22 @@ in-flight states (a synthesis that is running right now) observable without timi
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import threading
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
+from model_server.app import create_app
+from model_server.config import Settings
 from model_server.engines.base import CancelToken, FloatAudio, Front, Timed
 from model_server.errors import SynthesisCancelled
+from tests.support.servers import RunningServer, serve
+
+# the fake model servers' settings: small limits, so that tests reach them
+FAKE_SETTINGS = Settings(workers=2, max_text_chars=200, max_pending=4, warmup=False)
 
 SECONDS_PER_PHONEME = 0.01
 # Every phoneme (character) lasts one frame, 10 ms at speed 1 (240 samples), int(240 / speed)
@@ -123,3 +133,19 @@ class FakeProgressiveEngine(FakeEngine):
         n = front.frame_samples
         samples = np.arange(start * n, end * n)
         return np.where((samples // 55) % 2 == 0, 0.5, -0.5).astype(np.float32)
+
+
+@contextlib.contextmanager
+def serve_fake(
+    engine: FakeEngine, host: str = "127.0.0.1", port: int = 0, **settings: Any
+) -> Iterator[RunningServer]:
+    """The model server's real app and routes over `engine`, ready, at `host`:`port` (0: any
+    free port), with `FAKE_SETTINGS` changed by `settings`."""
+    app = create_app(
+        dataclasses.replace(FAKE_SETTINGS, **settings),
+        engine_factory=lambda _: engine,
+        g2p_factory=identity_g2p,
+    )
+    with serve(app, host, port) as running:
+        assert app.state.service.settled.wait(timeout=10)
+        yield running

@@ -17,8 +17,10 @@ import contextlib
 import re
 import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from tests.support.proxy_thread import proxy_thread
 
 _REQUEST_LINE = re.compile(
     rb"(GET|POST|PUT|DELETE|HEAD|OPTIONS|PATCH) ([^ ?]+)\S* HTTP/1\.[01]\r\n"
@@ -155,29 +157,8 @@ async def _serve(sock: socket.socket, proxy: FaultProxy, ready: threading.Event)
     await server.wait_closed()
 
 
-@contextlib.contextmanager
-def fault_proxy(upstream_port: int) -> Iterator[FaultProxy]:
+def fault_proxy(upstream_port: int) -> contextlib.AbstractContextManager[FaultProxy]:
     """A `FaultProxy` in front of 127.0.0.1:`upstream_port`, in its own thread and loop."""
-    # IPPROTO_TCP named so that asyncio sets TCP_NODELAY on accepted connections
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(128)
-    proxy = FaultProxy(port=sock.getsockname()[1], upstream_port=upstream_port)
-    loop = asyncio.new_event_loop()
-    ready = threading.Event()
-    thread = threading.Thread(
-        target=lambda: loop.run_until_complete(_serve(sock, proxy, ready)),
-        name=f"fault-proxy-{proxy.port}",
+    return proxy_thread(
+        lambda port: FaultProxy(port=port, upstream_port=upstream_port), _serve, "fault-proxy"
     )
-    thread.start()
-    try:
-        assert ready.wait(timeout=10)
-        yield proxy
-    finally:
-        stop = proxy._stop
-        if stop is not None:
-            loop.call_soon_threadsafe(stop.set)
-        thread.join(timeout=30)
-        loop.close()
-        sock.close()

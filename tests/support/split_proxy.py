@@ -15,8 +15,9 @@ import contextlib
 import re
 import socket
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass, field
+
+from tests.support.proxy_thread import proxy_thread
 
 _AFTER_CR = re.compile(rb"(?<=\r)")
 
@@ -97,29 +98,8 @@ async def _serve(sock: socket.socket, proxy: SplitProxy, ready: threading.Event)
     await server.wait_closed()
 
 
-@contextlib.contextmanager
-def split_proxy(upstream_port: int) -> Iterator[SplitProxy]:
+def split_proxy(upstream_port: int) -> contextlib.AbstractContextManager[SplitProxy]:
     """A `SplitProxy` in front of 127.0.0.1:`upstream_port`, in its own thread and loop."""
-    # IPPROTO_TCP named so that asyncio sets TCP_NODELAY on accepted connections
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(128)
-    proxy = SplitProxy(port=sock.getsockname()[1], upstream_port=upstream_port)
-    loop = asyncio.new_event_loop()
-    ready = threading.Event()
-    thread = threading.Thread(
-        target=lambda: loop.run_until_complete(_serve(sock, proxy, ready)),
-        name=f"split-proxy-{proxy.port}",
+    return proxy_thread(
+        lambda port: SplitProxy(port=port, upstream_port=upstream_port), _serve, "split-proxy"
     )
-    thread.start()
-    try:
-        yield proxy
-    finally:
-        ready.wait(timeout=10)
-        stop = proxy._stop
-        if stop is not None:
-            loop.call_soon_threadsafe(stop.set)
-        thread.join(timeout=30)
-        loop.close()
-        sock.close()
