@@ -13,7 +13,7 @@ from websockets.asyncio.client import connect
 from emulators.bedrock import BedrockScript, create_bedrock_emulator
 from gateway.app import create_app as create_gateway
 from gateway.config import Settings as GatewaySettings
-from tests.support.gateway_client import metric, sse_get
+from tests.support.gateway_client import counted, sse_get
 from tests.support.servers import RunningServer, serve
 
 ANSWER = "Sure, here is the answer you asked for. It comes from Bedrock."
@@ -158,14 +158,14 @@ async def test_the_stop_reason_reaches_the_client_and_the_metrics(
     gateway_bedrock: RunningServer, bedrock: tuple[RunningServer, BedrockScript]
 ) -> None:
     _, script = bedrock
-    before = await metric(gateway_bedrock, "gateway_llm_stop_reasons_total", reason="max_tokens")
-    tokens = await metric(gateway_bedrock, "gateway_llm_tokens_total", kind="outputTokens")
+    before = await counted(gateway_bedrock, "gateway_llm_stop_reasons_total", reason="max_tokens")
+    tokens = await counted(gateway_bedrock, "gateway_llm_tokens_total", kind="outputTokens")
     script.stop_reason = "max_tokens"  # the answer was cut, not finished
     reply = await sse_get(gateway_bedrock.http_url, {"prompt": "Tell me.", "format": "pcm"})
     assert reply.one("agent_end")["stop_reason"] == "max_tokens"
-    after = await metric(gateway_bedrock, "gateway_llm_stop_reasons_total", reason="max_tokens")
+    after = await counted(gateway_bedrock, "gateway_llm_stop_reasons_total", reason="max_tokens")
     assert after - before == 1
-    used = await metric(gateway_bedrock, "gateway_llm_tokens_total", kind="outputTokens")
+    used = await counted(gateway_bedrock, "gateway_llm_tokens_total", kind="outputTokens")
     assert used - tokens == len(TOKENS)  # the emulator's usage: one token a delta
     script.stop_reason = "end_turn"
     again = await sse_get(gateway_bedrock.http_url, {"prompt": "Tell me.", "format": "pcm"})
