@@ -35,6 +35,7 @@ class Settings:
         ""  # default https://runtime.sagemaker.REGION.amazonaws.com:8443
     )
     default_voice: str = ""  # empty: the model server's default
+    openai_voices: str = ""  # OpenAI voice name=voice, over Kokoro's namesakes
     max_text_chars: int = limits.MAX_TEXT_CHARS
     api_keys_file: str = ""  # one key per line, `name:key` or a bare key
     api_keys: str = ""  # the same, comma-separated (GATEWAY_API_KEYS)
@@ -102,6 +103,10 @@ _HELP = {
     "sagemaker_endpoint": "SageMaker endpoint running the model server (--tts-transport sagemaker)",
     "sagemaker_http2_endpoint_uri": "override for the HTTP/2 bidi client (default: region's :8443)",
     "default_voice": "voice when a request names none (empty: the model server's default)",
+    "openai_voices": "OpenAI voice names (alloy, ash, ballad, cedar, coral, echo, fable, marin, "
+    "nova, onyx, sage, shimmer, verse) mapped to voices, comma-separated name=voice, over "
+    "Kokoro's namesakes (alloy=af_alloy, echo=am_echo, fable=bm_fable, nova=af_nova, "
+    "onyx=am_onyx); one whose voice is not loaded speaks with the default voice",
     "max_text_chars": "longest text or prompt accepted",
     "api_keys_file": "file of API keys, one per line: name:key, or a bare key; with keys, "
     "every /v1 route needs 'Authorization: Bearer <key>' or a token from POST /v1/tokens",

@@ -23,10 +23,6 @@ from gateway.routes.responses import ReplyEventSource, TimedStreamingResponse
 log = logging.getLogger(__name__)
 router = APIRouter()
 
-OPENAI_VOICES = frozenset(
-    {"alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer", "verse"}
-)
-
 
 def _sse(body: dict[str, Any]) -> ServerSentEvent:
     return ServerSentEvent(orjson.dumps(body).decode())
@@ -36,8 +32,8 @@ def _sse(body: dict[str, Any]) -> ServerSentEvent:
 async def speech(request: Request) -> Response:
     service = service_of(request)
     params = parse(OpenAISpeechParams, await json_body(request))
-    # OpenAI's voice names speak with the default voice; any model-server voice by its name
-    voice = None if params.voice in OPENAI_VOICES else params.voice
+    # OpenAI's names through the voice table, the model servers' own by name; any other: 400
+    voice = await service.replies.voices.resolve(params.voice)
     speak = SpeakParams(text=params.input, mode=Mode.BIDI, voice=voice, speed=params.speed)
     source = service.replies.source_for(speak)
     assert source is not None

@@ -43,6 +43,8 @@ async def _speak(request: Request, params: SpeakParams) -> Response:
     source = service.replies.source_for(params)
     if source is None:
         raise BadRequest("give 'text' or 'prompt'", code="missing_text")
+    # a voice no model server has: 400 before anything is streamed
+    params = params.model_copy(update={"voice": await service.replies.voices.resolve(params.voice)})
     uid = params.utterance_id or new_utterance_id()
     prompt = params.prompt is not None
     async with contextlib.AsyncExitStack() as stack:

@@ -26,6 +26,7 @@ from gateway.reply.events import Event
 from gateway.reply.pipeline import Reply, ReplySpec
 from gateway.service.gate import Admitted
 from gateway.service.runtime import Runtime
+from gateway.service.voices import VoiceCatalog, parse_table
 from gateway.sources.base import TextSource
 from gateway.sources.bedrock import BedrockOptions, BedrockSource
 from gateway.sources.client import ClientTextSource
@@ -51,6 +52,7 @@ class ReplyFactory:
         self.settings = settings
         self.metrics = metrics
         self.runtime = runtime
+        self.voices = VoiceCatalog(runtime.voices, parse_table(settings.openai_voices))
         self.chunker = ChunkerConfig(
             first_min_words=settings.first_min_words, first_max_words=settings.first_max_words
         )

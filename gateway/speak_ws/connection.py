@@ -165,9 +165,12 @@ class SpeakConnection:
             await asyncio.wait([self._task])
         service = self.service
         stack = contextlib.AsyncExitStack()
+        params = start.params
         try:
-            source = service.replies.source_for(start.params, start.history)
-            prompt = start.params.prompt is not None
+            voice = await service.replies.voices.resolve(params.voice)  # 400s as error frames
+            params = params.model_copy(update={"voice": voice})
+            source = service.replies.source_for(params, start.history)
+            prompt = params.prompt is not None
             # `overloaded` or `rate_limited` frames; the session stays
             admitted = await stack.enter_async_context(
                 service.gate.start(self.client, prompt=prompt, session=self.lease)
@@ -179,7 +182,7 @@ class SpeakConnection:
         if source is None:
             self._client_text = source = ClientTextSource()
         queue: asyncio.Queue[Event | None] = asyncio.Queue(service.settings.queue_size)
-        reply = service.replies.build(start.params, source, queue, admitted, utterance_id=uid)
+        reply = service.replies.build(params, source, queue, admitted, utterance_id=uid)
         self._reply = reply
         self._task = asyncio.create_task(self._forward(reply, queue, stack))
         # a task cancelled before it ever ran never enters its `async with`: its place is
