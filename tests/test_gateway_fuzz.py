@@ -51,6 +51,7 @@ ERROR_CODES = frozenset(
         "rate_limited",
         "too_many_sessions",
         "tts_unknown_voice",
+        "unknown_voice",
         "tts_text_too_long",
         "tts_unreadable_text",
         "tts_invalid_field",

@@ -154,17 +154,20 @@ async def test_eventsource_reconnect_gets_204(gateway_on_fake: RunningServer) ->
     assert again.content == b""
 
 
-async def test_tts_error_ends_the_reply_with_an_error_event(
-    gateway_on_fake: RunningServer,
-) -> None:
-    reply = await sse_post(gateway_on_fake.http_url, {"text": "Hi there.", "voice": "nobody"})
-    assert reply.names[-2:] == ["error", "agent_end"]
-    error = reply.one("error")
-    assert error["code"] == "tts_unknown_voice"
-    assert "nobody" in error["message"]
-    # the next request works
-    ok = await sse_post(gateway_on_fake.http_url, {"text": "Hi there.", "format": "pcm"})
-    assert "error" not in ok.names
+async def test_tts_error_ends_the_reply_with_an_error_event(fake_server: RunningServer) -> None:
+    """A model server that refuses a chunk mid-reply: here a voice it no longer has while the
+    gateway's catalog, between two refreshes, still lists it."""
+    with serve(create_gateway(GatewaySettings(model_server_url=fake_server.http_url))) as gw:
+        catalog = gw.app.state.service.replies.voices
+        catalog._known, catalog._asked_at = frozenset({"nobody", "af_test"}), float("inf")
+        reply = await sse_post(gw.http_url, {"text": "Hi there.", "voice": "nobody"})
+        assert reply.names[-2:] == ["error", "agent_end"]
+        error = reply.one("error")
+        assert error["code"] == "tts_unknown_voice"
+        assert "nobody" in error["message"]
+        # the next request works
+        ok = await sse_post(gw.http_url, {"text": "Hi there.", "format": "pcm"})
+        assert "error" not in ok.names
 
 
 async def test_websocket_bad_input_keeps_the_session(gateway_on_fake: RunningServer) -> None:
