@@ -15,7 +15,15 @@ from gateway.access.keys import MAX_TOKEN_TTL_S
 from gateway.access.middleware import AccessMiddleware
 from gateway.access.policy import LOCAL_ORIGIN, LOOPBACK_HOSTS, AccessPolicy
 from gateway.config import Settings
-from gateway.routes import health, openai_speech, pages, speak_sse, speak_ws, tokens
+from gateway.routes import (
+    agentcore,
+    health,
+    openai_speech,
+    pages,
+    speak_sse,
+    speak_ws,
+    tokens,
+)
 from gateway.service import GatewayService
 from kokoro_contract.http_errors import install_error_handlers
 from kokoro_contract.listen import is_loopback
@@ -82,8 +90,9 @@ def create_app(settings: Settings | None = None, sagemaker_http2_transport: Any 
         allow_headers=["Authorization", "Content-Type"],
         expose_headers=["X-Utterance-Id", "Retry-After"],
     )
-    for module in (speak_sse, speak_ws, openai_speech, tokens, health, pages):
+    for module in (speak_sse, speak_ws, openai_speech, tokens, health, pages, agentcore):
         app.include_router(module.router)
+    app.state.conversations = agentcore.Conversations()  # AgentCore sessions' turns
     app.mount("/static", StaticFiles(directory=pages.STATIC_DIR), name="static")
     install_error_handlers(app, denied)
     return app

@@ -30,6 +30,7 @@ TOKEN_ROUTES = {
     "speak": ("/v1/speak",),  # POST /v1/speak, /v1/speak/sse, /v1/speak/ws
     "speech": ("/v1/audio/speech",),
     "voices": ("/v1/voices",),
+    "agentcore": ("/invocations", "/ws"),  # the AgentCore Runtime contract's routes
 }
 DEFAULT_TOKEN_ROUTES = ("speak", "voices")
 

@@ -25,7 +25,10 @@ from gateway.access.keys import AuthError, Client, KeyRing, bearer, looks_like_t
 LOCAL_ORIGIN = re.compile(r"^https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?$")
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
 PROTECTED_PREFIX = "/v1/"
-PROBES = frozenset({"/healthz", "/readyz"})  # answered whatever the Host: they tell nothing
+PROTECTED_PATHS = frozenset({"/invocations", "/ws"})  # the AgentCore contract's (routes/agentcore)
+PROBES = frozenset(
+    {"/healthz", "/readyz", "/ping"}
+)  # answered whatever the Host: they tell nothing
 JSON_TYPES = frozenset({"application/json"})
 CROSS_SITE = frozenset({"cross-site", "same-site"})  # Sec-Fetch-Site values
 
@@ -67,7 +70,7 @@ class AccessPolicy:
         probe = request.path in PROBES  # kubelets and load balancers ask by address
         if self.hosts and not probe and host_name(host).lower() not in self.hosts:
             return Denial(400, "host_not_allowed", "this Host is not served here")
-        if not request.path.startswith(PROTECTED_PREFIX):
+        if not request.path.startswith(PROTECTED_PREFIX) and request.path not in PROTECTED_PATHS:
             return Client("anonymous", via="anonymous")
         origin = request.headers.get("origin")
         if origin is not None and not self.origin_allowed(origin, request.scheme, host):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import orjson
@@ -19,7 +19,7 @@ from gateway.access.middleware import client_of
 from gateway.aio import cancel_and_wait
 from gateway.errors import BadRequest, GatewayError
 from gateway.params import CancelParams, SpeakParams, parse
-from gateway.reply.events import AudioChunk, Cancelled, Event, payload
+from gateway.reply.events import AudioChunk, Cancelled, Event, TextDelta, payload
 from gateway.routes.common import json_body, service_of
 from gateway.routes.responses import ReplyEventSource
 from gateway.service.gate import LiveReply
@@ -35,12 +35,24 @@ def sse_event(event: Event, utterance_id: str, n: int) -> ServerSentEvent:
     return ServerSentEvent(orjson.dumps(body).decode(), event=event.name, id=f"{utterance_id}:{n}")
 
 
-async def _speak(request: Request, params: SpeakParams) -> Response:
+EventFormat = Callable[[Event, str, int], ServerSentEvent]
+
+
+async def stream_reply(
+    request: Request,
+    params: SpeakParams,
+    event_format: EventFormat = sse_event,
+    history: Sequence[dict[str, str]] = (),
+    on_spoken: Callable[[str], None] | None = None,
+) -> Response:
+    """A reply as Server-Sent Events, each written by `event_format`; `history`: the
+    conversation before it, for a prompt; `on_spoken(text)`: the text it spoke, once it has
+    ended (a conversation keeps it)."""
     service = service_of(request)
     if request.headers.get("last-event-id"):
         # EventSource reconnects even after a clean end; a reply is never replayed
         return Response(status_code=204)
-    source = service.replies.source_for(params)
+    source = service.replies.source_for(params, history)
     if source is None:
         raise BadRequest("give 'text' or 'prompt'", code="missing_text")
     # a voice no model server has: 400 before anything is streamed
@@ -58,10 +70,13 @@ async def _speak(request: Request, params: SpeakParams) -> Response:
         assert live is not None
 
         async def events() -> AsyncIterator[ServerSentEvent]:
+            spoken: list[str] = []
             async with service.replies.running(reply, "sse") as task:
                 n = 0
                 while (event := await next_event(queue, live)) is not None:
-                    yield sse_event(event, uid, n)
+                    if isinstance(event, TextDelta):
+                        spoken.append(event.text)
+                    yield event_format(event, uid, n)
                     n += 1
                 if live.cancel.done():  # a barge-in: stop, then say what was heard
                     await cancel_and_wait(task)
@@ -69,7 +84,9 @@ async def _speak(request: Request, params: SpeakParams) -> Response:
                     heard = None if played is None else reply.heard(played)
                     live.heard.set_result(heard)
                     service.metrics.cancels.inc()
-                    yield sse_event(Cancelled(uid, played, heard), uid, n)
+                    yield event_format(Cancelled(uid, played, heard), uid, n)
+            if on_spoken is not None:
+                on_spoken("".join(spoken))
 
         headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no", "X-Utterance-Id": uid}
         timeout = service.settings.send_timeout_s
@@ -123,9 +140,9 @@ async def cancel(utterance_id: str, request: Request) -> JSONResponse:
 async def speak_sse(request: Request) -> Response:
     query: dict[str, Any] = dict(request.query_params)
     query.pop("token", None)  # credentials, checked by `access`
-    return await _speak(request, parse(SpeakParams, query))
+    return await stream_reply(request, parse(SpeakParams, query))
 
 
 @router.post("/v1/speak", responses=openapi.SPEAK_POST, openapi_extra=openapi.SPEAK_REQUEST)
 async def speak_post(request: Request) -> Response:
-    return await _speak(request, parse(SpeakParams, await json_body(request)))
+    return await stream_reply(request, parse(SpeakParams, await json_body(request)))
