@@ -26,7 +26,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import httpx
@@ -84,7 +84,10 @@ class Heard:
 
 
 async def hear(
-    base: str, params: dict[str, str], fault: object = None, after_audio_s: float = 0.0
+    base: str,
+    params: dict[str, str],
+    fault: Callable[[], None] | None = None,
+    after_audio_s: float = 0.0,
 ) -> Heard:
     """One SSE reply; `fault()` once the listener has received `after_audio_s` of audio."""
     heard = Heard()
@@ -112,7 +115,7 @@ async def hear(
                 elif heard.fault_s is not None and heard.after_fault_s is None:
                     heard.after_fault_s = now
                 heard.audio_s += len(data) / BYTES_PER_SECOND
-                if callable(fault) and heard.fault_s is None and heard.audio_s >= after_audio_s:
+                if fault is not None and heard.fault_s is None and heard.audio_s >= after_audio_s:
                     fault()
                     heard.fault_s = time.perf_counter() - started
                     heard.unplayed_at_fault_s = heard.first_audio_s + heard.audio_s - now

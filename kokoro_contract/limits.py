@@ -20,6 +20,7 @@ MAX_REQUEST_ID_CHARS = 128
 MAX_UTTERANCE_ID_CHARS = 64
 MAX_DEADLINE_MS = 600_000.0
 MAX_PLAYED_MS = 3_600_000.0  # a cancel's played_ms: an hour of audio
+MIN_KEY_CHARS = 16  # an API key of either service (the gateway's keys, the model server's)
 # ASCII only: the id goes into a response header (X-Utterance-Id) and SSE event ids
 UTTERANCE_ID_PATTERN = r"^[A-Za-z0-9_.:-]+$"
 

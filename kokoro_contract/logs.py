@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import TextIO
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -63,9 +62,9 @@ class ProbeFilter(logging.Filter):
         return changed
 
 
-def configure(level: str, stream: TextIO | None = None) -> None:
+def configure(level: str) -> None:
     """The root logger for a service's command: `level`, one escaped line per record (as
     `logging.basicConfig`, nothing changes where the root logger has handlers already)."""
-    handler = logging.StreamHandler(stream)
+    handler = logging.StreamHandler()  # stderr
     handler.setFormatter(OneLineFormatter(FORMAT))
     logging.basicConfig(level=level.upper(), handlers=[handler])

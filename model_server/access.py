@@ -14,10 +14,10 @@ import hmac
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from kokoro_contract import asgi_deny
+from kokoro_contract.limits import MIN_KEY_CHARS
 from kokoro_contract.listen import is_loopback
 
 OPEN_PATHS = frozenset({"/ping"})
-MIN_KEY_CHARS = 16
 
 
 def check_listening(host: str, api_key: str, allow_anonymous: bool) -> None:

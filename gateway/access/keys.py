@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 
 import orjson
 
-MIN_KEY_CHARS = 16
+from kokoro_contract.limits import MIN_KEY_CHARS
+
 TOKEN_CONTEXT = b"kokoro-gateway token v1"
 MAX_TOKEN_TTL_S = 3600
 # What a token may be bound to: route groups by path (POST /v1/tokens itself never: a token
