@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -654,3 +655,49 @@ def test_the_teardown_command(
     _cli(calls, monkeypatch, ["agentcore-teardown", "--name", NAME])
     assert capsys.readouterr().out == "nothing to remove\n"
     calls.done()
+
+
+# --- the guide ------------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _calls_in_source() -> set[str]:
+    """The control-plane operations deploy/agentcore.py calls: `control.method(` and the
+    paginated `_pages(control, "method"`, as AgentCore's operation names."""
+    source = (ROOT / "deploy" / "agentcore.py").read_text()
+    methods = set(re.findall(r"control\.(\w+)\(", source))
+    methods |= set(re.findall(r'_pages\(\s*control,\s*"(\w+)"', source))
+    methods -= {"get_paginator"}
+    client = boto3.client("bedrock-agentcore-control", region_name="us-east-1")
+    mapping: dict[str, str] = client.meta.method_to_api_mapping
+    assert methods <= set(mapping), methods - set(mapping)
+    return {mapping[m] for m in methods}
+
+
+def test_the_guide_gives_the_roles_trust_and_every_action_the_command_needs() -> None:
+    guide = (ROOT / "docs" / "deployment.md").read_text()
+    section = guide.split("## Bedrock AgentCore Runtime", 1)[1].split("\n## ", 1)[0]
+    iam = section.split("### AgentCore IAM", 1)[1]
+    trust, role, caller = (
+        orjson.loads(block) for block in re.findall(r"```json\n(.*?)```", iam, re.S)
+    )
+    assert trust["Statement"][0]["Principal"] == {"Service": AGENTCORE_PRINCIPAL}
+
+    def actions(policy: dict[str, Any]) -> set[str]:
+        found: set[str] = set()
+        for statement in policy["Statement"]:
+            action = statement["Action"]
+            found |= {action} if isinstance(action, str) else set(action)
+        return found
+
+    assert {"ecr:BatchGetImage", "logs:PutLogEvents"} <= actions(role)
+    assert "bedrock:InvokeModelWithResponseStream" in actions(role)  # --llm bedrock
+    made = _calls_in_source()
+    assert {"CreateAgentRuntime", "UpdateAgentRuntime", "DeleteAgentRuntime"} <= made
+    needed = {f"bedrock-agentcore:{op}" for op in made} | {"bedrock-agentcore:TagResource"}
+    needed |= {"iam:PassRole", "iam:GetRole", "iam:SimulatePrincipalPolicy", "ecr:DescribeImages"}
+    assert needed - actions(caller) == set()
+    assert "X-Amzn-Bedrock-AgentCore-Runtime-Session-Id" in section
+    assert "invoke_agent_runtime(" in section
+    assert "GATEWAY_ALLOW_ANONYMOUS=true" in section  # the access decision, said
