@@ -67,6 +67,16 @@ def _allows(trust: dict[str, Any], principal: str) -> bool:
     return False
 
 
+def _passed_to(principal: str) -> dict[str, Any]:
+    """The context PassRole is asked in: a policy that allows it only with the condition
+    `iam:PassedToService` (as the guide's do) is denied by a simulation without it."""
+    return {
+        "ContextKeyName": "iam:PassedToService",
+        "ContextKeyValues": [principal],
+        "ContextKeyType": "string",
+    }
+
+
 def _caller_arn(sts: Any) -> str | None:
     """The caller as an IAM principal SimulatePrincipalPolicy takes (a user or a role)."""
     arn: str = sts.get_caller_identity()["Arn"]
@@ -106,7 +116,10 @@ def check_role(
         return notes
     try:
         (result,) = iam.simulate_principal_policy(
-            PolicySourceArn=caller, ActionNames=["iam:PassRole"], ResourceArns=[role_arn]
+            PolicySourceArn=caller,
+            ActionNames=["iam:PassRole"],
+            ResourceArns=[role_arn],
+            ContextEntries=[_passed_to(principal)],
         )["EvaluationResults"]
     except ClientError as exc:  # no iam:SimulatePrincipalPolicy
         notes.append(f"iam:PassRole was not checked ({exc.response['Error'].get('Code')})")

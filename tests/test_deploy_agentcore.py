@@ -530,6 +530,13 @@ def _caller_may_pass(calls: Calls, decision: str = "allowed") -> None:
         PolicySourceArn=caller,
         ActionNames=["iam:PassRole"],
         ResourceArns=[ROLE],
+        ContextEntries=[  # the guide's policy allows PassRole only to AgentCore
+            {
+                "ContextKeyName": "iam:PassedToService",
+                "ContextKeyValues": [AGENTCORE_PRINCIPAL],
+                "ContextKeyType": "string",
+            }
+        ],
     )
 
 
