@@ -27,7 +27,7 @@ help:
 	@echo "make gpu-check    on a GPU box: bench-load, bench-model, torch engine tests on CUDA"
 	@echo "make dev-docker   the same stack in containers, CPU (docker compose)"
 	@echo "make dev-gpu      containers on a GPU box: KOKORO_MODEL_DIR=/path/to/Kokoro-82M"
-	@echo "make images       build the model server (gpu, cpu) and gateway images"
+	@echo "make images       build the model server (gpu, cpu) and gateway (+ AgentCore, arm64) images"
 	@echo "make k8s-render   print the Kubernetes manifests: OVERLAY=cpu|gpu"
 	@echo "make lock         re-resolve uv.lock after changing pyproject.toml"
 
@@ -69,6 +69,8 @@ images:
 	docker build -f docker/model-server-gpu.Dockerfile -t kokoro-model-server:gpu-$(VERSION) .
 	docker build -f docker/model-server-cpu.Dockerfile -t kokoro-model-server:cpu-$(VERSION) .
 	docker build -f docker/gateway.Dockerfile -t kokoro-gateway:$(VERSION) .
+	docker build --platform linux/arm64 -f docker/gateway-agentcore.Dockerfile \
+		-t kokoro-gateway-agentcore:$(VERSION) .
 
 k8s-render: setup
 	@$(VENV)/bin/kubectl kustomize k8s/overlays/$(OVERLAY)

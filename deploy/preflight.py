@@ -1,7 +1,8 @@
-"""What `kokoro-deploy sagemaker` checks before it creates anything: the execution role (it
-exists, SageMaker may assume it, the caller may pass it) and the image (its tag resolved to the
-digest ECR holds now, so a re-pushed tag is a new model). A check the caller has no permission
-to make is reported and skipped, never guessed."""
+"""What `kokoro-deploy sagemaker` and `kokoro-deploy agentcore` check before they create
+anything: the execution role (it exists, the service may assume it, the caller may pass it) and
+the image (its tag resolved to the digest ECR holds now, so a re-pushed tag is a new model or a
+new runtime version). A check the caller has no permission to make is reported and skipped,
+never guessed."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from botocore.exceptions import ClientError
 from deploy.sagemaker import DeployError
 
 SAGEMAKER_PRINCIPAL = "sagemaker.amazonaws.com"
+AGENTCORE_PRINCIPAL = "bedrock-agentcore.amazonaws.com"
+_SERVICES = {SAGEMAKER_PRINCIPAL: "SageMaker", AGENTCORE_PRINCIPAL: "Bedrock AgentCore"}
 _ECR = re.compile(
     r"^(?P<host>(?P<registry>\d{12})\.dkr\.ecr(?:-fips)?\.(?P<region>[a-z0-9-]+)"
     r"\.amazonaws\.com(?:\.cn)?)/(?P<repository>[^:@]+)(?::(?P<tag>[^@]+))?(?:@(?P<digest>.+))?$"
@@ -48,7 +51,7 @@ def resolve_image(image_uri: str, ecr: Any) -> tuple[str, str | None]:
     return f"{found['host']}/{found['repository']}@{digest}", None
 
 
-def _allows_sagemaker(trust: dict[str, Any]) -> bool:
+def _allows(trust: dict[str, Any], principal: str) -> bool:
     statements = trust.get("Statement", [])
     for statement in statements if isinstance(statements, list) else [statements]:
         actions = statement.get("Action", [])
@@ -58,10 +61,20 @@ def _allows_sagemaker(trust: dict[str, Any]) -> bool:
         if (
             statement.get("Effect") == "Allow"
             and {"sts:AssumeRole", "sts:*", "*"} & set(actions)
-            and SAGEMAKER_PRINCIPAL in services
+            and principal in services
         ):
             return True
     return False
+
+
+def _passed_to(principal: str) -> dict[str, Any]:
+    """The context PassRole is asked in: a policy that allows it only with the condition
+    `iam:PassedToService` (as the guide's do) is denied by a simulation without it."""
+    return {
+        "ContextKeyName": "iam:PassedToService",
+        "ContextKeyValues": [principal],
+        "ContextKeyType": "string",
+    }
 
 
 def _caller_arn(sts: Any) -> str | None:
@@ -73,8 +86,11 @@ def _caller_arn(sts: Any) -> str | None:
     return arn if ":user/" in arn or ":role/" in arn else None
 
 
-def check_role(role_arn: str, iam: Any, sts: Any) -> list[str]:
-    """Refuses a role SageMaker could not use; returns notes on the checks it had to skip."""
+def check_role(
+    role_arn: str, iam: Any, sts: Any, principal: str = SAGEMAKER_PRINCIPAL
+) -> list[str]:
+    """Refuses a role the service (`principal`) could not use; returns notes on the checks it
+    had to skip."""
     notes: list[str] = []
     name = role_arn.rsplit("/", 1)[-1]
     try:
@@ -89,9 +105,9 @@ def check_role(role_arn: str, iam: Any, sts: Any) -> list[str]:
     else:
         if role["Arn"] != role_arn:
             raise DeployError(f"--role-arn {role_arn}: the role {name!r} is {role['Arn']}")
-        if not _allows_sagemaker(role["AssumeRolePolicyDocument"]):
+        if not _allows(role["AssumeRolePolicyDocument"], principal):
             raise DeployError(
-                f"--role-arn {role_arn}: its trust policy does not let {SAGEMAKER_PRINCIPAL} "
+                f"--role-arn {role_arn}: its trust policy does not let {principal} "
                 "assume it (sts:AssumeRole); see docs/deployment.md, IAM"
             )
     caller = _caller_arn(sts)
@@ -100,14 +116,17 @@ def check_role(role_arn: str, iam: Any, sts: Any) -> list[str]:
         return notes
     try:
         (result,) = iam.simulate_principal_policy(
-            PolicySourceArn=caller, ActionNames=["iam:PassRole"], ResourceArns=[role_arn]
+            PolicySourceArn=caller,
+            ActionNames=["iam:PassRole"],
+            ResourceArns=[role_arn],
+            ContextEntries=[_passed_to(principal)],
         )["EvaluationResults"]
     except ClientError as exc:  # no iam:SimulatePrincipalPolicy
         notes.append(f"iam:PassRole was not checked ({exc.response['Error'].get('Code')})")
         return notes
     if result["EvalDecision"] != "allowed":
         raise DeployError(
-            f"{caller} may not pass {role_arn} to SageMaker (iam:PassRole is "
+            f"{caller} may not pass {role_arn} to {_SERVICES[principal]} (iam:PassRole is "
             f"{result['EvalDecision']}); see docs/deployment.md, IAM"
         )
     return notes

@@ -5,18 +5,24 @@ header keying the conversation, `GET /ping`, and `GET /ws` speaking the speak We
 from __future__ import annotations
 
 import base64
+from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
+import pytest
+from dockerfile_parse import DockerfileParser
 from websockets.asyncio.client import connect
 
+from deploy.agentcore import gateway_environment
 from gateway.app import create_app as create_gateway
+from gateway.config import ENV_PREFIX, parse_settings
 from gateway.config import Settings as GatewaySettings
 from tests.support.gateway_client import ws_reply_audio
 from tests.support.openai_stub import create_stub, llm_gateway_settings
 from tests.support.servers import RunningServer, serve
 
+ROOT = Path(__file__).resolve().parent.parent
 SESSION = "agentcore-session-0123456789abcdef-1"  # 36 characters
 HEADER = "X-Amzn-Bedrock-AgentCore-Runtime-Session-Id"
 ANSWER = ["Sure", ", here", " it", " is."]
@@ -120,3 +126,32 @@ async def test_the_contract_follows_the_access_rules(fake_server: RunningServer)
             )
             assert served.status_code == 200
             assert '"type":"agent_end"' in served.text
+
+
+def _image_env() -> dict[str, str]:
+    """The gateway settings docker/gateway-agentcore.Dockerfile gives its process."""
+    parser = DockerfileParser(str(ROOT / "docker" / "gateway-agentcore.Dockerfile"))
+    return {k: v for k, v in parser.envs.items() if k.startswith(ENV_PREFIX)}
+
+
+async def test_the_agentcore_image_serves_the_contract_only_once_the_operator_says_so(
+    fake_server: RunningServer,
+) -> None:
+    """The image alone listens beyond loopback without keys, so the gateway refuses to start;
+    with the environment `kokoro-deploy agentcore` gives the runtime it serves the contract to
+    callers AgentCore has authenticated: no credentials of its own, whatever Host the runtime
+    sends."""
+    image = _image_env()
+    assert (image["GATEWAY_HOST"], image["GATEWAY_PORT"]) == ("0.0.0.0", "8080")
+    with pytest.raises(ValueError, match="without API keys"):
+        create_gateway(parse_settings([], env=image))
+    runtime = gateway_environment(region="us-east-1", model_server_url=fake_server.http_url)
+    settings = parse_settings([], env=image | {**runtime, "GATEWAY_LLM": "echo"})
+    with serve(create_gateway(settings)) as gw:  # on a loopback port of the test's choosing
+        headers = {"Host": "runtime.bedrock-agentcore.internal", HEADER: SESSION}
+        events = await invoke(gw.http_url, {"text": "Hello there.", "format": "pcm"}, **headers)
+        async with httpx.AsyncClient(base_url=gw.http_url) as http:
+            ping = await http.get("/ping", headers={"Host": "10.0.0.9:8080"})
+    assert [e["type"] for e in events][-1] == "agent_end"
+    assert "error" not in [e["type"] for e in events]
+    assert ping.json() == {"status": "Healthy"}

@@ -633,6 +633,13 @@ def _decision(calls: Calls, caller: str, decision: str) -> None:
         PolicySourceArn=caller,
         ActionNames=["iam:PassRole"],
         ResourceArns=[ROLE],
+        ContextEntries=[
+            {
+                "ContextKeyName": "iam:PassedToService",
+                "ContextKeyValues": ["sagemaker.amazonaws.com"],
+                "ContextKeyType": "string",
+            }
+        ],
     )
 
 

@@ -20,7 +20,8 @@ DOCKER = ROOT / "docker"
 BIN = Path(sys.executable).parent
 SAGEMAKER_LABEL = "com.amazonaws.sagemaker.capabilities.bidirectional-streaming"
 MODEL_IMAGES = ["model-server-gpu.Dockerfile", "model-server-cpu.Dockerfile"]
-ALL_IMAGES = [*MODEL_IMAGES, "gateway.Dockerfile"]
+GATEWAY_IMAGES = ["gateway.Dockerfile", "gateway-agentcore.Dockerfile"]
+ALL_IMAGES = [*MODEL_IMAGES, *GATEWAY_IMAGES]
 K8S_VERSIONS = ["1.30.0", "1.33.0", "1.37.0"]
 
 
@@ -134,7 +135,7 @@ def test_the_gpu_image_gets_a_safe_torch() -> None:
 @pytest.mark.parametrize(
     ("name", "packages"),
     [
-        ("gateway.Dockerfile", {"kokoro_contract", "gateway"}),
+        *((name, {"kokoro_contract", "gateway"}) for name in GATEWAY_IMAGES),
         *((name, {"kokoro_contract", "model_server"}) for name in MODEL_IMAGES),
     ],
 )
@@ -173,6 +174,112 @@ print("ok")
     result = _run(sys.executable, "-c", script, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().endswith("ok")
+
+
+# --- the AgentCore image: the gateway's, for arm64, on port 8080 -----------------------------
+
+AGENTCORE_IMAGE = "gateway-agentcore.Dockerfile"
+BOOKWORM_GLIBC = (2, 36)  # the base image's: a manylinux wheel for a newer glibc will not load
+PURE_SDISTS = {"docopt"}  # no wheel at all, pure Python: built in the image without a compiler
+
+
+def _stages(parser: DockerfileParser) -> list[list[dict[str, Any]]]:
+    froms = [i for i, s in enumerate(parser.structure) if s["instruction"] == "FROM"]
+    ends = [*froms[1:], len(parser.structure)]
+    return [list(parser.structure[a:b]) for a, b in zip(froms, ends, strict=True)]
+
+
+def _without_platform(stage: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return [
+        (s["instruction"], str(s["value"]).replace("--platform=linux/arm64 ", ""))
+        for s in stage
+        if s["instruction"] not in ("LABEL", "COMMENT")
+    ]
+
+
+def test_the_agentcore_image_builds_the_gateway_as_the_gateway_image_does() -> None:
+    """The same build stage (sync lines, packages left out, sources) but for the platform, so
+    the two cannot drift; the same entrypoint."""
+    ours, theirs = (_stages(_dockerfile(name)) for name in (AGENTCORE_IMAGE, "gateway.Dockerfile"))
+    assert len(ours) == len(theirs) == 2
+    assert _without_platform(ours[0]) == _without_platform(theirs[0])
+    assert _instructions(ours[1], "ENTRYPOINT") == _instructions(theirs[1], "ENTRYPOINT")
+    assert _instructions(ours[1], "COPY") == _instructions(theirs[1], "COPY")
+
+
+def test_the_agentcore_image_keeps_the_runtimes_contract() -> None:
+    """arm64 whatever the builder, 0.0.0.0:8080, non-root, a health check on `/ping`; and no
+    access rule turned off by the image: that is the operator's word (kokoro-deploy agentcore)."""
+    parser = _dockerfile(AGENTCORE_IMAGE)
+    froms = _instructions(parser.structure, "FROM")
+    assert froms
+    assert all(f.startswith("--platform=linux/arm64 ") for f in froms), froms
+    stage = _final_stage(parser)
+    assert _instructions(stage, "EXPOSE") == ["8080"]
+    assert _instructions(stage, "USER") == ["10001"]
+    env = parser.envs
+    assert (env["GATEWAY_HOST"], env["GATEWAY_PORT"]) == ("0.0.0.0", "8080")
+    (healthcheck,) = _instructions(stage, "HEALTHCHECK")
+    assert "CMD [" in healthcheck
+    assert "127.0.0.1:8080/ping" in healthcheck
+    said = {"GATEWAY_ALLOW_ANONYMOUS", "GATEWAY_API_KEYS", "GATEWAY_API_KEYS_FILE"}
+    assert not said & set(env)
+    from gateway.config import Settings
+
+    fields = {f"GATEWAY_{name.upper()}" for name in Settings.__dataclass_fields__}
+    assert {k for k in env if k.startswith("GATEWAY_")} <= fields
+
+
+def _installs_on_arm64(wheel: str) -> bool:
+    """Whether pip would install this wheel in the image: CPython 3.12 on aarch64, glibc 2.36."""
+    python, abi, platform = wheel.removesuffix(".whl").split("-")[-3:]
+    pythons = python.split(".")
+    if abi == "abi3":
+        fits = any(re.fullmatch(r"cp3(\d+)", p) and int(p[3:]) <= 12 for p in pythons)
+    else:
+        fits = bool({"py3", "cp312"} & set(pythons)) and abi in ("none", "cp312")
+    if not fits:
+        return False
+    for tag in platform.split("."):
+        if tag == "any":
+            return True
+        legacy = {"manylinux2014_aarch64": (2, 17)}.get(tag)
+        found = re.fullmatch(r"manylinux_(\d+)_(\d+)_aarch64", tag)
+        glibc = legacy or (found and (int(found[1]), int(found[2])))
+        if glibc and glibc <= BOOKWORM_GLIBC:
+            return True
+    return False
+
+
+def test_every_package_of_the_agentcore_image_installs_on_arm64() -> None:
+    """Each locked package the image installs has a wheel for it, or is a pure-Python sdist
+    named here (python:slim has no compiler)."""
+    lock = tomllib.loads((ROOT / "uv.lock").read_text())
+    by_name = {p["name"].lower(): p for p in lock["package"]}
+    installed = image_packages(AGENTCORE_IMAGE)
+    assert {"fastapi", "av", "awscrt", "orjson"} <= installed
+    wheels = {
+        name: [w["url"].rsplit("/", 1)[-1] for w in by_name[name].get("wheels", [])]
+        for name in installed
+    }
+    without = {name for name, found in wheels.items() if not any(map(_installs_on_arm64, found))}
+    assert without - PURE_SDISTS == set()
+    assert all(name in installed and not wheels[name] for name in PURE_SDISTS)  # still needed
+    assert _installs_on_arm64("av-1-cp312-cp312-manylinux_2_28_aarch64.whl")
+    assert not _installs_on_arm64("av-1-cp312-cp312-manylinux_2_28_x86_64.whl")
+    assert not _installs_on_arm64("x-1-cp312-cp312-manylinux_2_39_aarch64.whl")
+
+
+def test_make_images_builds_every_image_the_agentcore_one_for_arm64() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    recipe = makefile.split("\nimages:\n", 1)[1].split("\n\n", 1)[0].replace("\\\n", " ")
+    builds = {
+        re.search(r"-f docker/(\S+)", line)[1]: line  # type: ignore[index]
+        for line in recipe.splitlines()
+        if "docker build" in line
+    }
+    assert set(builds) == {p.name for p in DOCKER.glob("*.Dockerfile")} == set(ALL_IMAGES)
+    assert "--platform linux/arm64" in builds[AGENTCORE_IMAGE]
 
 
 # --- compose -------------------------------------------------------------------------------
