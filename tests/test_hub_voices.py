@@ -17,6 +17,7 @@ import httpx
 import numpy as np
 import pytest
 
+from model_server.engine_choice import HUB_REPO
 from model_server.engines.hub_voices import english_voices
 from model_server.engines.voices import load_packaged
 from model_server.engines.weights import assemble_model, default_cache_dir, packaged_voices_file
@@ -69,6 +70,19 @@ def test_english_packs_are_fetched_once_then_read_from_the_cache(
     offline = english_voices(endpoint=hub_server.http_url, cache_dir=tmp_path, offline=True)
     assert sorted(offline.packs) == sorted(ENGLISH)
     assert hub.requests == []
+
+
+def test_the_voices_alone_are_no_checkpoint_for_engine_auto(
+    hub_server: RunningServer, tmp_path: Path
+) -> None:
+    """`--engine auto` takes the repo in the cache for a torch checkpoint only when it is
+    complete (`detect.repo_cached`, the same call): the English packs alone are not."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import IncompleteSnapshotError
+
+    english_voices(endpoint=hub_server.http_url, cache_dir=tmp_path, offline=False)
+    with pytest.raises(IncompleteSnapshotError, match=r"kokoro-v1_0\.pth"):
+        snapshot_download(HUB_REPO, local_files_only=True, cache_dir=tmp_path)
 
 
 def test_off_asks_nothing(hub: FakeHub, hub_server: RunningServer, tmp_path: Path) -> None:
