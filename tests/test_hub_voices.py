@@ -114,6 +114,17 @@ def test_hub_down_is_no_english_voices_not_a_failure(tmp_path: Path) -> None:
     )
 
 
+def test_a_hub_without_the_repo_is_no_english_voices_said(
+    hub: FakeHub, hub_server: RunningServer, tmp_path: Path
+) -> None:
+    hub.repo = "someone/else"  # a mirror (HF_ENDPOINT) that lacks Kokoro
+    result = english_voices(endpoint=hub_server.http_url, cache_dir=tmp_path, offline=False)
+    assert result.packs == {}
+    assert result.summary.startswith(
+        "English voices none, the registry's packs only (the hub refused: RepositoryNotFoundError"
+    )
+
+
 @pytest.mark.parametrize(
     ("how", "why"),
     [

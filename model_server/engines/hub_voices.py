@@ -106,7 +106,10 @@ def _fetch(endpoint: str | None, cache_dir: Path | None) -> tuple[str | None, st
     try:  # first a request with a timeout: snapshot_download's own listing calls wait forever
         info = HfApi(endpoint=endpoint).model_info(HUB_REPO, revision="main", timeout=API_TIMEOUT_S)
     except Exception as exc:  # any failure of the hub's is "no English voices", never fatal
-        return None, f"the hub is unreachable: {_brief(exc)}"
+        import httpx2
+
+        unreachable = isinstance(exc, (httpx2.TransportError, ConnectionError))
+        return None, f"the hub {'is unreachable' if unreachable else 'refused'}: {_brief(exc)}"
     log.info("english voices: fetching %s from %s", " ".join(PATTERNS), HUB_REPO)
     try:
         folder = snapshot_download(  # revision main: it records refs/main for the next start
