@@ -6,6 +6,8 @@
 #   docker run -p 8080:8080 kokoro-model-server:cpu-0.1.0 serve
 #
 # English voice packs: mount a directory at /opt/voices and set MODEL_SERVER_VOICES_DIR=/opt/voices.
+# (The hub fetch, --english-voices auto, needs huggingface_hub, which this image leaves out: its
+# ready line says so and it serves the registry's packs.)
 
 ARG PYTHON_IMAGE=python:3.12.12-slim-bookworm
 

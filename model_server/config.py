@@ -10,6 +10,7 @@ from pathlib import Path
 from kokoro_contract import limits
 from kokoro_contract.settings import parse_dataclass
 from model_server.engines.checkpoint import SAGEMAKER_MODEL_DIR
+from model_server.engines.hub_voices import MODES as ENGLISH_VOICES_MODES
 from model_server.scheduler import SCHEDULING
 
 ENV_PREFIX = "MODEL_SERVER_"
@@ -21,6 +22,9 @@ class Settings:
     port: int = 8080
     engine: str = "onnx"
     voices_dir: Path | None = None
+    # onnx: Kokoro's English packs from the Hugging Face hub, fetched once into its cache
+    # (auto), or the registry's packs only (off; also what HF_HUB_OFFLINE=1 leaves uncached)
+    english_voices: str = "auto"
     default_voice: str = ""  # empty: an English voice when one is loaded (af_heart first)
     model_path: Path | None = None
     cache_dir: Path | None = None
@@ -64,6 +68,10 @@ _HELP = {
     "engine": "synthesis engine: onnx (int8, CPU), torch (kokoro's KModel, CUDA or CPU), or auto "
     "(torch on CUDA when a device and a Kokoro checkpoint are at hand, else onnx)",
     "voices_dir": "directory of extra voice packs (.pt, .npy, .npz, .bin)",
+    "english_voices": "onnx: auto: add Kokoro's English voice packs (af_heart, ...) from the "
+    "Hugging Face hub (hexgrad/Kokoro-82M voices/a*, b*), fetched once into its cache and read "
+    "from there after (HF_ENDPOINT, HF_HUB_CACHE, HF_HUB_OFFLINE apply); hub unreachable, "
+    "offline or off: the registry's packs only, as the ready line says",
     "default_voice": "voice used when a request names none (empty: af_heart or another English "
     "voice when one is loaded, else jm_kumo)",
     "model_path": "onnx: the Kokoro ONNX model file (default: assembled from the registry "
@@ -110,7 +118,11 @@ def parse_settings(
         description="Kokoro-82M TTS behind the SageMaker container contract",
         env_prefix=ENV_PREFIX,
         help=_HELP,
-        choices={"engine": ["onnx", "torch", "auto"], "scheduling": list(SCHEDULING)},
+        choices={
+            "engine": ["onnx", "torch", "auto"],
+            "scheduling": list(SCHEDULING),
+            "english_voices": list(ENGLISH_VOICES_MODES),
+        },
         argv=argv,
         env=env,
         overrides=overrides,

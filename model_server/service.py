@@ -43,6 +43,7 @@ def default_engine_factory(settings: Settings) -> Engine:
             model_path=settings.model_path,
             cache_dir=settings.cache_dir,
             voices_dir=settings.voices_dir,
+            english_voices=settings.english_voices,
             intra_op_threads=settings.engine_threads,
             shared_threads=settings.shared_threads,
             progressive=settings.progressive,
@@ -135,13 +136,15 @@ class ModelService:
             raise
         self._loaded = Loaded(synthesizer, rules, time.perf_counter() - started)
         self.settled.set()
+        note = getattr(engine, "voice_note", "")  # the onnx engine's: English voices or why not
         log.info(
-            "ready: engine %s, g2p %s, voice %s, %d workers, loaded in %.1f s",
+            "ready: engine %s, g2p %s, voice %s, %d workers, loaded in %.1f s%s",
             engine.description,
             g2p.name,
             default_voice,
             self.settings.workers,
             self._loaded.load_s,
+            f"; {note}" if note else "",
         )
 
     def close(self) -> None:

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -21,11 +22,17 @@ from tests.support.servers import RunningServer, serve
 
 __all__ = ["FAKE_SETTINGS"]  # where the suite has always imported it from
 
+# The suite runs offline, its model servers on the registry's voices (jm_kumo the default):
+# none asks the hub for English voices, nor finds them in a developer's Hugging Face cache.
+# Model servers started as processes read this; tests/test_hub_voices.py gives its own a
+# stand-in hub.
+os.environ["MODEL_SERVER_ENGLISH_VOICES"] = "off"
+
 
 @pytest.fixture(scope="session")
 def model_server() -> Iterator[RunningServer]:
     """The real model server: real Kokoro-82M int8 weights on onnxruntime, real espeak G2P."""
-    app = create_app(Settings(workers=2))
+    app = create_app(Settings(workers=2, english_voices="off"))
     with serve(app) as running:
         assert app.state.service.settled.wait(timeout=120), "model did not load"
         assert app.state.service.ready, app.state.service.failure

@@ -48,3 +48,11 @@ def test_help_never_prints_a_secret(capsys: pytest.CaptureFixture[str]) -> None:
     assert "GATEWAY_OPENAI_API_KEY; default set" in " ".join(shown.split())
     assert "llama3.2" in shown  # other values still show where they came from
     assert "default 512" in shown  # max_tokens is not a secret
+
+
+def test_english_voices_auto_by_default_off_by_flag_or_env() -> None:
+    assert parse_settings([], env={}).english_voices == "auto"
+    assert parse_settings([], env={"MODEL_SERVER_ENGLISH_VOICES": "off"}).english_voices == "off"
+    assert parse_settings(["--english-voices", "off"], env={}).english_voices == "off"
+    with pytest.raises(SystemExit):
+        parse_settings(["--english-voices", "sometimes"], env={})

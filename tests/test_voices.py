@@ -66,8 +66,41 @@ def test_pt_as_the_kokoro_package_writes_it(tmp_path: Path) -> None:
     np.testing.assert_array_equal(loaded, pack.numpy())
 
 
-def test_pt_without_torch_says_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64"])
+def test_pt_views_and_dtypes_read_as_torch_reads_them(tmp_path: Path, dtype: str) -> None:
+    import torch
+
+    whole = torch.randn(520, 2, 256).to(getattr(torch, dtype))
+    view = whole[7:517, 1:2, :]  # an offset into its storage, strides of a bigger tensor
+    torch.save(view, tmp_path / "bf_view.pt")
+    loaded = load_file(tmp_path / "bf_view.pt")["bf_view"]
+    assert loaded.dtype == np.float32
+    np.testing.assert_array_equal(loaded, view.float().numpy())
+
+
+def test_pt_loads_without_torch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    pack = torch.randn(510, 1, 256)
+    torch.save(pack, tmp_path / "af_heart.pt")
     monkeypatch.setitem(sys.modules, "torch", None)  # as on an image without the torch extra
-    (tmp_path / "af_heart.pt").write_bytes(b"PK")
-    with pytest.raises(VoicePackError, match="need torch"):
-        load_file(tmp_path / "af_heart.pt")
+    np.testing.assert_array_equal(load_file(tmp_path / "af_heart.pt")["af_heart"], pack.numpy())
+
+
+class _Boom:
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (print, ("ran",))
+
+
+def test_pt_that_is_not_a_tensor_is_refused(tmp_path: Path) -> None:
+    import torch
+
+    (tmp_path / "short.pt").write_bytes(b"PK")
+    with pytest.raises(VoicePackError, match=r"short\.pt: cannot read"):
+        load_file(tmp_path / "short.pt")
+    torch.save({"not": "a tensor"}, tmp_path / "dict.pt")
+    with pytest.raises(VoicePackError, match=r"dict\.pt: holds a dict"):
+        load_file(tmp_path / "dict.pt")
+    torch.save(_Boom(), tmp_path / "code.pt")  # a pickle that would call print()
+    with pytest.raises(VoicePackError, match=r"code\.pt: not a saved tensor \(it names .*print\)"):
+        load_file(tmp_path / "code.pt")

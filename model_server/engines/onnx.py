@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
+from model_server.engines import hub_voices
 from model_server.engines import voices as voice_packs
 from model_server.engines.base import (
     SAMPLES_PER_FRAME,
@@ -54,6 +55,7 @@ class OnnxOptions:
     model_path: Path | None = None  # default: assembled from the registry packages
     cache_dir: Path | None = None  # also where the timed variant of a model_path is made
     voices_dir: Path | None = None
+    english_voices: str = "off"  # auto: Kokoro's English packs from the hub (`hub_voices`)
     intra_op_threads: int = 0  # 0: all cores
     # threads of a call that starts while another runs: calls side by side then share the
     # cores instead of oversubscribing them (0: the same as intra_op_threads)
@@ -87,14 +89,19 @@ class OnnxEngine:
         self._running = 0
         self._lock = threading.Lock()
         self._vocab = load_vocab()
-        self._packs, self._origin = voice_packs.load_voices(options.voices_dir)
+        english = hub_voices.english_voices(options.english_voices)
+        self.voice_note = english.summary
+        self._packs, self._origin = voice_packs.load_voices(
+            options.voices_dir, extra=(english.source, english.packs)
+        )
         self.threads = (alone, shared)
         log.info(
-            "onnx engine: %s, %d threads per call (%d beside another), voices %s",
+            "onnx engine: %s, %d threads per call (%d beside another), voices %s; %s",
             model,
             alone,
             shared,
             ", ".join(self._packs),
+            self.voice_note,
         )
 
     @classmethod

