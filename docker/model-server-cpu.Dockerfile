@@ -5,9 +5,9 @@
 #   docker build -f docker/model-server-cpu.Dockerfile -t kokoro-model-server:cpu-0.1.0 .
 #   docker run -p 8080:8080 kokoro-model-server:cpu-0.1.0 serve
 #
-# English voice packs: mount a directory at /opt/voices and set MODEL_SERVER_VOICES_DIR=/opt/voices.
-# (The hub fetch, --english-voices auto, needs huggingface_hub, which this image leaves out: its
-# ready line says so and it serves the registry's packs.)
+# English voice packs: fetched from the hub at the first start where it is reachable
+# (--english-voices auto; a container without internet waits 10 s at most, then serves the
+# registry's packs), or mounted at /opt/voices with MODEL_SERVER_VOICES_DIR=/opt/voices.
 
 ARG PYTHON_IMAGE=python:3.12.12-slim-bookworm
 

@@ -80,7 +80,7 @@ def english_voices(
     try:
         from huggingface_hub import constants
     except ImportError:
-        return _none("huggingface_hub is not installed: the torch extra brings it")
+        return _none("huggingface_hub is not installed")
     offline = constants.is_offline_mode() if offline is None else offline
     cached = _from_cache(cache_dir, "main")
     if isinstance(cached, HubVoices):
