@@ -1,4 +1,5 @@
-"""First audio and word timestamps through the voice-agent frameworks' plugins (make bench-frameworks).
+"""First audio and word timestamps through the voice-agent frameworks' plugins
+(make bench-frameworks).
 
 Each module here drives one client against a running gateway and returns a `FrameworkRun`;
 `bench.bench_frameworks` runs them side by side with the gateway's own WebSocket.
