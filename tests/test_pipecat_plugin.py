@@ -26,6 +26,7 @@ from pipecat.frames.frames import (
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.worker import PipelineWorker
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+from pipecat.services.tts_service import TextAggregationMode
 from pipecat.tests.utils import QueuedFrameProcessor, run_test
 from pipecat.workers.runner import WorkerRunner
 from pipecat_kokoro_voice import KokoroVoiceError, KokoroVoiceTTSService, speak_ws_url
@@ -82,6 +83,12 @@ async def test_a_spoken_frame_comes_back_as_its_pcm_and_timed_words(
     starts = [text.index(w) * 10 for w in text.split()]
     pts = [w.pts or 0 for w in words]
     assert [(p - pts[0]) // 1_000_000 for p in pts] == starts
+
+
+async def test_the_speed_setting_reaches_the_engine(gateway_on_fake: RunningServer) -> None:
+    tts = KokoroVoiceTTSService(url=gateway_on_fake.http_url, settings=Settings(speed=2.0))
+    down, _ = await run_test(tts, frames_to_send=[TTSSpeakFrame("Twice as fast.")])
+    assert len(audio_of(down)) == expected_pcm_bytes("Twice as fast.", speed=2.0)
 
 
 class Tape:
@@ -165,7 +172,12 @@ async def test_utterances_queue_behind_each_other_never_busy(
     assert [w.text for w in words_of(down)] == " ".join(texts).split()
 
 
-async def test_streamed_llm_tokens_are_one_utterance(gateway_on_fake: RunningServer) -> None:
+@pytest.mark.parametrize("mode", [TextAggregationMode.TOKEN, TextAggregationMode.SENTENCE])
+async def test_streamed_llm_tokens_are_one_utterance(
+    gateway_on_fake: RunningServer, mode: TextAggregationMode
+) -> None:
+    """Tokens as they come (the default) or pipecat's sentences: one utterance, every word
+    timed as the text spells it (sentences keep the space between them)."""
     from pipecat.frames.frames import (
         LLMFullResponseEndFrame,
         LLMFullResponseStartFrame,
@@ -177,7 +189,8 @@ async def test_streamed_llm_tokens_are_one_utterance(gateway_on_fake: RunningSer
     frames: list[Frame] = [LLMFullResponseStartFrame()]
     frames += [LLMTextFrame(t) for t in tokens]
     frames.append(LLMFullResponseEndFrame())
-    down, up = await run_test(service(gateway_on_fake), frames_to_send=frames)
+    tts = KokoroVoiceTTSService(url=gateway_on_fake.http_url, text_aggregation_mode=mode)
+    down, up = await run_test(tts, frames_to_send=frames)
     assert [f for f in up if isinstance(f, ErrorFrame)] == []
     assert len([f for f in down if isinstance(f, TTSStartedFrame)]) == 1
     assert [w.text for w in words_of(down)] == text.split()
@@ -368,6 +381,28 @@ def test_the_speak_address_follows_the_gateway_url() -> None:
     assert speak_ws_url("http://127.0.0.1:8000") == "ws://127.0.0.1:8000/v1/speak/ws"
     assert speak_ws_url("https://voice.example/") == "wss://voice.example/v1/speak/ws"
     assert speak_ws_url("wss://voice.example/v1/speak/ws") == "wss://voice.example/v1/speak/ws"
+
+
+def test_gateway_errors_say_whether_a_retry_may_help() -> None:
+    from pipecat.utils.errors import ErrorCategory
+
+    overloaded = KokoroVoiceError.from_frame(
+        {
+            "type": "error",
+            "code": "overloaded",
+            "message": "too busy",
+            "retryable": True,
+            "retry_after_s": 3,
+            "utterance_id": "u1",
+        }
+    )
+    assert str(overloaded) == "overloaded: too busy (retryable after 3 s)"
+    assert overloaded.utterance_id == "u1"
+    assert overloaded.category is ErrorCategory.SERVER  # not permanent: pipecat keeps going
+    voice = KokoroVoiceError.from_frame({"code": "unknown_voice", "message": "no such voice"})
+    assert str(voice) == "unknown_voice: no such voice"
+    assert voice.category is ErrorCategory.INVALID_REQUEST
+    assert KokoroVoiceError.from_frame({"code": "tts_not_ready"}).category is ErrorCategory.SERVER
 
 
 def test_a_second_context_waits_for_the_first_to_end() -> None:
