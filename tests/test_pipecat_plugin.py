@@ -35,7 +35,7 @@ from pipecat_kokoro_voice.wire import UtteranceQueue, Voice, utterance_id_for
 from gateway.app import create_app as create_gateway
 from gateway.config import Settings as GatewaySettings
 from tests.support.fakes import FakeEngine, expected_pcm_bytes
-from tests.support.gateway_client import metric
+from tests.support.gateway_client import counted, metric
 from tests.support.servers import RunningServer, serve
 
 Settings = KokoroVoiceTTSService.Settings
@@ -155,10 +155,12 @@ async def test_utterances_queue_behind_each_other_never_busy(
     """Three speak frames at once: the gateway plays one utterance at a time, so each waits
     for the one before it to end; all three are spoken, in order, and nothing is refused."""
     texts = ["First one here.", "Then the second.", "And a third."]
+    busy_before = await counted(gateway_on_fake, "gateway_errors_total", code="busy")
     down, up = await run_test(
         service(gateway_on_fake), frames_to_send=[TTSSpeakFrame(t) for t in texts]
     )
     assert [f for f in up if isinstance(f, ErrorFrame)] == []
+    assert await counted(gateway_on_fake, "gateway_errors_total", code="busy") == busy_before
     contexts: list[str] = []
     for frame in down:
         if isinstance(frame, TTSStartedFrame):
@@ -223,6 +225,39 @@ async def test_barge_in_cancels_down_to_the_model_server_and_the_next_one_plays(
     # only the next utterance's audio, to the byte: nothing late from the cancelled one
     assert len(audio_of(down)) == expected_pcm_bytes("Next one.")
     assert [w.text for w in words_of(down)] == ["Next", "one."]
+    assert [f for f in up if isinstance(f, ErrorFrame)] == []
+
+
+async def test_barge_in_drops_the_utterances_still_queued(
+    gateway_on_fake: RunningServer, fake_engine: FakeEngine
+) -> None:
+    """A second speak frame waits behind the first; the interruption cancels the first on the
+    gateway and the second is never sent: the engine never sees its text."""
+    fake_engine.hold = True
+    tts = service(gateway_on_fake)
+    requested = asyncio.Event()
+
+    async def _request(tts: KokoroVoiceTTSService, context_id: str, text: str) -> None:
+        if text.startswith("Queued"):
+            requested.set()
+
+    tts.add_event_handler("on_tts_request", _request)
+
+    async def script(send: Send, down: Tape, up: Tape) -> None:
+        await send(TTSSpeakFrame("The first reply, held in the engine."))
+        await send(TTSSpeakFrame("Queued behind it."))
+        await asyncio.wait_for(requested.wait(), 10)  # the second reached the service
+        assert await asyncio.to_thread(fake_engine.entered.wait, 10)
+        await send(InterruptionFrame())
+        assert await asyncio.to_thread(fake_engine.cancel_seen.wait, 10)
+        fake_engine.hold = False
+        await send(TTSSpeakFrame("After the barge-in."))
+        await down.until(stopped())
+
+    down, up = await drive(tts, script)
+    assert not any("Queued" in call for call in fake_engine.calls)
+    assert any("After the barge-in." in call for call in fake_engine.calls)
+    assert len(audio_of(down)) == expected_pcm_bytes("After the barge-in.")
     assert [f for f in up if isinstance(f, ErrorFrame)] == []
 
 
