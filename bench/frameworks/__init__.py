@@ -1,6 +1,7 @@
-"""First audio and word timestamps through the voice-agent frameworks' plugins.
+"""First audio and word timestamps through the voice-agent frameworks' plugins
+(make bench-frameworks).
 
-`make bench-frameworks`: each module here drives one client against a running gateway and returns a `FrameworkRun`;
+Each module here drives one client against a running gateway and returns a `FrameworkRun`;
 `bench.bench_frameworks` runs them side by side with the gateway's own WebSocket.
 """
 

@@ -1,0 +1,75 @@
+"""The baseline: the gateway's own speak WebSocket driven directly with `websockets`, as a
+client that streams its text would: `speak` (no text, `timestamps: true`), the text as word
+deltas, `flush`; timed from the first message sent to the first binary audio frame and the
+first `words` frame."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+from websockets.asyncio.client import connect
+
+from bench.frameworks import FrameworkRun
+
+BYTES_PER_SECOND = 48_000  # s16le 24 kHz mono
+
+
+def speak_url(url: str) -> str:
+    url = url.rstrip("/").replace("http://", "ws://", 1).replace("https://", "wss://", 1)
+    return url if url.endswith("/v1/speak/ws") else url + "/v1/speak/ws"
+
+
+def deltas(text: str) -> list[str]:
+    """The text as an LLM would stream it: word by word, each with its following space."""
+    words = text.split(" ")
+    return [w + " " for w in words[:-1]] + [words[-1]]
+
+
+async def run(url: str, api_key: str | None, text: str, voice: str) -> FrameworkRun:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    uid = uuid.uuid4().hex[:16]
+    async with connect(speak_url(url), additional_headers=headers, max_size=None) as ws:
+        speak = {
+            "type": "speak",
+            "mode": "bidi",
+            "format": "pcm",
+            "voice": voice,
+            "timestamps": True,
+            "utterance_id": uid,
+        }
+        started = time.perf_counter()
+        await ws.send(json.dumps(speak))
+        for delta in deltas(text):
+            await ws.send(json.dumps({"type": "text", "delta": delta}))
+        await ws.send(json.dumps({"type": "flush"}))
+        first_audio: float | None = None
+        first_word: float | None = None
+        audio_bytes = 0
+        words: list[str] = []
+        async for frame in ws:
+            now = time.perf_counter() - started
+            if isinstance(frame, bytes):
+                n = frame[0]
+                if frame[1 : 1 + n].decode("ascii") != uid:
+                    continue
+                first_audio = now if first_audio is None else first_audio
+                audio_bytes += len(frame) - 1 - n
+                continue
+            event = json.loads(frame)
+            if event["type"] == "words":
+                first_word = now if first_word is None else first_word
+                words += [w["word"] for w in event["words"]]
+            elif event["type"] == "error":
+                raise RuntimeError(f"gateway error: {event}")
+            elif event["type"] == "agent_end":
+                break
+        await ws.send(json.dumps({"type": "close"}))
+        async for _ in ws:  # until the gateway's close (1000)
+            pass
+    if first_audio is None:
+        raise RuntimeError("no audio came back")
+    return FrameworkRun(
+        "gateway_ws", first_audio, first_word, audio_bytes / BYTES_PER_SECOND, tuple(words)
+    )

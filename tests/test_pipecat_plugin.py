@@ -1,0 +1,595 @@
+"""The pipecat plugin (`integrations/pipecat`, `pipecat_kokoro_voice`) in pipecat's own test
+harness (`pipecat.tests.utils.run_test`, real frames) against a real gateway on loopback, over
+the fake engine (every character 10 ms, so audio lengths and word times follow from the text)
+and once over the real model; and pipecat's own `OpenAITTSService` against the gateway's
+`/v1/audio/speech`."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Awaitable, Callable, Sequence
+
+import pytest
+from pipecat.frames.frames import (
+    EndFrame,
+    ErrorFrame,
+    Frame,
+    InterruptionFrame,
+    TTSAudioRawFrame,
+    TTSSpeakFrame,
+    TTSStartedFrame,
+    TTSStoppedFrame,
+    TTSTextFrame,
+    TTSUpdateSettingsFrame,
+)
+from pipecat.pipeline.pipeline import Pipeline
+from pipecat.pipeline.worker import PipelineWorker
+from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+from pipecat.services.tts_service import TextAggregationMode
+from pipecat.tests.utils import QueuedFrameProcessor, run_test
+from pipecat.workers.runner import WorkerRunner
+from pipecat_kokoro_voice import KokoroVoiceError, KokoroVoiceTTSService, speak_ws_url
+from pipecat_kokoro_voice.wire import UtteranceQueue, Voice, utterance_id_for
+
+from gateway.app import create_app as create_gateway
+from gateway.config import Settings as GatewaySettings
+from tests.support.fakes import FakeEngine, expected_pcm_bytes
+from tests.support.gateway_client import counted, metric
+from tests.support.servers import RunningServer, serve
+
+Settings = KokoroVoiceTTSService.Settings
+
+
+def service(gateway: RunningServer, voice: str | None = None) -> KokoroVoiceTTSService:
+    return KokoroVoiceTTSService(url=gateway.http_url, settings=Settings(voice=voice))
+
+
+def audio_of(frames: Sequence[Frame]) -> bytes:
+    return b"".join(f.audio for f in frames if isinstance(f, TTSAudioRawFrame))
+
+
+def words_of(frames: Sequence[Frame]) -> list[TTSTextFrame]:
+    return [f for f in frames if isinstance(f, TTSTextFrame)]
+
+
+def loud(pcm: bytes) -> bool:
+    """Not silence: some sample far from zero."""
+    samples = memoryview(pcm).cast("h")
+    return max(abs(s) for s in samples) > 1000
+
+
+async def test_a_spoken_frame_comes_back_as_its_pcm_and_timed_words(
+    gateway_on_fake: RunningServer,
+) -> None:
+    text = "Hello there, my friend."
+    down, _ = await run_test(
+        service(gateway_on_fake, voice="jf_alpha"), frames_to_send=[TTSSpeakFrame(text)]
+    )
+    kinds = [type(f) for f in down if isinstance(f, TTSStartedFrame | TTSStoppedFrame)]
+    assert kinds == [TTSStartedFrame, TTSStoppedFrame]
+    pcm = audio_of(down)
+    assert all(
+        f.sample_rate == 24_000 and f.num_channels == 1
+        for f in down
+        if isinstance(f, TTSAudioRawFrame)
+    )
+    assert all(len(f.audio) % 2 == 0 for f in down if isinstance(f, TTSAudioRawFrame))
+    assert len(pcm) == expected_pcm_bytes(text)  # one chunk: the whole text, not a byte less
+    assert loud(pcm)
+    words = words_of(down)
+    assert [w.text for w in words] == text.split()
+    # on the utterance's clock: the fake engine gives every character 10 ms
+    starts = [text.index(w) * 10 for w in text.split()]
+    pts = [w.pts or 0 for w in words]
+    assert [(p - pts[0]) // 1_000_000 for p in pts] == starts
+
+
+async def test_the_speed_setting_reaches_the_engine(gateway_on_fake: RunningServer) -> None:
+    tts = KokoroVoiceTTSService(url=gateway_on_fake.http_url, settings=Settings(speed=2.0))
+    down, _ = await run_test(tts, frames_to_send=[TTSSpeakFrame("Twice as fast.")])
+    assert len(audio_of(down)) == expected_pcm_bytes("Twice as fast.", speed=2.0)
+
+
+class Tape:
+    """The frames a pipeline's sink has received so far, and a wait for the next one that
+    matters (no sleeps: each step waits for the frame it needs)."""
+
+    def __init__(self, queue: asyncio.Queue[Frame]) -> None:
+        self.queue = queue
+        self.frames: list[Frame] = []
+
+    async def until(self, wanted: Callable[[Frame], bool]) -> Frame:
+        async with asyncio.timeout(30):
+            while True:
+                frame = await self.queue.get()
+                self.frames.append(frame)
+                if wanted(frame):
+                    return frame
+
+
+Send = Callable[[Frame], Awaitable[None]]
+
+
+async def drive(
+    processor: FrameProcessor, script: Callable[[Send, Tape, Tape], Awaitable[None]]
+) -> tuple[list[Frame], list[Frame]]:
+    """`run_test`'s pipeline (source, processor, sink), with a script in place of its list of
+    frames: it sends frames and waits for the ones it needs between them. The frames that
+    came down and up."""
+    down: asyncio.Queue[Frame] = asyncio.Queue()
+    up: asyncio.Queue[Frame] = asyncio.Queue()
+    source = QueuedFrameProcessor(queue=up, queue_direction=FrameDirection.UPSTREAM)
+    sink = QueuedFrameProcessor(queue=down, queue_direction=FrameDirection.DOWNSTREAM)
+    worker = PipelineWorker(Pipeline([source, processor, sink]), cancel_on_idle_timeout=False)
+    started = asyncio.Event()
+
+    async def _started(worker: PipelineWorker, frame: Frame) -> None:
+        started.set()
+
+    worker.add_event_handler("on_pipeline_started", _started)
+
+    down_tape, up_tape = Tape(down), Tape(up)
+
+    async def run_script() -> None:
+        await asyncio.wait_for(started.wait(), 10)
+        await script(worker.queue_frame, down_tape, up_tape)
+        await worker.queue_frame(EndFrame())
+
+    runner = WorkerRunner()
+    await runner.add_workers(worker)
+    await asyncio.gather(runner.run(), run_script())
+    for tape in (down_tape, up_tape):
+        while not tape.queue.empty():
+            tape.frames.append(tape.queue.get_nowait())
+    return down_tape.frames, up_tape.frames
+
+
+def stopped(context_id: str | None = None) -> Callable[[Frame], bool]:
+    return lambda f: isinstance(f, TTSStoppedFrame) and context_id in (None, f.context_id)
+
+
+async def test_utterances_queue_behind_each_other_never_busy(
+    gateway_on_fake: RunningServer,
+) -> None:
+    """Three speak frames at once: the gateway plays one utterance at a time, so each waits
+    for the one before it to end; all three are spoken, in order, and nothing is refused."""
+    texts = ["First one here.", "Then the second.", "And a third."]
+    busy_before = await counted(gateway_on_fake, "gateway_errors_total", code="busy")
+    down, up = await run_test(
+        service(gateway_on_fake), frames_to_send=[TTSSpeakFrame(t) for t in texts]
+    )
+    assert [f for f in up if isinstance(f, ErrorFrame)] == []
+    assert await counted(gateway_on_fake, "gateway_errors_total", code="busy") == busy_before
+    contexts: list[str] = []
+    for frame in down:
+        if isinstance(frame, TTSStartedFrame):
+            contexts.append(str(frame.context_id))
+    assert len(contexts) == 3
+    for context_id, text in zip(contexts, texts, strict=True):
+        pcm = b"".join(
+            f.audio for f in down if isinstance(f, TTSAudioRawFrame) and f.context_id == context_id
+        )
+        assert len(pcm) == expected_pcm_bytes(text)
+    assert [w.text for w in words_of(down)] == " ".join(texts).split()
+
+
+@pytest.mark.parametrize("mode", [TextAggregationMode.TOKEN, TextAggregationMode.SENTENCE])
+async def test_streamed_llm_tokens_are_one_utterance(
+    gateway_on_fake: RunningServer, mode: TextAggregationMode
+) -> None:
+    """Tokens as they come (the default) or pipecat's sentences: one utterance, every word
+    timed as the text spells it (sentences keep the space between them)."""
+    from pipecat.frames.frames import (
+        LLMFullResponseEndFrame,
+        LLMFullResponseStartFrame,
+        LLMTextFrame,
+    )
+
+    text = "Sure, here is the answer you asked for. It has two sentences, and a clause."
+    tokens = [text[i : i + 3] for i in range(0, len(text), 3)]  # cut mid-word on purpose
+    frames: list[Frame] = [LLMFullResponseStartFrame()]
+    frames += [LLMTextFrame(t) for t in tokens]
+    frames.append(LLMFullResponseEndFrame())
+    tts = KokoroVoiceTTSService(url=gateway_on_fake.http_url, text_aggregation_mode=mode)
+    down, up = await run_test(tts, frames_to_send=frames)
+    assert [f for f in up if isinstance(f, ErrorFrame)] == []
+    assert len([f for f in down if isinstance(f, TTSStartedFrame)]) == 1
+    assert [w.text for w in words_of(down)] == text.split()
+    pcm = audio_of(down)
+    assert len(pcm) % 2 == 0
+    assert loud(pcm)
+    # the gateway cut it into chunks; each chunk's audio is its characters' plus a pause
+    assert len(pcm) >= expected_pcm_bytes(text)
+
+
+async def test_barge_in_cancels_down_to_the_model_server_and_the_next_one_plays(
+    gateway_on_fake: RunningServer, fake_engine: FakeEngine
+) -> None:
+    cancels_before = await metric(gateway_on_fake, "gateway_cancels_total")
+    fake_engine.hold = True  # the engine's call blocks until cancelled
+
+    async def script(send: Send, down: Tape, up: Tape) -> None:
+        await send(TTSSpeakFrame("A long reply that keeps going. " * 4))
+        await down.until(lambda f: isinstance(f, TTSStartedFrame))
+        assert await asyncio.to_thread(fake_engine.entered.wait, 10)  # synthesis runs now
+        await send(InterruptionFrame())
+        assert await asyncio.to_thread(fake_engine.cancel_seen.wait, 10)
+        fake_engine.hold = False
+        await send(TTSSpeakFrame("Next one."))
+        await down.until(stopped())
+
+    down, up = await drive(service(gateway_on_fake), script)
+    assert fake_engine.cancelled  # the model server's engine call was aborted
+    assert await metric(gateway_on_fake, "gateway_cancels_total") == cancels_before + 1
+    # only the next utterance's audio, to the byte: nothing late from the cancelled one
+    assert len(audio_of(down)) == expected_pcm_bytes("Next one.")
+    assert [w.text for w in words_of(down)] == ["Next", "one."]
+    assert [f for f in up if isinstance(f, ErrorFrame)] == []
+
+
+async def test_barge_in_drops_the_utterances_still_queued(
+    gateway_on_fake: RunningServer, fake_engine: FakeEngine
+) -> None:
+    """A second speak frame waits behind the first; the interruption cancels the first on the
+    gateway and the second is never sent: the engine never sees its text."""
+    fake_engine.hold = True
+    tts = service(gateway_on_fake)
+    requested = asyncio.Event()
+
+    async def _request(tts: KokoroVoiceTTSService, context_id: str, text: str) -> None:
+        if text.startswith("Queued"):
+            requested.set()
+
+    tts.add_event_handler("on_tts_request", _request)
+
+    async def script(send: Send, down: Tape, up: Tape) -> None:
+        await send(TTSSpeakFrame("The first reply, held in the engine."))
+        await send(TTSSpeakFrame("Queued behind it."))
+        await asyncio.wait_for(requested.wait(), 10)  # the second reached the service
+        assert await asyncio.to_thread(fake_engine.entered.wait, 10)
+        await send(InterruptionFrame())
+        assert await asyncio.to_thread(fake_engine.cancel_seen.wait, 10)
+        fake_engine.hold = False
+        await send(TTSSpeakFrame("After the barge-in."))
+        await down.until(stopped())
+
+    down, up = await drive(tts, script)
+    assert not any("Queued" in call for call in fake_engine.calls)
+    assert any("After the barge-in." in call for call in fake_engine.calls)
+    assert len(audio_of(down)) == expected_pcm_bytes("After the barge-in.")
+    assert [f for f in up if isinstance(f, ErrorFrame)] == []
+
+
+async def test_barge_in_after_audio_says_how_much_was_played(
+    gateway_on_fake: RunningServer,
+) -> None:
+    """LLM text still streaming when the first chunk's audio arrives; the interruption's
+    cancel carries `played_ms` (pipecat's clock from the first audio, never past what was
+    pushed on), and the gateway answers with the words heard by then."""
+    from pipecat.frames.frames import LLMFullResponseStartFrame, LLMTextFrame
+
+    tts = service(gateway_on_fake)
+    cancelled: list[tuple[object, object, object]] = []
+
+    async def _cancelled(
+        tts: KokoroVoiceTTSService, uid: object, played: object, heard: object
+    ) -> None:
+        cancelled.append((uid, played, heard))
+
+    tts.add_event_handler("on_utterance_cancelled", _cancelled)
+
+    text = "Hello there, my friend. Your order shipped today and "
+
+    async def script(send: Send, down: Tape, up: Tape) -> None:
+        await send(LLMFullResponseStartFrame())
+        for word in text.split(" "):
+            await send(LLMTextFrame(word + " "))
+        first = await down.until(lambda f: isinstance(f, TTSAudioRawFrame))
+        await send(InterruptionFrame())
+        await send(TTSSpeakFrame("Next one."))
+        last = await down.until(stopped())
+        assert last.context_id != first.context_id  # type: ignore[attr-defined]
+
+    down, _ = await drive(tts, script)
+    assert len(cancelled) == 1
+    uid, played, heard = cancelled[0]
+    assert isinstance(played, int | float)
+    started = next(f for f in down if isinstance(f, TTSStartedFrame))
+    first_pcm = b"".join(
+        f.audio
+        for f in down
+        if isinstance(f, TTSAudioRawFrame) and f.context_id == started.context_id
+    )
+    assert 0 <= played <= len(first_pcm) / 48 + 1
+    assert isinstance(heard, str)
+    assert text.startswith(heard)
+    assert uid == utterance_id_for(str(started.context_id))
+
+
+async def test_a_gateway_error_is_an_error_frame_and_the_next_utterance_plays(
+    gateway_on_fake: RunningServer,
+) -> None:
+    """An unknown voice: the gateway's `unknown_voice` error frame becomes an ErrorFrame (an
+    invalid request: pipecat stops giving the service work until its settings change); a new
+    voice, and the next utterance plays over the same connection."""
+    tts = service(gateway_on_fake, voice="no_such_voice")
+    connections: list[object] = []
+
+    async def _connected(tts: KokoroVoiceTTSService) -> None:
+        connections.append(tts)
+
+    tts.add_event_handler("on_connected", _connected)
+
+    async def script(send: Send, down: Tape, up: Tape) -> None:
+        await send(TTSSpeakFrame("Not this one."))
+        await up.until(lambda f: isinstance(f, ErrorFrame))
+        await send(TTSUpdateSettingsFrame(delta=Settings(voice="jf_alpha")))
+        await send(TTSSpeakFrame("This one."))
+        await down.until(lambda f: isinstance(f, TTSAudioRawFrame))
+        await down.until(stopped())
+
+    down, up = await drive(tts, script)
+    errors = [f for f in up if isinstance(f, ErrorFrame)]
+    ours = [e for e in errors if isinstance(e.exception, KokoroVoiceError)]
+    assert len(ours) == 1
+    error = ours[0].exception
+    assert isinstance(error, KokoroVoiceError)
+    assert error.code == "unknown_voice"
+    assert not error.retryable
+    assert "unknown_voice" in ours[0].error
+    assert "no_such_voice" in ours[0].error
+    assert len(audio_of(down)) == expected_pcm_bytes("This one.")
+    assert len(connections) == 1  # the connection survived the error
+
+
+async def test_a_dropped_socket_reconnects(fake_server: RunningServer) -> None:
+    """The gateway closes an idle socket (`idle_timeout`, close 1000): the service connects
+    again by itself, and the next utterance plays on the new socket."""
+    app = create_gateway(GatewaySettings(model_server_url=fake_server.http_url, idle_timeout_s=1.0))
+    with serve(app) as gateway:
+        tts = service(gateway)
+        connected = [asyncio.Event(), asyncio.Event()]
+        count = itertools.count()
+
+        async def _connected(tts: KokoroVoiceTTSService) -> None:
+            connected[min(next(count), 1)].set()
+
+        tts.add_event_handler("on_connected", _connected)
+
+        async def script(send: Send, down: Tape, up: Tape) -> None:
+            await asyncio.wait_for(connected[1].wait(), 30)  # closed by the gateway, reopened
+            await send(TTSSpeakFrame("After the reconnect."))
+            await down.until(stopped())
+
+        down, up = await drive(tts, script)
+    assert len(audio_of(down)) == expected_pcm_bytes("After the reconnect.")
+    assert [f for f in up if isinstance(f, ErrorFrame)] == []
+
+
+async def test_an_api_key_goes_as_a_bearer_and_a_wrong_one_is_an_error(
+    fake_server: RunningServer,
+) -> None:
+    key = "k" * 32
+    app = create_gateway(
+        GatewaySettings(model_server_url=fake_server.http_url, api_keys=f"agent:{key}")
+    )
+    with serve(app) as gateway:
+        good = KokoroVoiceTTSService(url=gateway.ws_url, api_key=key)
+        down, up = await run_test(good, frames_to_send=[TTSSpeakFrame("With a key.")])
+        assert len(audio_of(down)) == expected_pcm_bytes("With a key.")
+        bad = KokoroVoiceTTSService(url=gateway.ws_url, api_key="x" * 32)
+        down, up = await run_test(bad, frames_to_send=[], send_end_frame=True)
+    errors = [f.error for f in up if isinstance(f, ErrorFrame)]
+    assert errors
+    assert "401" in errors[0]
+
+
+# --- the plugin's wire rules, sans I/O (pipecat_kokoro_voice/wire.py) -------------------------
+
+V = Voice("jf_alpha", 1.0)
+
+
+def speak(uid: str) -> dict[str, object]:
+    return {
+        "type": "speak",
+        "mode": "bidi",
+        "format": "pcm",
+        "voice": "jf_alpha",
+        "speed": 1.0,
+        "timestamps": True,
+        "utterance_id": uid,
+    }
+
+
+def test_utterance_ids_keep_to_the_gateways_alphabet() -> None:
+    assert utterance_id_for("5f0c-1a") == "5f0c-1a"
+    assert utterance_id_for("turn 1/ä") == "turn_1__"
+    assert utterance_id_for("") == "utterance"
+    long = utterance_id_for("x" * 100)
+    assert long == "x" * 64
+    assert utterance_id_for("x" * 100, {long}) == "x" * 62 + ".2"
+    assert utterance_id_for("a", {"a", "a.2"}) == "a.3"
+
+
+def test_the_speak_address_follows_the_gateway_url() -> None:
+    assert speak_ws_url("http://127.0.0.1:8000") == "ws://127.0.0.1:8000/v1/speak/ws"
+    assert speak_ws_url("https://voice.example/") == "wss://voice.example/v1/speak/ws"
+    assert speak_ws_url("wss://voice.example/v1/speak/ws") == "wss://voice.example/v1/speak/ws"
+
+
+def test_gateway_errors_say_whether_a_retry_may_help() -> None:
+    from pipecat.utils.errors import ErrorCategory
+
+    overloaded = KokoroVoiceError.from_frame(
+        {
+            "type": "error",
+            "code": "overloaded",
+            "message": "too busy",
+            "retryable": True,
+            "retry_after_s": 3,
+            "utterance_id": "u1",
+        }
+    )
+    assert str(overloaded) == "overloaded: too busy (retryable after 3 s)"
+    assert overloaded.utterance_id == "u1"
+    assert overloaded.category is ErrorCategory.SERVER  # not permanent: pipecat keeps going
+    voice = KokoroVoiceError.from_frame({"code": "unknown_voice", "message": "no such voice"})
+    assert str(voice) == "unknown_voice: no such voice"
+    assert voice.category is ErrorCategory.INVALID_REQUEST
+    assert KokoroVoiceError.from_frame({"code": "tts_not_ready"}).category is ErrorCategory.SERVER
+
+
+def test_a_second_context_waits_for_the_first_to_end() -> None:
+    q = UtteranceQueue()
+    assert q.text("a", "Hello ", V) == [speak("a"), {"type": "text", "delta": "Hello "}]
+    assert q.text("a", "there.", V) == [{"type": "text", "delta": "there."}]
+    assert q.text("b", "Next.", V) == []  # held: "a" still plays
+    assert q.flush("b") == []
+    assert q.flush("a") == [{"type": "flush"}]
+    ended = q.ended("a")
+    assert ended is not None
+    assert ended.context_id == "a"
+    assert ended.messages == [speak("b"), {"type": "text", "delta": "Next."}, {"type": "flush"}]
+    assert q.playing == "b"
+
+
+def test_audio_goes_to_its_utterance_whole_samples_only() -> None:
+    q = UtteranceQueue()
+    q.text("a", "Hi.", V)
+    assert q.audio(b"\x01a\x01\x02\x03") == ("a", b"\x01\x02")
+    assert q.audio(b"\x01a\x04") == ("a", b"\x03\x04")  # the odd byte carried over
+    assert q.audio(b"\x01z\x00\x00") is None  # not the utterance playing
+    with pytest.raises(ValueError, match="shorter"):
+        q.audio(b"\x05ab")
+
+
+def test_a_cancelled_utterance_drops_its_late_audio_and_ends_at_cancelled() -> None:
+    q = UtteranceQueue()
+    q.text("a", "A long one.", V)
+    q.text("b", "Queued.", V)
+    assert q.cancel("a", 1234.4) == [{"type": "cancel", "played_ms": 1234}]
+    assert q.cancel("b") == []  # never sent: dropped from the queue, nothing to say
+    assert q.audio(b"\x01a\x00\x00") is None
+    assert q.owner("a") is None
+    ended = q.ended("a", by_cancel=True)
+    assert ended is not None
+    assert ended.cancelled
+    assert ended.messages == []  # "b" went with the barge-in
+    assert q.text("b", "more", V) == []  # its context is over
+    assert q.text("c", "New.", V) == [speak("c"), {"type": "text", "delta": "New."}]
+
+
+def test_a_cancel_that_crosses_the_replys_end_is_not_an_error() -> None:
+    q = UtteranceQueue()
+    q.text("a", "Short.", V)
+    q.cancel("a")
+    assert q.ended("a") is not None  # agent_end was already on its way
+    assert q.error({"type": "error", "code": "nothing_to_cancel"}) == (False, None)
+    assert q.error({"type": "error", "code": "nothing_to_cancel"}) == (True, None)
+
+
+def test_a_refused_speak_ends_its_utterance_and_its_text_is_not_reported() -> None:
+    q = UtteranceQueue()
+    q.text("a", "Not ", V)
+    q.text("a", "this.", V)
+    q.flush("a")
+    q.text("b", "Next.", V)
+    report, ended = q.error({"type": "error", "code": "unknown_voice", "utterance_id": "a"})
+    assert report
+    assert ended is not None
+    assert ended.messages == [speak("b"), {"type": "text", "delta": "Next."}]
+    for _ in range(3):  # the gateway answers the text and flush it already had
+        assert q.error({"type": "error", "code": "no_open_utterance"}) == (False, None)
+    assert q.error({"type": "error", "code": "no_open_utterance"}) == (True, None)
+
+
+def test_an_error_during_a_reply_waits_for_its_end() -> None:
+    q = UtteranceQueue()
+    q.text("a", "Hi.", V)
+    assert q.owner("a") == "a"  # agent_start: the reply runs
+    assert q.error({"type": "error", "code": "tts_synthesis_failed", "utterance_id": "a"}) == (
+        True,
+        None,
+    )
+    assert q.playing == "a"
+
+
+def test_a_lost_connection_forgets_every_utterance() -> None:
+    q = UtteranceQueue()
+    q.text("a", "One.", V)
+    q.text("b", "Two.", V)
+    assert q.connection_lost() == ["a", "b"]
+    assert q.playing is None
+    assert q.text("c", "Three.", V)[0] == speak("c")
+
+
+@pytest.mark.real_model
+async def test_the_real_model_speaks_through_the_plugin(gateway_server: RunningServer) -> None:
+    text = "Hello there. How are you today?"
+    down, up = await run_test(service(gateway_server), frames_to_send=[TTSSpeakFrame(text)])
+    assert [f for f in up if isinstance(f, ErrorFrame)] == []
+    pcm = audio_of(down)
+    assert len(pcm) % 2 == 0
+    assert len(pcm) > 24_000 * 2 * 1.0  # over a second of speech for seven words
+    assert loud(pcm)
+    words = words_of(down)
+    assert [w.text for w in words] == text.split()
+    pts = [w.pts or 0 for w in words]
+    assert pts == sorted(pts)
+    assert pts[-1] > pts[0]
+
+
+# --- pipecat's own OpenAITTSService against /v1/audio/speech -------------------------------
+
+
+@pytest.mark.parametrize("voice", ["alloy", "marin"])
+async def test_pipecats_openai_tts_speaks_through_the_gateway(
+    gateway_on_fake: RunningServer, voice: str
+) -> None:
+    from pipecat.services.openai.tts import OpenAITTSService
+
+    tts = OpenAITTSService(
+        api_key="unused",
+        base_url=gateway_on_fake.http_url + "/v1",
+        settings=OpenAITTSService.Settings(voice=voice),
+    )
+    text = "Hello from pipecat."
+    down, up = await run_test(tts, frames_to_send=[TTSSpeakFrame(text)])
+    assert [f for f in up if isinstance(f, ErrorFrame)] == []
+    pcm = audio_of(down)
+    assert len(pcm) == expected_pcm_bytes(text)  # the whole utterance, 24 kHz s16
+    assert loud(pcm)
+
+
+async def test_an_unknown_voice_through_openai_is_a_clear_error(
+    gateway_on_fake: RunningServer,
+) -> None:
+    """pipecat's OpenAI class refuses a name OpenAI lacks before asking; the gateway, asked
+    with one anyway (the same SDK pipecat uses), answers 400 unknown_voice naming its voices."""
+    import openai
+    from pipecat.services.openai.tts import OpenAITTSService
+
+    tts = OpenAITTSService(
+        api_key="unused",
+        base_url=gateway_on_fake.http_url + "/v1",
+        settings=OpenAITTSService.Settings(voice="no_such_voice"),
+    )
+    down, up = await run_test(tts, frames_to_send=[TTSSpeakFrame("Hello.")])
+    assert audio_of(down) == b""
+    assert any(
+        "no_such_voice" in f.error and "alloy" in f.error for f in up if isinstance(f, ErrorFrame)
+    )
+    client = openai.AsyncOpenAI(api_key="unused", base_url=gateway_on_fake.http_url + "/v1")
+    with pytest.raises(openai.BadRequestError) as refused:
+        await client.audio.speech.create(
+            model="gpt-4o-mini-tts",
+            voice="no_such_voice",
+            input="Hello.",
+            response_format="pcm",
+        )
+    assert refused.value.status_code == 400
+    body = refused.value.body
+    assert isinstance(body, dict)
+    assert body["code"] == "unknown_voice"
+    assert "jf_alpha" in body["message"]
