@@ -33,3 +33,14 @@ class WebSocketSender:
                 raise ClientGone(f"the client took no frame for {self.timeout_s} s") from exc
             except (WebSocketDisconnect, RuntimeError, OSError) as exc:
                 raise ClientGone() from exc
+
+    async def close(self, code: int = 1000, reason: str | None = None) -> None:
+        """Close the connection; `ClientGone` when the client went first (it may close its side
+        the moment it has asked for the close)."""
+        async with self._lock:
+            if self.ws.application_state is not WebSocketState.CONNECTED:
+                raise ClientGone()
+            try:
+                await self.ws.close(code, reason)
+            except (WebSocketDisconnect, RuntimeError, OSError) as exc:
+                raise ClientGone() from exc

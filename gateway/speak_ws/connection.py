@@ -71,7 +71,7 @@ class SpeakConnection:
                 receiving = receiving or asyncio.create_task(self.ws.receive())
                 message = await self._next(receiving)
                 if message is _DRAINING:
-                    await self.ws.close(1012, "service restart")
+                    await self._sender.close(1012, "service restart")
                     return
                 if message is None:
                     await self._idle_timeout()
@@ -131,7 +131,7 @@ class SpeakConnection:
             f"no message and no reply for {limit:.0f} s: closing", code="idle_timeout"
         )
         await self._apply([SendError(error, self.session.utterance_id)])
-        await self.ws.close(1000, "idle timeout")
+        await self._sender.close(1000, "idle timeout")
 
     async def _apply(self, actions: list[Action]) -> None:
         for action in actions:
@@ -157,7 +157,7 @@ class SpeakConnection:
                     heard = None if played is None or reply is None else reply.heard(played)
                     await self._apply(self.session.utterance_cancelled(uid, played, heard))
                 case CloseConnection():
-                    await self.ws.close(1000)
+                    await self._sender.close(1000)
 
     async def _start(self, start: StartUtterance) -> None:
         uid = start.utterance_id
