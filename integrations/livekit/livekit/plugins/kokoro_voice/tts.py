@@ -1,0 +1,408 @@
+"""LiveKit Agents TTS over the Kokoro voice gateway.
+
+`TTS.stream()`: one utterance per `SynthesizeStream` over the gateway's speak WebSocket
+(`/v1/speak/ws`): `speak` with no text (the stream sends it, `bidi`, PCM, word timestamps),
+then each `push_text` as a `text` delta and the first `flush`/`end_input` as `flush`. The gateway
+cuts the text into sentences and synthesizes each one as soon as it is complete, so the first
+audio comes while the LLM is still writing. Audio arrives as 24 kHz s16 mono PCM, `words`
+events as the aligned transcript. Closing the stream mid-utterance sends `cancel` and waits for
+`cancelled` (the gateway has stopped the synthesis in the model server), so the connection goes
+back to the pool clean. The gateway plays one utterance at a time per connection: connections
+come from a pool, one per stream in flight.
+
+`TTS.synthesize()`: one `POST /v1/audio/speech` (the gateway's OpenAI route), PCM in
+Server-Sent Events, so a failure after the headers is an error rather than short audio.
+
+The gateway's errors become LiveKit's: `APIStatusError` with the status its HTTP routes give the
+code and `retryable` as the gateway says; a refused WebSocket upgrade with its HTTP status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import weakref
+from dataclasses import dataclass, replace
+from typing import Never, Self
+
+import aiohttp
+from livekit.agents import (
+    APIConnectionError,
+    APIConnectOptions,
+    APIError,
+    APIStatusError,
+    APITimeoutError,
+    tts,
+    utils,
+)
+from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS, NOT_GIVEN, NotGivenOr
+from livekit.agents.utils import is_given
+
+from . import _wire
+from .log import logger
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+URL_ENV = "KOKORO_VOICE_URL"
+API_KEY_ENV = "KOKORO_VOICE_API_KEY"
+MODEL = "kokoro-82m"
+# The gateway closes a WebSocket idle for --idle-timeout-s (60 s by default): a pooled
+# connection unused for longer than this is not reused.
+MAX_IDLE_S = 50.0
+
+_CLOSED = (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED)
+_WS = aiohttp.ClientWebSocketResponse
+
+
+@dataclass
+class _TTSOptions:
+    voice: str | None
+    speed: float
+
+
+def _check_speed(speed: float) -> float:
+    if not 0.5 <= speed <= 2.0:
+        raise ValueError(f"speed must be in [0.5, 2.0], not {speed}")
+    return speed
+
+
+class TTS(tts.TTS[Never]):
+    def __init__(
+        self,
+        *,
+        base_url: NotGivenOr[str] = NOT_GIVEN,
+        api_key: NotGivenOr[str | None] = NOT_GIVEN,
+        voice: str | None = None,
+        speed: float = 1.0,
+        http_session: aiohttp.ClientSession | None = None,
+        max_idle_s: float = MAX_IDLE_S,
+    ) -> None:
+        """The Kokoro voice gateway as LiveKit Agents' TTS.
+
+        Args:
+            base_url: the gateway, `http(s)://host:port` (a trailing `/v1` is accepted);
+                default `$KOKORO_VOICE_URL`, else `http://127.0.0.1:8000`.
+            api_key: sent as `Authorization: Bearer`: an API key of the gateway, or a token
+                minted by its `POST /v1/tokens` (route groups `speak` and `speech`); default
+                `$KOKORO_VOICE_API_KEY`; none for a gateway without keys.
+            voice: a voice the model servers have, or an OpenAI name the gateway maps
+                (`alloy`, `marin`, ...); default: the gateway's default voice.
+            speed: 0.5-2.0.
+            http_session: an aiohttp session to use; default: the job's
+                (`livekit.agents.utils.http_context`).
+            max_idle_s: a pooled WebSocket unused for longer is not reused (keep it below
+                the gateway's `--idle-timeout-s`).
+        """
+        super().__init__(
+            capabilities=tts.TTSCapabilities(streaming=True, aligned_transcript=True),
+            sample_rate=_wire.SAMPLE_RATE,
+            num_channels=_wire.NUM_CHANNELS,
+        )
+        url = base_url if is_given(base_url) else os.environ.get(URL_ENV, DEFAULT_URL)
+        self._endpoints = _wire.endpoints(url)
+        key = api_key if is_given(api_key) else os.environ.get(API_KEY_ENV)
+        self._api_key = key or None
+        self._opts = _TTSOptions(voice=voice, speed=_check_speed(speed))
+        self._session = http_session
+        self._pool = utils.ConnectionPool[_WS](
+            connect_cb=self._connect_ws,
+            close_cb=self._close_ws,
+            max_session_duration=max_idle_s,
+            mark_refreshed_on_get=True,
+        )
+        self._streams = weakref.WeakSet[SynthesizeStream]()
+
+    @property
+    def model(self) -> str:
+        return MODEL
+
+    @property
+    def provider(self) -> str:
+        return "kokoro-voice"
+
+    def update_options(
+        self,
+        *,
+        voice: NotGivenOr[str | None] = NOT_GIVEN,
+        speed: NotGivenOr[float] = NOT_GIVEN,
+    ) -> None:
+        """For the streams made from now on (each utterance names its voice and speed, so the
+        pooled connections stay)."""
+        if is_given(voice):
+            self._opts.voice = voice
+        if is_given(speed):
+            self._opts.speed = _check_speed(speed)
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+
+    def _ensure_session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = utils.http_context.http_session()
+        return self._session
+
+    async def _connect_ws(self, limit_s: float) -> _WS:
+        session = self._ensure_session()
+        async with asyncio.timeout(limit_s):
+            return await session.ws_connect(self._endpoints.speak_ws, headers=self._headers())
+
+    async def _close_ws(self, ws: _WS) -> None:
+        await ws.close()
+
+    def stream(
+        self, *, conn_options: APIConnectOptions = DEFAULT_API_CONNECT_OPTIONS
+    ) -> SynthesizeStream:
+        stream = SynthesizeStream(tts=self, conn_options=conn_options)
+        self._streams.add(stream)
+        return stream
+
+    def synthesize(
+        self, text: str, *, conn_options: APIConnectOptions = DEFAULT_API_CONNECT_OPTIONS
+    ) -> ChunkedStream:
+        return ChunkedStream(tts=self, input_text=text, conn_options=conn_options)
+
+    def prewarm(self) -> None:
+        self._pool.prewarm()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def aclose(self) -> None:
+        for stream in list(self._streams):
+            await stream.aclose()
+        self._streams.clear()
+        await self._pool.aclose()
+
+
+class SynthesizeStream(tts.SynthesizeStream):
+    """One utterance over one pooled speak WebSocket."""
+
+    def __init__(self, *, tts: TTS, conn_options: APIConnectOptions) -> None:
+        super().__init__(tts=tts, conn_options=conn_options)
+        self._tts: TTS = tts
+        self._opts = replace(tts._opts)
+
+    async def _acquire(self) -> _WS:
+        pool = self._tts._pool
+        while True:
+            ws = await pool.get(timeout=self._conn_options.timeout)
+            if not ws.closed:  # the gateway may have closed it (idle, draining) since
+                self._acquire_time = pool.last_acquire_time
+                self._connection_reused = pool.last_connection_reused
+                return ws
+            pool.remove(ws)
+
+    async def _run(self, output_emitter: tts.AudioEmitter) -> None:
+        uid = utils.shortuuid("lk_")
+        output_emitter.initialize(
+            request_id=uid,
+            sample_rate=_wire.SAMPLE_RATE,
+            num_channels=_wire.NUM_CHANNELS,
+            mime_type="audio/pcm",
+            stream=True,
+        )
+        try:
+            ws = await self._acquire()
+        except TimeoutError:
+            raise APITimeoutError("connecting to the gateway timed out") from None
+        except aiohttp.WSServerHandshakeError as exc:
+            raise APIStatusError(
+                f"the gateway refused the WebSocket: {exc.status} {exc.message}",
+                status_code=exc.status,
+                request_id=uid,
+            ) from None
+        except Exception as exc:
+            raise APIConnectionError("could not connect to the gateway") from exc
+
+        utterance = _Utterance(self, ws, uid, output_emitter)
+        reusable = False
+        try:
+            await utterance.run()
+            reusable = True
+        except asyncio.CancelledError:
+            # the stream was closed: stop the gateway's reply (and the model server's
+            # synthesis) before the connection is reused
+            reusable = await utterance.cancel()
+            raise
+        except APIError:
+            raise
+        except TimeoutError:
+            raise APITimeoutError("the gateway sent nothing in time") from None
+        except Exception as exc:
+            raise APIConnectionError("the gateway connection failed") from exc
+        finally:
+            if reusable:
+                self._tts._pool.put(ws)
+            else:
+                self._tts._pool.remove(ws)
+
+
+class _Utterance:
+    """The speak WebSocket's side of one stream: the input sent as it comes, the frames read."""
+
+    def __init__(
+        self, stream: SynthesizeStream, ws: _WS, uid: str, emitter: tts.AudioEmitter
+    ) -> None:
+        self.stream = stream
+        self.ws = ws
+        self.uid = uid
+        self.emitter = emitter
+        self.opened: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self.flushed_at: float | None = None
+        self.ended = False
+
+    async def run(self) -> None:
+        sender = asyncio.create_task(self._send_input())
+        receiver = asyncio.create_task(self._receive_output())
+        try:
+            await asyncio.gather(sender, receiver)
+        finally:
+            await utils.aio.gracefully_cancel(sender, receiver)
+
+    async def _send_input(self) -> None:
+        """`speak` with the first text, every text as a `text` delta, then one `flush`: one
+        utterance, as LiveKit gives one segment per stream."""
+        stream = self.stream
+        async for data in stream._input_ch:
+            if isinstance(data, tts.SynthesizeStream._FlushSentinel):
+                if self.opened.done():
+                    await self._flush()
+                    return
+                continue  # a flush before any text: nothing to end
+            if not self.opened.done():
+                self.emitter.start_segment(segment_id=self.uid)
+                stream._mark_started()
+                opts = stream._opts
+                await self.ws.send_str(_wire.speak_message(self.uid, opts.voice, opts.speed))
+                self.opened.set_result(True)
+            await self.ws.send_str(_wire.text_message(data))
+        if self.opened.done():
+            await self._flush()
+        else:
+            self.opened.set_result(False)  # the input ended with no text
+
+    async def _flush(self) -> None:
+        await self.ws.send_str(_wire.FLUSH)
+        self.flushed_at = asyncio.get_running_loop().time()
+
+    async def _receive_output(self) -> None:
+        if not await self.opened:
+            return
+        timeout = self.stream._conn_options.timeout
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                msg = await self.ws.receive(timeout=timeout)
+            except TimeoutError:
+                # while the text is still coming the wait is the LLM's; after the flush, the
+                # gateway's
+                if self.flushed_at is not None and loop.time() - self.flushed_at >= timeout:
+                    raise
+                continue
+            if msg.type is aiohttp.WSMsgType.BINARY:
+                owner, pcm = _wire.split_audio_frame(msg.data)
+                if owner == self.uid:  # else late audio of an earlier, cancelled utterance
+                    self.emitter.push(pcm)
+                continue
+            if msg.type in _CLOSED or msg.type is aiohttp.WSMsgType.ERROR:
+                raise APIConnectionError(
+                    f"the gateway closed the connection ({self.ws.close_code})"
+                )
+            if msg.type is not aiohttp.WSMsgType.TEXT:
+                continue
+            event = json.loads(msg.data)
+            if event.get("utterance_id", self.uid) != self.uid:
+                continue
+            kind = event.get("type")
+            if kind == "words":
+                self.emitter.push_timed_transcript(_wire.timed_words(event))
+            elif kind == "error":
+                raise _wire.error_from_frame(event, self.uid)
+            elif kind == "agent_end":
+                self.ended = True
+                self.emitter.end_segment()
+                return
+
+    async def cancel(self) -> bool:
+        """Stop the utterance: `cancel`, then read up to `cancelled` (or `nothing_to_cancel`:
+        it had just ended), within the stream's timeout. True when the connection is clean for
+        the next utterance."""
+        if self.ended or not self.opened.done() or not self.opened.result():
+            return not self.ws.closed
+        try:
+            async with asyncio.timeout(self.stream._conn_options.timeout):
+                await self.ws.send_str(_wire.CANCEL)
+                while True:
+                    msg = await self.ws.receive()
+                    if msg.type in _CLOSED or msg.type is aiohttp.WSMsgType.ERROR:
+                        return False
+                    if msg.type is not aiohttp.WSMsgType.TEXT:
+                        continue
+                    event = json.loads(msg.data)
+                    if event.get("type") == "cancelled":
+                        return True
+                    if event.get("type") == "error" and event.get("code") == "nothing_to_cancel":
+                        return True
+        except (TimeoutError, aiohttp.ClientError, ConnectionError, ValueError) as exc:
+            logger.warning("cancelling utterance %s failed: %r", self.uid, exc)
+            return False
+
+
+class ChunkedStream(tts.ChunkedStream):
+    """One `POST /v1/audio/speech`: PCM as `speech.audio.delta` events."""
+
+    def __init__(self, *, tts: TTS, input_text: str, conn_options: APIConnectOptions) -> None:
+        super().__init__(tts=tts, input_text=input_text, conn_options=conn_options)
+        self._tts: TTS = tts
+        self._opts = replace(tts._opts)
+
+    async def _run(self, output_emitter: tts.AudioEmitter) -> None:
+        request_id = utils.shortuuid("lk_")
+        output_emitter.initialize(
+            request_id=request_id,
+            sample_rate=_wire.SAMPLE_RATE,
+            num_channels=_wire.NUM_CHANNELS,
+            mime_type="audio/pcm",
+        )
+        body: dict[str, object] = {
+            "model": "kokoro",
+            "input": self.input_text,
+            "response_format": "pcm",
+            "stream_format": "sse",
+            "speed": self._opts.speed,
+        }
+        if self._opts.voice is not None:
+            body["voice"] = self._opts.voice
+        timeout = aiohttp.ClientTimeout(
+            sock_connect=self._conn_options.timeout, sock_read=self._conn_options.timeout
+        )
+        session = self._tts._ensure_session()
+        url = self._tts._endpoints.speech
+        try:
+            async with session.post(
+                url, json=body, headers=self._tts._headers(), timeout=timeout
+            ) as resp:
+                if resp.status != 200:
+                    raise _wire.error_from_http(resp.status, await resp.read(), request_id)
+                decoder = _wire.SSEDataDecoder()
+                done = False
+                async for chunk in resp.content.iter_any():
+                    for data in decoder.push(chunk):
+                        event = json.loads(data)
+                        kind = event.get("type")
+                        if kind == "speech.audio.delta":
+                            output_emitter.push(base64.b64decode(event["audio"]))
+                        elif kind == "speech.audio.done":
+                            done = True
+                        elif kind == "error":
+                            raise _wire.error_from_sse(event)
+                if not done:
+                    raise APIConnectionError("the speech stream ended before speech.audio.done")
+            output_emitter.flush()
+        except APIError:
+            raise
+        except TimeoutError:
+            raise APITimeoutError("the gateway sent nothing in time") from None
+        except Exception as exc:
+            raise APIConnectionError("the speech request failed") from exc

@@ -1,0 +1,478 @@
+"""The LiveKit Agents plugin (`livekit.plugins.kokoro_voice`) and LiveKit's own OpenAI TTS
+against the real gateway on loopback, through LiveKit's stream API (`push_text`, `flush`,
+`end_input`) and `synthesize()`. The fake engine makes every character 10 ms of a loud square
+wave (tests/support/fakes.py), so audio lengths and word times follow from the text; one case
+of each runs on the real Kokoro-82M model.
+
+Outside a LiveKit job there is no http session: `utils.http_context.open()` binds one, as
+LiveKit's docs say to do in tests and scripts."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+from livekit.agents import APIStatusError, tts
+from livekit.agents.metrics import TTSMetrics
+from livekit.agents.types import (
+    USERDATA_TIMED_TRANSCRIPT,
+    APIConnectOptions,
+    NotGivenOr,
+    TimedString,
+)
+from livekit.agents.utils import http_context, is_given
+from livekit.plugins import kokoro_voice, openai
+from livekit.plugins.kokoro_voice import _wire
+
+from gateway.app import create_app as create_gateway
+from gateway.config import Settings as GatewaySettings
+from tests.support.fakes import FakeEngine, expected_pcm_bytes
+from tests.support.servers import RunningServer, serve
+
+KEY = "lk-agent-key-0123456789abcdef"
+NO_RETRY = APIConnectOptions(max_retry=0)
+MARKER = b"\x00\x00" * 240  # 10 ms of silence (tts.AudioEmitter's is_final marker)
+
+
+@pytest.fixture
+async def http_session() -> AsyncIterator[None]:
+    """The job's http session, outside a job."""
+    async with http_context.open():
+        yield
+
+
+@dataclass
+class Heard:
+    """What a LiveKit consumer gets from a stream: the PCM of its frames and the aligned
+    transcript attached to them, in order."""
+
+    pcm: bytes = b""
+    words: list[TimedString] = field(default_factory=list)
+    frames: int = 0
+
+    def matches(self, reference: bytes) -> bool:
+        """The reference audio, maybe followed by LiveKit's marker: `tts.AudioEmitter` ends a
+        segment with 10 ms of silence when it holds no audio back for its final frame (its
+        flush timer decides which)."""
+        return self.pcm in (reference, reference + MARKER)
+
+    def add(self, event: tts.SynthesizedAudio) -> None:
+        assert event.frame.sample_rate == 24_000
+        assert event.frame.num_channels == 1
+        self.pcm += event.frame.data.tobytes()
+        self.words += event.frame.userdata.get(USERDATA_TIMED_TRANSCRIPT, [])
+        self.frames += 1
+
+
+async def hear(stream: tts.SynthesizeStream | tts.ChunkedStream) -> Heard:
+    heard = Heard()
+    async for event in stream:
+        heard.add(event)
+    return heard
+
+
+async def speak(engine: kokoro_voice.TTS, deltas: list[str]) -> Heard:
+    async with engine.stream(conn_options=NO_RETRY) as stream:
+        for delta in deltas:
+            stream.push_text(delta)
+        stream.end_input()
+        return await hear(stream)
+
+
+def loud(pcm: bytes) -> float:
+    """RMS of 16-bit PCM, in full-scale units."""
+    samples = np.frombuffer(pcm, np.int16).astype(np.float64) / 32768
+    return float(np.sqrt(np.mean(samples**2)))
+
+
+def fake_speech(pcm: bytes, texts: list[str]) -> bool:
+    """The fake engine's audio for these chunks, in order: per chunk, its characters' square
+    wave at ±0.5 (10 ms each), then the tail pause of silence."""
+    samples = np.frombuffer(pcm, np.int16)
+    at = 0
+    for text in texts:
+        wave, end = len(text) * 240, expected_pcm_bytes(text) // 2
+        chunk = samples[at : at + end]
+        if not (np.all(np.abs(chunk[:wave]) == 16384) and np.all(chunk[wave:] == 0)):
+            return False
+        at += end
+    return samples[at:].tobytes() in (b"", MARKER)  # (see Heard.matches)
+
+
+def assert_aligned(words: list[TimedString], text: str) -> None:
+    """The timed words spell the text in order (punctuation may stay out of them), each one
+    string with the space that joins it to the next, and the times never go back."""
+    position = 0
+    for word in words:
+        assert word.endswith(" "), repr(word)
+        assert word.strip() == word[:-1], repr(word)
+        position = text.index(word.strip(), position) + len(word.strip())
+    assert text[position:].strip(" .!?,") == ""
+    starts = [seconds(w.start_time) for w in words]
+    ends = [seconds(w.end_time) for w in words]
+    assert starts == sorted(starts)
+    assert all(s < e for s, e in zip(starts, ends, strict=True))
+    assert all(e <= s for e, s in zip(ends, starts[1:], strict=False))
+
+
+def seconds(time: NotGivenOr[float]) -> float:
+    assert is_given(time)
+    return time
+
+
+def deltas_of(text: str, size: int) -> list[str]:
+    """The text as an LLM streams it: a few characters at a time."""
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+# --- the wire format, pure ---------------------------------------------------------------------
+
+
+def test_endpoints_from_the_gateway_url() -> None:
+    assert _wire.endpoints("http://gw:8000/v1/") == _wire.Endpoints(
+        "ws://gw:8000/v1/speak/ws", "http://gw:8000/v1/audio/speech"
+    )
+    assert _wire.endpoints("https://voice.example/tts") == _wire.Endpoints(
+        "wss://voice.example/tts/v1/speak/ws", "https://voice.example/tts/v1/audio/speech"
+    )
+    with pytest.raises(ValueError, match="http"):
+        _wire.endpoints("gw:8000")
+
+
+def test_audio_frames_lose_their_prefix_and_nothing_else() -> None:
+    pcm = b"{\x00" * 5  # PCM may start with a brace
+    assert _wire.split_audio_frame(b"\x04lk_1" + pcm) == ("lk_1", pcm)
+    assert _wire.split_audio_frame(b"\x02ab") == ("ab", b"")
+    with pytest.raises(ValueError, match="shorter"):
+        _wire.split_audio_frame(b"\x09abc")
+
+
+def test_gateway_errors_keep_their_code_and_retryable() -> None:
+    voice = _wire.error_from_frame(
+        {"type": "error", "code": "unknown_voice", "message": "no such voice", "retryable": False}
+    )
+    assert (voice.status_code, voice.retryable, voice.message) == (
+        400,
+        False,
+        "unknown_voice: no such voice",
+    )
+    busy = _wire.error_from_frame({"type": "error", "code": "overloaded", "retryable": True})
+    assert (busy.status_code, busy.retryable) == (503, True)
+    upstream = _wire.error_from_frame({"type": "error", "code": "tts_not_ready", "retryable": True})
+    assert (upstream.status_code, upstream.retryable) == (502, True)
+    body = b'{"error": {"code": "rate_limited", "message": "slow down", "retryable": true}}'
+    limited = _wire.error_from_http(429, body)
+    assert (limited.status_code, limited.retryable, limited.body) == (
+        429,
+        True,
+        {"code": "rate_limited", "message": "slow down", "retryable": True},
+    )
+    assert _wire.error_from_http(502, b"<html>bad gateway</html>").retryable
+
+
+@pytest.mark.parametrize("size", [1, 2, 4, 1000])
+def test_sse_data_is_the_same_however_the_bytes_are_cut(size: int) -> None:
+    stream = (
+        'data: {"type": "speech.audio.delta", "audio": "AAA="}\r\n\r\n'
+        ": a comment\n\n"
+        'data: {"a":\ndata: "é"}\r\rdata: {"type": "speech.audio.done"}\n\n'
+    ).encode()
+    decoder = _wire.SSEDataDecoder()
+    found = [d for i in range(0, len(stream), size) for d in decoder.push(stream[i : i + size])]
+    assert found == [
+        '{"type": "speech.audio.delta", "audio": "AAA="}',
+        '{"a":\n"é"}',
+        '{"type": "speech.audio.done"}',
+    ]
+
+
+# --- the plugin's stream on the fake engine ----------------------------------------------------
+
+
+def test_it_registers_as_a_livekit_plugin() -> None:
+    from livekit.agents import Plugin
+
+    (plugin,) = [
+        p for p in Plugin.registered_plugins if p.package == "livekit.plugins.kokoro_voice"
+    ]
+    assert plugin.version == kokoro_voice.__version__
+    engine = kokoro_voice.TTS(base_url="http://127.0.0.1:1")
+    assert engine.capabilities == tts.TTSCapabilities(streaming=True, aligned_transcript=True)
+    assert (engine.sample_rate, engine.num_channels) == (24_000, 1)
+
+
+async def test_one_sentence_streams_all_its_audio_and_its_words(
+    gateway_on_fake: RunningServer, http_session: None
+) -> None:
+    text = "Hello there."
+    async with kokoro_voice.TTS(base_url=gateway_on_fake.http_url) as engine:
+        heard = await speak(engine, deltas_of(text, 3))
+    assert fake_speech(heard.pcm, [text])  # the prefixes gone, nothing lost
+    assert [w.strip() for w in heard.words] == ["Hello", "there."]
+    assert_aligned(heard.words, text)
+    # the fake gives every character 10 ms, from the utterance's first sample
+    assert heard.words[0].start_time == 0.0
+    assert heard.words[1].start_time == pytest.approx(0.06)
+
+
+async def test_audio_comes_while_the_text_is_still_coming(
+    gateway_on_fake: RunningServer, http_session: None
+) -> None:
+    """The first sentence is spoken before the rest of the text exists; the whole reply's
+    audio is what the gateway's own WebSocket gives for the same text."""
+    first, rest = "Hello there, my friend. ", "Your order shipped today. It arrives on Tuesday."
+    async with (
+        kokoro_voice.TTS(base_url=gateway_on_fake.http_url) as engine,
+        engine.stream(conn_options=NO_RETRY) as stream,
+    ):
+        for delta in deltas_of(first, 4):
+            stream.push_text(delta)
+        heard = Heard()
+        heard.add(await anext(stream))  # audio, and no more text has been pushed
+        for delta in deltas_of(rest, 4):
+            stream.push_text(delta)
+        stream.flush()
+        stream.end_input()
+        async for event in stream:
+            heard.add(event)
+    reference = await gateway_ws_audio(gateway_on_fake, first, rest)
+    assert heard.matches(reference)
+    assert_aligned(heard.words, first + rest)
+    assert heard.words[-1].strip() == "Tuesday."
+
+
+async def gateway_ws_audio(gateway: RunningServer, first: str, rest: str) -> bytes:
+    """The same text, streamed the same way (the rest after the first audio), through a plain
+    websockets client: its audio frames' PCM."""
+    import orjson
+    from websockets.asyncio.client import connect
+
+    from tests.support.gateway_client import split_audio_frame, ws_reply_audio
+
+    async with connect(gateway.ws_url + "/v1/speak/ws") as ws:
+        await ws.send(_wire.speak_message("ref", None, 1.0))
+        for delta in deltas_of(first, 4):
+            await ws.send(orjson.dumps({"type": "text", "delta": delta}).decode())
+        while isinstance(frame := await ws.recv(), str):
+            assert orjson.loads(frame)["type"] != "error", frame
+        for delta in deltas_of(rest, 4):
+            await ws.send(orjson.dumps({"type": "text", "delta": delta}).decode())
+        await ws.send(_wire.FLUSH)
+        audio, _ = await ws_reply_audio(ws)
+    return split_audio_frame(frame)[1] + audio
+
+
+async def test_closing_a_stream_mid_utterance_cancels_down_to_the_model_server(
+    gateway_on_fake: RunningServer, fake_engine: FakeEngine, http_session: None
+) -> None:
+    first = "Hello there, my friend. "  # long enough for the chunker to let it go alone
+    reused: list[bool] = []
+    async with kokoro_voice.TTS(base_url=gateway_on_fake.http_url) as engine:
+        engine.on("metrics_collected", lambda m: reused.append(m.connection_reused))
+        stream = engine.stream(conn_options=NO_RETRY)
+        stream.push_text(first)
+        heard = Heard()
+        heard.add(await anext(stream))  # the first sentence is playing
+        fake_engine.hold = True  # the next synthesis runs until cancelled
+        stream.push_text("And this sentence is never heard. " * 3)
+        stream.flush()
+        assert await asyncio.to_thread(fake_engine.entered.wait, 10)
+        await stream.aclose()  # the listener barged in
+        # the gateway stopped the reply before aclose returned; the model server's cancel
+        # reaches its engine thread on its own
+        assert await asyncio.to_thread(fake_engine.cancel_seen.wait, 10)
+        assert "never heard" in fake_engine.cancelled[0]
+        async for event in stream:  # nothing more comes
+            heard.add(event)
+        assert 0 < len(heard.pcm) <= expected_pcm_bytes(first.strip())
+        fake_engine.hold = False
+        # the connection went back to the pool clean: the next utterance reuses it and hears
+        # only its own audio
+        before = engine._pool.last_connection_reused
+        nxt = await speak(engine, ["Next one."])
+        assert (before, engine._pool.last_connection_reused) == (False, True)
+    assert fake_speech(nxt.pcm, ["Next one."])
+    assert [w.strip() for w in nxt.words] == ["Next", "one."]
+    assert reused[-1] is True
+
+
+async def test_the_pool_reuses_one_connection_stream_after_stream(
+    gateway_on_fake: RunningServer, http_session: None
+) -> None:
+    collected: list[TTSMetrics] = []
+    async with kokoro_voice.TTS(base_url=gateway_on_fake.http_url) as engine:
+        engine.on("metrics_collected", collected.append)
+        for text in ["Hello there.", "Good morning.", "See you."]:
+            heard = await speak(engine, deltas_of(text, 5))
+            assert fake_speech(heard.pcm, [text])
+        assert len(engine._pool._connections) == 1
+    assert [m.connection_reused for m in collected] == [False, True, True]
+    assert [m.characters_count for m in collected] == [12, 13, 8]
+
+
+async def test_an_unknown_voice_is_a_client_error_not_retried(
+    gateway_on_fake: RunningServer, http_session: None
+) -> None:
+    async with kokoro_voice.TTS(base_url=gateway_on_fake.http_url, voice="xx_nobody") as engine:
+        errors: list[tts.TTSError] = []
+        engine.on("error", errors.append)
+        # the default options: retryable errors would be retried three times
+        async with engine.stream() as stream:
+            stream.push_text("Hello there.")
+            stream.end_input()
+            with pytest.raises(APIStatusError) as raised:
+                await hear(stream)
+        assert raised.value.status_code == 400
+        assert raised.value.retryable is False
+        assert isinstance(raised.value.body, dict)
+        assert raised.value.body["code"] == "unknown_voice"
+        assert "xx_nobody" in raised.value.message
+        assert [e.recoverable for e in errors] == [False]  # raised at once, not retried
+        with pytest.raises(APIStatusError) as batch:
+            await hear(engine.synthesize("Hello there."))
+        assert (batch.value.status_code, batch.value.retryable) == (400, False)
+        assert isinstance(batch.value.body, dict)
+        assert batch.value.body["code"] == "unknown_voice"
+        # the connection that carried the error is not reused; the next stream works
+        engine.update_options(voice="af_test")
+        heard = await speak(engine, ["Hello there."])
+    assert fake_speech(heard.pcm, ["Hello there."])
+
+
+async def test_synthesize_gives_the_same_audio_as_the_stream(
+    gateway_on_fake: RunningServer, http_session: None
+) -> None:
+    text = "Hello there, my friend. Your order shipped today."
+    async with kokoro_voice.TTS(base_url=gateway_on_fake.http_url, voice="af_test") as engine:
+        batch = await hear(engine.synthesize(text, conn_options=NO_RETRY))
+        streamed = await speak(engine, [text])
+    sentences = ["Hello there, my friend.", "Your order shipped today."]  # the two chunks
+    assert fake_speech(batch.pcm, sentences)
+    assert fake_speech(streamed.pcm, sentences)
+    assert loud(batch.pcm) > 0.3
+    assert batch.words == []  # the OpenAI route has no timings
+
+
+@contextlib.contextmanager
+def gateway_with_keys(fake_server: RunningServer) -> Iterator[RunningServer]:
+    app = create_gateway(
+        GatewaySettings(model_server_url=fake_server.http_url, api_keys=f"agent:{KEY}")
+    )
+    with serve(app) as running:
+        yield running
+
+
+async def test_keys_and_tokens(fake_server: RunningServer, http_session: None) -> None:
+    with gateway_with_keys(fake_server) as gw:
+        async with httpx.AsyncClient(base_url=gw.http_url) as http:
+            minted = await http.post(
+                "/v1/tokens", json={"routes": ["speak"]}, headers={"Authorization": f"Bearer {KEY}"}
+            )
+        token = minted.json()["token"]
+        for credential in (KEY, token):
+            async with kokoro_voice.TTS(base_url=gw.http_url, api_key=credential) as engine:
+                heard = await speak(engine, ["Hello there."])
+            assert fake_speech(heard.pcm, ["Hello there."])
+        async with kokoro_voice.TTS(base_url=gw.http_url, api_key=None) as anonymous:
+            with pytest.raises(APIStatusError) as refused:
+                await speak(anonymous, ["Hello there."])
+            assert (refused.value.status_code, refused.value.retryable) == (401, False)
+            with pytest.raises(APIStatusError) as http_refused:
+                await hear(anonymous.synthesize("Hello there."))
+            assert (http_refused.value.status_code, http_refused.value.retryable) == (401, False)
+        # a token for the speak routes only: not the OpenAI route
+        async with kokoro_voice.TTS(base_url=gw.http_url, api_key=token) as narrow:
+            with pytest.raises(APIStatusError) as wrong_route:
+                await hear(narrow.synthesize("Hello there."))
+            assert wrong_route.value.status_code == 403
+            assert isinstance(wrong_route.value.body, dict)
+            assert wrong_route.value.body["code"] == "token_not_for_route"
+
+
+def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KOKORO_VOICE_URL", "https://voice.example")
+    monkeypatch.setenv("KOKORO_VOICE_API_KEY", KEY)
+    engine = kokoro_voice.TTS()
+    assert engine._endpoints.speak_ws == "wss://voice.example/v1/speak/ws"
+    assert engine._headers() == {"Authorization": f"Bearer {KEY}"}
+    assert kokoro_voice.TTS(api_key=None)._headers() == {}
+    with pytest.raises(ValueError, match="speed"):
+        kokoro_voice.TTS(speed=3.0)
+
+
+# --- LiveKit's own OpenAI TTS, pointed at the gateway ------------------------------------------
+
+
+def openai_tts(gateway: RunningServer, **options: Any) -> openai.TTS:
+    return openai.TTS(base_url=gateway.http_url + "/v1", api_key="unused", **options)
+
+
+@pytest.mark.parametrize(
+    ("model", "voice"),
+    [
+        ("tts-1", "alloy"),  # stream_format "audio": the body is the audio
+        ("gpt-4o-mini-tts", "marin"),  # LiveKit's default model: stream_format "sse"
+    ],
+)
+async def test_livekits_openai_tts_gets_the_gateways_audio(
+    gateway_on_fake: RunningServer, model: str, voice: str
+) -> None:
+    text = "Hello there."
+    engine = openai_tts(gateway_on_fake, model=model, voice=voice, response_format="pcm")
+    async with engine:
+        heard = await hear(engine.synthesize(text, conn_options=NO_RETRY))
+    assert fake_speech(heard.pcm, [text])
+
+
+async def test_livekits_openai_tts_decodes_the_default_mp3(gateway_on_fake: RunningServer) -> None:
+    async with openai_tts(gateway_on_fake, voice="alloy") as engine:
+        heard = await hear(engine.synthesize("Hello there.", conn_options=NO_RETRY))
+    # decoded MP3: about the PCM's length (the encoder pads its last frame), and loud
+    assert len(heard.pcm) == pytest.approx(expected_pcm_bytes("Hello there."), rel=0.1)
+    assert loud(heard.pcm) > 0.2
+
+
+async def test_livekits_openai_tts_names_an_unknown_voice(gateway_on_fake: RunningServer) -> None:
+    async with openai_tts(gateway_on_fake, voice="xx_nobody", response_format="pcm") as engine:
+        with pytest.raises(APIStatusError) as raised:
+            await hear(engine.synthesize("Hello there.", conn_options=NO_RETRY))
+    assert (raised.value.status_code, raised.value.retryable) == (400, False)
+    assert "unknown_voice" in str(raised.value.body)
+
+
+# --- the real model ----------------------------------------------------------------------------
+
+
+@pytest.mark.real_model
+async def test_the_real_model_streams_speech_with_aligned_words(
+    gateway_server: RunningServer, http_session: None
+) -> None:
+    text = "Hello there, my friend. Your order shipped today."
+    async with kokoro_voice.TTS(base_url=gateway_server.http_url) as engine:
+        heard = await speak(engine, deltas_of(text, 3))
+        batch = await hear(engine.synthesize("Hello there."))
+    assert len(heard.pcm) > 2 * 24_000 * 2  # more than two seconds of speech
+    assert loud(heard.pcm) > 0.02
+    assert [w.strip() for w in heard.words] == text.split()
+    assert_aligned(heard.words, text)
+    assert seconds(heard.words[-1].end_time) <= len(heard.pcm) / 48_000
+    assert len(batch.pcm) > 24_000
+    assert loud(batch.pcm) > 0.02
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize(("model", "voice"), [("tts-1", "alloy"), ("gpt-4o-mini-tts", "marin")])
+async def test_livekits_openai_tts_on_the_real_model(
+    gateway_server: RunningServer, model: str, voice: str
+) -> None:
+    engine = openai_tts(gateway_server, model=model, voice=voice, response_format="pcm")
+    async with engine:
+        heard = await hear(engine.synthesize("Hello there.", conn_options=NO_RETRY))
+    assert len(heard.pcm) > 24_000  # half a second of speech at least
+    assert loud(heard.pcm) > 0.02
