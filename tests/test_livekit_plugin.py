@@ -476,3 +476,22 @@ async def test_livekits_openai_tts_on_the_real_model(
         heard = await hear(engine.synthesize("Hello there.", conn_options=NO_RETRY))
     assert len(heard.pcm) > 24_000  # half a second of speech at least
     assert loud(heard.pcm) > 0.02
+
+
+# --- the frameworks' bench ---------------------------------------------------------------------
+
+
+async def test_the_bench_times_one_utterance_through_the_plugin(
+    gateway_on_fake: RunningServer,
+) -> None:
+    from bench.frameworks import livekit as bench_livekit
+
+    text = "Hello there, my friend. Your order shipped today."
+    measured = await bench_livekit.run(gateway_on_fake.http_url, None, text, "af_test")
+    assert measured.client == "livekit"
+    assert measured.words == tuple(text.split())
+    chunks = ["Hello there, my friend.", "Your order shipped today."]
+    # the audio's length, maybe with LiveKit's 10 ms end marker (Heard.matches)
+    assert round(measured.audio_s * 48_000) - sum(expected_pcm_bytes(c) for c in chunks) in (0, 480)
+    assert measured.first_word_s is not None
+    assert 0 < measured.first_audio_s <= measured.first_word_s
