@@ -219,7 +219,7 @@ class SynthesizeStream(tts.SynthesizeStream):
         reusable = False
         try:
             await utterance.run()
-            reusable = True
+            reusable = utterance.clean
         except asyncio.CancelledError:
             # the stream was closed: stop the gateway's reply (and the model server's
             # synthesis) before the connection is reused
@@ -250,7 +250,8 @@ class _Utterance:
         self.emitter = emitter
         self.opened: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self.flushed_at: float | None = None
-        self.ended = False
+        self.ended = False  # agent_end came
+        self.clean = False  # ... after our flush: nothing we sent is still unanswered
 
     async def run(self) -> None:
         sender = asyncio.create_task(self._send_input())
@@ -265,6 +266,8 @@ class _Utterance:
         utterance, as LiveKit gives one segment per stream."""
         stream = self.stream
         async for data in stream._input_ch:
+            if self.ended:  # the gateway ended the reply before the text did
+                return
             if isinstance(data, tts.SynthesizeStream._FlushSentinel):
                 if self.opened.done():
                     await self._flush()
@@ -277,14 +280,17 @@ class _Utterance:
                 await self.ws.send_str(_wire.speak_message(self.uid, opts.voice, opts.speed))
                 self.opened.set_result(True)
             await self.ws.send_str(_wire.text_message(data))
+        if self.ended:
+            return
         if self.opened.done():
             await self._flush()
         else:
-            self.opened.set_result(False)  # the input ended with no text
+            self.clean = True  # the input ended with no text: nothing was sent
+            self.opened.set_result(False)
 
     async def _flush(self) -> None:
+        self.flushed_at = asyncio.get_running_loop().time()  # (agent_end may come mid-send)
         await self.ws.send_str(_wire.FLUSH)
-        self.flushed_at = asyncio.get_running_loop().time()
 
     async def _receive_output(self) -> None:
         if not await self.opened:
@@ -321,6 +327,7 @@ class _Utterance:
                 raise _wire.error_from_frame(event, self.uid)
             elif kind == "agent_end":
                 self.ended = True
+                self.clean = self.flushed_at is not None
                 self.emitter.end_segment()
                 return
 
@@ -328,8 +335,10 @@ class _Utterance:
         """Stop the utterance: `cancel`, then read up to `cancelled` (or `nothing_to_cancel`:
         it had just ended), within the stream's timeout. True when the connection is clean for
         the next utterance."""
-        if self.ended or not self.opened.done() or not self.opened.result():
-            return not self.ws.closed
+        if self.ended:
+            return self.clean and not self.ws.closed
+        if not self.opened.done() or not self.opened.result():
+            return not self.ws.closed  # nothing was sent
         try:
             async with asyncio.timeout(self.stream._conn_options.timeout):
                 await self.ws.send_str(_wire.CANCEL)
