@@ -33,6 +33,7 @@ from livekit.plugins.kokoro_voice import _wire
 from gateway.app import create_app as create_gateway
 from gateway.config import Settings as GatewaySettings
 from tests.support.fakes import FakeEngine, expected_pcm_bytes
+from tests.support.gateway_client import wait_for_metric
 from tests.support.servers import RunningServer, serve
 
 KEY = "lk-agent-key-0123456789abcdef"
@@ -334,12 +335,17 @@ async def test_an_unknown_voice_is_a_client_error_not_retried(
         assert raised.value.body["code"] == "unknown_voice"
         assert "xx_nobody" in raised.value.message
         assert [e.recoverable for e in errors] == [False]  # raised at once, not retried
+        # the connection that carried the error is closed, not kept for the next stream
+        assert (
+            await wait_for_metric(gateway_on_fake, "gateway_active_sessions", 0, transport="ws")
+            == 0
+        )
         with pytest.raises(APIStatusError) as batch:
             await hear(engine.synthesize("Hello there."))
         assert (batch.value.status_code, batch.value.retryable) == (400, False)
         assert isinstance(batch.value.body, dict)
         assert batch.value.body["code"] == "unknown_voice"
-        # the connection that carried the error is not reused; the next stream works
+        # the next stream works, on a connection of its own
         engine.update_options(voice="af_test")
         heard = await speak(engine, ["Hello there."])
     assert fake_speech(heard.pcm, ["Hello there."])

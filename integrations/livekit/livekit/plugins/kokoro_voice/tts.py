@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import weakref
@@ -235,7 +236,12 @@ class SynthesizeStream(tts.SynthesizeStream):
             if reusable:
                 self._tts._pool.put(ws)
             else:
+                # closed now, not at the pool's next drain: a reply the gateway may still be
+                # playing on it ends with it
                 self._tts._pool.remove(ws)
+                with contextlib.suppress(Exception):
+                    async with asyncio.timeout(1.0):
+                        await ws.close()
 
 
 class _Utterance:
