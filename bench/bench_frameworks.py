@@ -28,6 +28,7 @@ from bench.harness import stack
 CLIENTS = (
     "gateway_ws",  # the baseline: the gateway's speak WebSocket driven with `websockets`
     "pipecat",  # pipecat_kokoro_voice.KokoroVoiceTTSService
+    "livekit",  # livekit.plugins.kokoro_voice.TTS
 )
 TEXT = (
     "Sure, I can help with that. Your order shipped this morning, and it should arrive on Tuesday."

@@ -1,11 +1,10 @@
-"""LiveKit Agents' client: `livekit.plugins.kokoro_voice.TTS`, one utterance through LiveKit's
-stream API (`push_text`, then `end_input`), as an agent's TTS node drives it.
-
-Timed from the moment the text is pushed, so the pool's WebSocket connect is inside (a fresh
-`TTS`: an agent's first utterance) to the first audio frame LiveKit hands its consumer and the
-first frame that carries a timed word (LiveKit attaches the aligned transcript to the audio
-frames, so a word is seen with the frame after it arrived, never before the first audio).
-"""
+"""LiveKit Agents: `livekit.plugins.kokoro_voice.TTS`, one utterance through LiveKit's stream API
+as an agent's TTS node drives it: the text pushed word by word at once (`push_text`), then
+`end_input`. The pool's WebSocket is opened first (what `AgentSession` does with `prewarm()`;
+the baseline times from an open WebSocket too), then timed from the first `push_text` to the
+first audio frame LiveKit hands its consumer and the first frame that carries a timed word
+(LiveKit attaches the aligned transcript to audio frames, so a word is never seen before the
+first audio)."""
 
 from __future__ import annotations
 
@@ -16,8 +15,13 @@ from livekit.agents.utils import http_context
 from livekit.plugins import kokoro_voice
 
 from bench.frameworks import FrameworkRun
+from bench.frameworks.gateway_ws import BYTES_PER_SECOND, deltas
 
-BYTES_PER_SECOND = 48_000  # 24 kHz, 16-bit mono
+
+async def _warm(tts: kokoro_voice.TTS) -> None:
+    """One pooled connection open before the clock starts (`prewarm()`, awaited)."""
+    pool = tts._pool
+    pool.put(await pool.get(timeout=10))
 
 
 async def run(url: str, api_key: str | None, text: str, voice: str) -> FrameworkRun:
@@ -28,20 +32,24 @@ async def run(url: str, api_key: str | None, text: str, voice: str) -> Framework
     async with (
         http_context.open(),
         kokoro_voice.TTS(base_url=url, api_key=api_key, voice=voice) as tts,
-        tts.stream(conn_options=APIConnectOptions(max_retry=0)) as stream,
     ):
-        start = time.perf_counter()
-        stream.push_text(text)
-        stream.end_input()
-        async for event in stream:
-            now = time.perf_counter() - start
-            timed = event.frame.userdata.get(USERDATA_TIMED_TRANSCRIPT, [])
-            if first_audio is None:
-                first_audio = now
-            if timed and first_word is None:
-                first_word = now
-            audio_bytes += len(event.frame.data.tobytes())
-            words += [str(word).strip() for word in timed]
+        await _warm(tts)
+        async with tts.stream(conn_options=APIConnectOptions(max_retry=0)) as stream:
+            start = time.perf_counter()
+            for delta in deltas(text):
+                stream.push_text(delta)
+            stream.end_input()
+            async for event in stream:
+                now = time.perf_counter() - start
+                timed = event.frame.userdata.get(USERDATA_TIMED_TRANSCRIPT, [])
+                if first_audio is None:
+                    first_audio = now
+                if timed and first_word is None:
+                    first_word = now
+                audio_bytes += len(event.frame.data.tobytes())
+                words += [str(word).strip() for word in timed]
+        if not tts._pool.last_connection_reused:
+            raise RuntimeError("the stream did not get the warmed connection")
     if first_audio is None:
         raise RuntimeError("the LiveKit stream ended with no audio")
     return FrameworkRun(
