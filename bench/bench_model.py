@@ -4,12 +4,13 @@ Starts the real model server on a loopback port in this process (Kokoro-82M int8
 `--engine torch --model-dir DIR` kokoro's KModel on CUDA when there is one), or measures one at
 `--url`, over the bidirectional WebSocket. Prints two tables:
 
-- progressive synthesis (onnx, local servers only): for sentences of 1 to 11 s of audio, one
+- progressive synthesis (local servers only): for sentences of 1 to 11 s of audio, one
   session, the first and the last audio (send -> first / last PCM frame) of a server with
   `--progressive on` and of one with `--progressive off`, side by side in one run beside one raw
-  onnxruntime call of the whole sentence (the registry's graph, the same threads, the same
-  phonemes and voice), in turn, the order rotating from run to run; medians, each ratio to the
-  raw call as the median of the runs' ratios with their range;
+  call of the whole sentence (onnx: one onnxruntime call of the registry's graph, the same
+  threads; torch: one call of the engine outside the server, KModel's forward on the same
+  device and checkpoint; the same phonemes and voice), in turn, the order rotating from run to
+  run; medians, each ratio to the raw call as the median of the runs' ratios with their range;
 - the server (progressive as configured): short, medium and long sentences, one session: p50
   time to first audio and RTF (synthesis wall time / audio duration); then 1, 2, 4 and 8
   concurrent sessions each sending the medium sentence: p50 and p95 time to first audio, and
@@ -98,7 +99,33 @@ async def first_and_last(url: str, text: str, rid: str) -> tuple[float, float, f
     raise RuntimeError("closed early")
 
 
-def raw_whole_call(threads: int, voice: str) -> Callable[[str], float]:
+def raw_whole_call(settings: Settings, voice: str) -> Callable[[str], float]:
+    """One call of the whole sentence outside the server, by `settings.engine`: its seconds."""
+    if settings.engine == "torch":
+        return raw_torch_call(settings, voice)
+    return raw_onnx_call(settings.engine_threads, voice)
+
+
+def raw_torch_call(settings: Settings, voice: str) -> Callable[[str], float]:
+    """One call of a torch engine of its own (KModel's forward, the server's device and
+    checkpoint) for a text: its seconds, the audio on the host (so CUDA has finished)."""
+    from model_server.engines.base import CancelToken
+    from model_server.service import default_engine_factory
+    from model_server.text.g2p import english_g2p
+
+    engine = default_engine_factory(settings)
+    g2p = english_g2p()
+
+    def call(text: str) -> float:
+        phonemes = g2p(text)
+        started = time.perf_counter()
+        engine.infer(phonemes, voice, 1.0, CancelToken())
+        return time.perf_counter() - started
+
+    return call
+
+
+def raw_onnx_call(threads: int, voice: str) -> Callable[[str], float]:
     """One raw onnxruntime call of the registry's graph for a text: its seconds."""
     import numpy as np
     import onnxruntime as ort
@@ -274,7 +301,7 @@ def main() -> None:
             device=args.device,
             **({"default_voice": args.voice} if args.voice else {}),
         )
-        if "progressive" in sections and args.engine == "onnx":
+        if "progressive" in sections:
             progressive(settings, args.runs)
         if "server" in sections:
             with local_server(settings) as url:
@@ -294,10 +321,15 @@ def progressive(settings: Settings, runs: int) -> None:
             for mode in ("on", "off")
         }
         voice = settings.default_voice or "jm_kumo"
-        raw = raw_whole_call(settings.engine_threads, voice)
+        raw = raw_whole_call(settings, voice)
+        where = (
+            f"torch on {settings.device}"
+            if settings.engine == "torch"
+            else f"onnx, {settings.engine_threads} threads a call"
+        )
         print(
-            f"\nprogressive synthesis: one session, {os.cpu_count()} cores, "
-            f"{settings.engine_threads} threads a call, voice {voice}, {runs} runs per row "
+            f"\nprogressive synthesis: one session, {os.cpu_count()} cores, {where}, "
+            f"voice {voice}, {runs} runs per row "
             "(ratios: median [range] of the runs' ratios to the raw call)"
         )
         header: tuple[str, ...] = ("sentence", "raw whole ms")

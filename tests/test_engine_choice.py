@@ -145,6 +145,12 @@ def test_the_gpu_check_script_parses() -> None:
     result = subprocess.run(["bash", "-n", str(ROOT / "scripts" / "gpu-check")], check=False)
     assert result.returncode == 0
     text = (ROOT / "scripts" / "gpu-check").read_text()
-    steps = ("KOKORO_TEST_DEVICE=cuda", "bench.bench_model --engine torch", "bench.bench_load")
-    for step in (*steps, 'tests.support.kokoro_checkpoint "$dir" --full'):
+    steps = ("KOKORO_TEST_DEVICE=$device", "bench.bench_model --engine torch", "bench.bench_load")
+    for step in (
+        *steps,
+        "device=${TORCH_DEVICE:-cuda}",  # CUDA unless told otherwise
+        "--sections progressive",  # the torch engine's progressive table
+        "${STEPS:-load model progressive tests}",
+        'tests.support.kokoro_checkpoint "$dir" --full',
+    ):
         assert step in text

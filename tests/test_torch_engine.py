@@ -1,6 +1,7 @@
 """The torch engine (`--engine torch`): the kokoro package's KModel, on the CPU here, with a small
 randomly initialised checkpoint in the kokoro format (tests/kokoro_checkpoint.py), loaded by the
-real code path and served through the real routes."""
+real code path and served through the real routes; and its two passes for progressive synthesis
+(`front`, `decode`), alone and behind the real routes with `--progressive on`."""
 
 from __future__ import annotations
 
@@ -21,9 +22,10 @@ from websockets.asyncio.client import connect
 from model_server import cli
 from model_server.app import create_app
 from model_server.config import Settings
-from model_server.engines.base import CancelToken
+from model_server.engines.base import CancelToken, Front, ProgressiveEngine
 from model_server.engines.kmodel import TorchEngine, TorchOptions, torch_version_ok
-from model_server.errors import ModelUnavailable, SynthesisCancelled
+from model_server.errors import ModelUnavailable, SynthesisCancelled, SynthesisFailed
+from model_server.windows import Joiner, Schedule, Speed, plan_windows
 from tests.support.kokoro_checkpoint import (
     SAMPLES_PER_FRAME,
     VOICE,
@@ -53,16 +55,30 @@ def engine(checkpoint_dir: Path) -> TorchEngine:
     return TorchEngine(TorchOptions(model_dir=checkpoint_dir, device=DEVICE))
 
 
-@pytest.fixture(scope="session")
-def torch_server(checkpoint_dir: Path) -> Iterator[RunningServer]:
+def _torch_server(checkpoint_dir: Path, progressive: bool) -> Iterator[RunningServer]:
     settings = Settings(
-        engine="torch", model_dir=checkpoint_dir, default_voice=VOICE, workers=2, device=DEVICE
+        engine="torch",
+        model_dir=checkpoint_dir,
+        default_voice=VOICE,
+        workers=2,
+        device=DEVICE,
+        progressive=progressive,
     )
     app = create_app(settings)
     with serve(app) as running:
         assert app.state.service.settled.wait(timeout=300), "torch engine did not load"
         assert app.state.service.ready, app.state.service.failure
         yield running
+
+
+@pytest.fixture(scope="session")
+def torch_server(checkpoint_dir: Path) -> Iterator[RunningServer]:
+    yield from _torch_server(checkpoint_dir, progressive=False)
+
+
+@pytest.fixture(scope="session")
+def progressive_torch_server(checkpoint_dir: Path) -> Iterator[RunningServer]:
+    yield from _torch_server(checkpoint_dir, progressive=True)
 
 
 def _infer(engine: TorchEngine, phonemes: str = HELLO, speed: float = 1.0) -> np.ndarray:
@@ -115,6 +131,142 @@ def test_a_cancelled_segment_does_not_run(engine: TorchEngine) -> None:
     token.cancel()
     with pytest.raises(SynthesisCancelled):
         engine.infer(HELLO, VOICE, 1.0, token)
+
+
+# Progressive synthesis: the front pass over the whole segment, the decoder over windows of it.
+
+
+def _front(engine: TorchEngine, phonemes: str = HELLO, seed: int = 7) -> Front:
+    torch.manual_seed(seed)  # the harmonic source's random initial phase and noise
+    return engine.front(phonemes, VOICE, 1.0, CancelToken())
+
+
+def test_the_torch_engine_has_two_passes(engine: TorchEngine) -> None:
+    assert isinstance(engine, ProgressiveEngine)
+
+
+def test_front_and_decode_over_the_whole_segment_are_the_whole_call(engine: TorchEngine) -> None:
+    """With the seed the whole call had, the front pass draws the harmonic source's random
+    numbers the whole call drew: decoding all of its frames gives the whole call's audio."""
+    torch.manual_seed(7)
+    whole = engine.infer_timed(HELLO, VOICE, 1.0, CancelToken())
+    front = _front(engine)
+    assert front.frame_samples == SAMPLES_PER_FRAME
+    assert front.durations.tolist() == whole.durations.tolist()
+    assert front.frames == int(whole.durations.sum()) > 0
+    audio = engine.decode(front, 0, front.frames, CancelToken())
+    assert audio.dtype == np.float32
+    assert audio.size == whole.audio.size == front.frames * SAMPLES_PER_FRAME
+    if DEVICE == "cpu":  # the same operations in the same order: sample for sample
+        np.testing.assert_array_equal(audio, whole.audio)
+    else:  # CUDA kernels may sum in another order from call to call
+        np.testing.assert_allclose(audio, whole.audio, atol=1e-5)
+
+
+def test_the_harmonic_source_is_the_front_pass_s_and_windows_slice_it(
+    engine: TorchEngine,
+) -> None:
+    """The source's randomness is drawn once, in the front pass: a window decodes the same
+    whatever the random state when it runs, and a front pass with another seed differs."""
+    front = _front(engine, seed=7)
+    torch.manual_seed(1)
+    first = engine.decode(front, 10, 40, CancelToken())
+    torch.manual_seed(2)
+    again = engine.decode(front, 10, 40, CancelToken())
+    np.testing.assert_array_equal(first, again)
+    other = engine.decode(_front(engine, seed=8), 10, 40, CancelToken())
+    assert other.size == first.size == 30 * SAMPLES_PER_FRAME
+    assert not np.allclose(other, first)
+
+
+def test_windows_joined_are_the_segment_s_length_and_audible(engine: TorchEngine) -> None:
+    front = _front(engine)
+    slow = Speed(per_call=1.0, per_frame=0.1, frame_s=0.025)  # nothing is ready early
+    windows = plan_windows(front.frames, Schedule(), slow)
+    assert len(windows) >= 2
+    joiner = Joiner(front.frame_samples, Schedule().crossfade)
+    pieces = []
+    for window in windows:
+        audio = engine.decode(front, *window.decoded, CancelToken())
+        assert audio.size == window.frames * SAMPLES_PER_FRAME
+        pieces.append(joiner.push(window, audio))
+    joined = np.concatenate(pieces)
+    assert joined.size == front.frames * SAMPLES_PER_FRAME
+    assert np.isfinite(joined).all()
+    for piece in pieces:  # every window is heard, not only the first
+        assert np.sqrt(np.mean(piece**2)) > 0.01
+
+
+@pytest.mark.parametrize("frames", [(0, 0), (-1, 4), (5, 3), (0, None)])
+def test_a_window_outside_the_segment_fails(
+    engine: TorchEngine, frames: tuple[int, int | None]
+) -> None:
+    front = _front(engine)
+    start, end = frames
+    with pytest.raises(SynthesisFailed, match=r"frames \["):
+        engine.decode(front, start, front.frames + 1 if end is None else end, CancelToken())
+
+
+def test_a_front_pass_of_another_engine_fails(engine: TorchEngine) -> None:
+    front = _front(engine)
+    foreign = Front(front.frames, front.durations, front.frame_samples, {"asr": None})
+    with pytest.raises(SynthesisFailed, match="not a torch front pass"):
+        engine.decode(foreign, 0, 10, CancelToken())
+
+
+def test_a_segment_of_unknown_phonemes_has_no_frames(engine: TorchEngine) -> None:
+    front = engine.front("\u2603\u2603", VOICE, 1.0, CancelToken())
+    assert front.frames == 0
+    assert front.durations.tolist() == [0, 0, 0, 0]
+
+
+class _CancelledAfter(CancelToken):
+    """Cancelled from the `reads`-th look on: a cancel that arrives while a call runs."""
+
+    def __init__(self, reads: int) -> None:
+        super().__init__()
+        self.reads = reads
+
+    @property
+    def cancelled(self) -> bool:
+        self.reads -= 1
+        return self.reads < 0
+
+
+def test_a_cancelled_token_stops_both_passes(engine: TorchEngine) -> None:
+    token = CancelToken()
+    token.cancel()
+    with pytest.raises(SynthesisCancelled):
+        engine.front(HELLO, VOICE, 1.0, token)
+    front = _front(engine)
+    with pytest.raises(SynthesisCancelled):
+        engine.decode(front, 0, front.frames, token)
+    # a cancel while the decoder runs: it stops between the generator's stages
+    with pytest.raises(SynthesisCancelled):
+        engine.decode(front, 0, front.frames, _CancelledAfter(reads=2))
+
+
+async def _frames(server: RunningServer, text: str, rid: str) -> tuple[int, int]:
+    """(binary frames, PCM bytes) of one request."""
+    async with connect(server.ws_url + BIDI) as ws:
+        await ws.send(synth(text, rid))
+        reply = await read_until_terminal(ws, rid)
+    assert reply.last["type"] == "synthesis_complete", reply.events
+    assert reply.last["audio_bytes"] == len(reply.pcm)
+    return reply.frames, len(reply.pcm)
+
+
+async def test_a_progressive_torch_server_sends_each_window_as_it_is_decoded(
+    torch_server: RunningServer, progressive_torch_server: RunningServer
+) -> None:
+    on_frames, on_bytes = await _frames(progressive_torch_server, "Hello there.", "on")
+    off_frames, off_bytes = await _frames(torch_server, "Hello there.", "off")
+    assert off_frames == 1  # one segment, one engine call
+    assert on_frames >= 2  # 56 frames: a first window of 24, then the rest
+    # the same frames of audio: trimming cuts each reply after its last sample over the
+    # threshold, which these random weights' noise puts within a few samples of the end
+    assert abs(on_bytes - off_bytes) <= 2 * 24  # 1 ms
+    assert on_bytes >= 2 * 56 * SAMPLES_PER_FRAME
 
 
 def test_voices_come_from_the_checkpoint_and_the_registry(

@@ -6,6 +6,15 @@ registry's packaged voices, the checkpoint's `voices/`, then `--voices-dir`, lat
 Several sessions keep the GPU busy at once: the scheduler runs up to `workers` segments in
 parallel threads, and on CUDA each thread issues its kernels on a stream of its own, so one
 segment's kernels overlap another's host-side work and launches instead of queueing behind them.
+
+Progressive synthesis (`front`, `decode`): KModel's forward in two halves, by calling its
+modules in the order `forward_with_tokens`, `Decoder.forward` and `Generator.forward` do. The
+front pass runs everything up to the decoder's inputs (aligned features, F0 and N curves, the
+style's decoder half, the durations) and the generator's harmonic source over the whole
+segment (its sine phase is a cumulative sum over the segment, its initial phase and noise are
+random): so a window's source is a slice of the segment's, no window restarts the phase, and
+decoding all of a segment's frames gives the whole call's audio (the same seed, the same
+samples). The decoder then runs over any window of frames, the STFT of the source included.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from model_server.engines import voices as voice_packs
 from model_server.engines.base import (
     CancelToken,
     FloatAudio,
+    Front,
     Timed,
     char_durations,
     style_row,
@@ -65,6 +75,19 @@ def _resolve_device(torch: Any, requested: str) -> Any:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ModelUnavailable(f"--device {requested}: torch sees no CUDA device")
     return device
+
+
+@dataclass(frozen=True)
+class Features:
+    """A segment's front pass on the engine's device (`Front.features`): what the decoder needs
+    for any window of its frames. Per frame: `asr` 1 column, `f0` and `n` 2, `harmonics`
+    `frame_samples`."""
+
+    asr: Any  # (1, hidden, frames): the text encoder's features, aligned to the frames
+    f0: Any  # (1, 2 x frames): the F0 curve
+    n: Any  # (1, 2 x frames): the energy curve
+    style: Any  # (1, 128): the style's decoder half
+    harmonics: Any  # (1, frames x frame_samples): the generator's harmonic source
 
 
 def frame_samples(config: dict[str, Any]) -> int:
@@ -173,6 +196,12 @@ class TorchEngine:
         with self._torch.cuda.stream(stream):
             yield
 
+    @contextmanager
+    def _inference(self) -> Iterator[None]:
+        """Where a call runs: no autograd, on this thread's stream."""
+        with self._torch.inference_mode(), self._stream():
+            yield
+
     def infer(self, phonemes: str, voice: str, speed: float, cancel: CancelToken) -> FloatAudio:
         return self.infer_timed(phonemes, voice, speed, cancel).audio
 
@@ -185,7 +214,7 @@ class TorchEngine:
         torch = self._torch
         pack = self._packs[voice]
         try:
-            with torch.inference_mode(), self._stream():
+            with self._inference():
                 ids = torch.tensor([[0, *tokens, 0]], dtype=torch.long, device=self._device)
                 style = pack[style_row(len(tokens), len(pack))]  # (1, 256)
                 audio, pred_dur = self._model.forward_with_tokens(ids, style, speed)
@@ -197,3 +226,144 @@ class TorchEngine:
             raise SynthesisCancelled()
         durations = char_durations(phonemes, self._vocab, frames)
         return Timed(out.ravel(), durations, self.frame_samples)
+
+    def front(self, phonemes: str, voice: str, speed: float, cancel: CancelToken) -> Front:
+        tokens = tokenize(phonemes, self._vocab, self.max_phonemes)
+        if not tokens:
+            return Front(0, np.zeros(len(phonemes) + 2, np.int64), self.frame_samples, None)
+        if cancel.cancelled:
+            raise SynthesisCancelled()
+        torch = self._torch
+        pack = self._packs[voice]
+        try:
+            with self._inference():
+                ids = torch.tensor([[0, *tokens, 0]], dtype=torch.long, device=self._device)
+                style = pack[style_row(len(tokens), len(pack))]  # (1, 256)
+                features, pred_dur = _front_pass(self._model, ids, style, speed)
+                # the last thing queued on this thread's stream: when it is here, the features
+                # are computed too, and a window may be decoded on another thread's stream
+                frames = pred_dur.cpu().numpy()
+        except Exception as exc:
+            raise SynthesisFailed(f"torch failed: {exc}") from exc
+        if cancel.cancelled:
+            raise SynthesisCancelled()
+        total = int(frames.sum())
+        if features.harmonics.shape[-1] != total * self.frame_samples:
+            raise SynthesisFailed(
+                f"a harmonic source of {features.harmonics.shape[-1]} samples for {total} frames"
+            )
+        return Front(
+            total, char_durations(phonemes, self._vocab, frames), self.frame_samples, features
+        )
+
+    def decode(self, front: Front, start: int, end: int, cancel: CancelToken) -> FloatAudio:
+        return self._decode(front, start, end, cancel)
+
+    def _decode(self, front: Front, start: int, end: int, cancel: CancelToken) -> FloatAudio:
+        """The audio of frames `[start, end)` of `front`: the decoder over those frames of its
+        features and those samples of its harmonic source."""
+        if not 0 <= start < end <= front.frames:
+            raise SynthesisFailed(f"frames [{start}, {end}) of a segment of {front.frames}")
+        features = front.features
+        if not isinstance(features, Features):
+            raise SynthesisFailed(f"not a torch front pass: {type(features).__name__}")
+        if cancel.cancelled:
+            raise SynthesisCancelled()
+        n = front.frame_samples
+        try:
+            with self._inference():
+                audio = _decode_frames(
+                    self._model,
+                    features.asr[:, :, start:end],
+                    features.f0[:, 2 * start : 2 * end],
+                    features.n[:, 2 * start : 2 * end],
+                    features.style,
+                    features.harmonics[:, start * n : end * n],
+                    cancel,
+                )
+                out: FloatAudio = audio.float().cpu().numpy().ravel()  # waits for the stream
+        except SynthesisCancelled:
+            raise
+        except Exception as exc:
+            raise SynthesisFailed(f"torch failed: {exc}") from exc
+        if cancel.cancelled:
+            raise SynthesisCancelled()
+        if out.size != (end - start) * n:
+            raise SynthesisFailed(f"{out.size} samples for {end - start} frames")
+        return out
+
+
+# KModel's forward in two halves. Each calls kokoro's modules in the order its forward does
+# (kokoro 0.9.4: KModel.forward_with_tokens, Decoder.forward, Generator.forward), batch of one;
+# tests/test_torch_engine.py checks that the two in sequence give the whole call's audio.
+
+
+def _front_pass(model: Any, ids: Any, ref_s: Any, speed: float) -> tuple[Features, Any]:
+    """`forward_with_tokens` up to the decoder, and the generator's harmonic source: the
+    features and the frames per token (`pred_dur`)."""
+    import torch
+
+    length = ids.shape[-1]
+    lengths = torch.full((1,), length, device=ids.device, dtype=torch.long)
+    text_mask = torch.zeros((1, length), dtype=torch.bool, device=ids.device)  # no padding
+    bert_dur = model.bert(ids, attention_mask=(~text_mask).int())
+    d_en = model.bert_encoder(bert_dur).transpose(-1, -2)
+    s = ref_s[:, 128:]
+    d = model.predictor.text_encoder(d_en, s, lengths, text_mask)
+    x, _ = model.predictor.lstm(d)
+    duration = model.predictor.duration_proj(x)
+    duration = torch.sigmoid(duration).sum(axis=-1) / speed
+    pred_dur = torch.round(duration).clamp(min=1).long().view(-1)
+    indices = torch.repeat_interleave(torch.arange(length, device=ids.device), pred_dur)
+    alignment = torch.zeros((length, indices.shape[0]), device=ids.device)
+    alignment[indices, torch.arange(indices.shape[0], device=ids.device)] = 1
+    alignment = alignment.unsqueeze(0)
+    en = d.transpose(-1, -2) @ alignment
+    f0, n = model.predictor.F0Ntrain(en, s)
+    asr = model.text_encoder(ids, lengths, text_mask) @ alignment
+    generator = model.decoder.generator
+    upsampled = generator.f0_upsamp(f0[:, None]).transpose(1, 2)  # one F0 per sample
+    harmonics, _noise, _uv = generator.m_source(upsampled)  # random: initial phase, noise
+    return Features(asr, f0, n, ref_s[:, :128], harmonics.transpose(1, 2).squeeze(1)), pred_dur
+
+
+def _decode_frames(
+    model: Any, asr: Any, f0: Any, n: Any, s: Any, harmonics: Any, cancel: CancelToken
+) -> Any:
+    """`Decoder.forward` over some frames, the harmonic source given (`Generator.forward` less
+    its source): audio of shape (1, 1, samples). Stops between the generator's stages when
+    `cancel` fires."""
+    import torch
+    import torch.nn.functional as F
+
+    decoder = model.decoder
+    f0_down = decoder.F0_conv(f0.unsqueeze(1))
+    n_down = decoder.N_conv(n.unsqueeze(1))
+    x = decoder.encode(torch.cat([asr, f0_down, n_down], axis=1), s)
+    asr_res = decoder.asr_res(asr)
+    res = True
+    for block in decoder.decode:
+        if res:
+            x = torch.cat([x, asr_res, f0_down, n_down], axis=1)
+        x = block(x, s)
+        if block.upsample_type != "none":
+            res = False
+    gen = decoder.generator
+    spec, phase = gen.stft.transform(harmonics)
+    har = torch.cat([spec, phase], dim=1)
+    for i in range(gen.num_upsamples):
+        if cancel.cancelled:
+            raise SynthesisCancelled()
+        x = F.leaky_relu(x, negative_slope=0.1)
+        x_source = gen.noise_res[i](gen.noise_convs[i](har), s)
+        x = gen.ups[i](x)
+        if i == gen.num_upsamples - 1:
+            x = gen.reflection_pad(x)
+        x = x + x_source
+        xs = gen.resblocks[i * gen.num_kernels](x, s)
+        for j in range(1, gen.num_kernels):
+            xs += gen.resblocks[i * gen.num_kernels + j](x, s)
+        x = xs / gen.num_kernels
+    x = gen.conv_post(F.leaky_relu(x))
+    bins = gen.post_n_fft // 2 + 1
+    return gen.stft.inverse(torch.exp(x[:, :bins, :]), torch.sin(x[:, bins:, :]))
