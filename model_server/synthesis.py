@@ -211,10 +211,9 @@ class Synthesizer:
         left = total
         out = 0  # samples yielded for this segment
         for number, window in enumerate(windows):
-            start, end = window.decoded
             audio = await self.scheduler.run(
                 key,
-                functools.partial(engine.decode, front, start, end),
+                functools.partial(engine.decode, front, window),
                 deadline=deadline + out / SAMPLE_RATE,
                 explicit=explicit,
                 cost_s=estimate * left / total,

@@ -25,7 +25,7 @@ from model_server.config import Settings
 from model_server.engines.base import CancelToken, Front, ProgressiveEngine
 from model_server.engines.kmodel import TorchEngine, TorchOptions, torch_version_ok
 from model_server.errors import ModelUnavailable, SynthesisCancelled, SynthesisFailed
-from model_server.windows import Joiner, Schedule, Speed, plan_windows
+from model_server.windows import Joiner, Schedule, Speed, Window, plan_windows
 from tests.support.kokoro_checkpoint import (
     SAMPLES_PER_FRAME,
     VOICE,
@@ -154,7 +154,7 @@ def test_front_and_decode_over_the_whole_segment_are_the_whole_call(engine: Torc
     assert front.frame_samples == SAMPLES_PER_FRAME
     assert front.durations.tolist() == whole.durations.tolist()
     assert front.frames == int(whole.durations.sum()) > 0
-    audio = engine.decode(front, 0, front.frames, CancelToken())
+    audio = engine.decode(front, Window(0, front.frames, 0, 0), CancelToken())
     assert audio.dtype == np.float32
     assert audio.size == whole.audio.size == front.frames * SAMPLES_PER_FRAME
     if DEVICE == "cpu":  # the same operations in the same order: sample for sample
@@ -170,11 +170,11 @@ def test_the_harmonic_source_is_the_front_pass_s_and_windows_slice_it(
     whatever the random state when it runs, and a front pass with another seed differs."""
     front = _front(engine, seed=7)
     torch.manual_seed(1)
-    first = engine.decode(front, 10, 40, CancelToken())
+    first = engine.decode(front, Window(10, 40, 0, 0), CancelToken())
     torch.manual_seed(2)
-    again = engine.decode(front, 10, 40, CancelToken())
+    again = engine.decode(front, Window(10, 40, 0, 0), CancelToken())
     np.testing.assert_array_equal(first, again)
-    other = engine.decode(_front(engine, seed=8), 10, 40, CancelToken())
+    other = engine.decode(_front(engine, seed=8), Window(10, 40, 0, 0), CancelToken())
     assert other.size == first.size == 30 * SAMPLES_PER_FRAME
     assert not np.allclose(other, first)
 
@@ -187,7 +187,7 @@ def test_windows_joined_are_the_segment_s_length_and_audible(engine: TorchEngine
     joiner = Joiner(front.frame_samples, Schedule().crossfade)
     pieces = []
     for window in windows:
-        audio = engine.decode(front, *window.decoded, CancelToken())
+        audio = engine.decode(front, window, CancelToken())
         assert audio.size == window.frames * SAMPLES_PER_FRAME
         pieces.append(joiner.push(window, audio))
     joined = np.concatenate(pieces)
@@ -203,15 +203,16 @@ def test_a_window_outside_the_segment_fails(
 ) -> None:
     front = _front(engine)
     start, end = frames
+    stop = front.frames + 1 if end is None else end
     with pytest.raises(SynthesisFailed, match=r"frames \["):
-        engine.decode(front, start, front.frames + 1 if end is None else end, CancelToken())
+        engine.decode(front, Window(start, stop, 0, 0), CancelToken())
 
 
 def test_a_front_pass_of_another_engine_fails(engine: TorchEngine) -> None:
     front = _front(engine)
     foreign = Front(front.frames, front.durations, front.frame_samples, {"asr": None})
     with pytest.raises(SynthesisFailed, match="not a torch front pass"):
-        engine.decode(foreign, 0, 10, CancelToken())
+        engine.decode(foreign, Window(0, 10, 0, 0), CancelToken())
 
 
 def test_a_segment_of_unknown_phonemes_has_no_frames(engine: TorchEngine) -> None:
@@ -240,10 +241,10 @@ def test_a_cancelled_token_stops_both_passes(engine: TorchEngine) -> None:
         engine.front(HELLO, VOICE, 1.0, token)
     front = _front(engine)
     with pytest.raises(SynthesisCancelled):
-        engine.decode(front, 0, front.frames, token)
+        engine.decode(front, Window(0, front.frames, 0, 0), token)
     # a cancel while the decoder runs: it stops between the generator's stages
     with pytest.raises(SynthesisCancelled):
-        engine.decode(front, 0, front.frames, _CancelledAfter(reads=2))
+        engine.decode(front, Window(0, front.frames, 0, 0), _CancelledAfter(reads=2))
 
 
 async def _frames(server: RunningServer, text: str, rid: str) -> tuple[int, int]:

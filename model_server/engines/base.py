@@ -11,6 +11,7 @@ import numpy as np
 import numpy.typing as npt
 
 from model_server.errors import SynthesisFailed
+from model_server.windows import Window
 
 FloatAudio = npt.NDArray[np.float32]
 VoicePack = npt.NDArray[np.float32]  # (510, 1, 256): one style vector per phoneme count
@@ -113,10 +114,12 @@ class ProgressiveEngine(Engine, Protocol):
         """The front pass over one segment (at most `max_phonemes`)."""
         ...
 
-    def decode(self, front: Front, start: int, end: int, cancel: CancelToken) -> FloatAudio:
-        """The audio of frames `[start, end)` of `front`, decoded from those frames alone:
-        `(end - start) * front.frame_samples` samples; raises `SynthesisCancelled` when
-        `cancel` fires mid-run."""
+    def decode(self, front: Front, window: Window, cancel: CancelToken) -> FloatAudio:
+        """The audio of the frames `window.decoded` of `front` (its core and its context),
+        decoded from those frames: `window.frames * front.frame_samples` samples; raises
+        `SynthesisCancelled` when `cancel` fires mid-run. A segment's windows are decoded in
+        order, each core starting where the one before ended (the first at frame 0): an
+        engine may carry what it learns of the segment from window to window."""
         ...
 
 

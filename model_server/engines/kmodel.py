@@ -44,6 +44,7 @@ from model_server.engines.base import (
     tokenize,
 )
 from model_server.errors import ModelUnavailable, SynthesisCancelled, SynthesisFailed
+from model_server.windows import Window
 
 log = logging.getLogger(__name__)
 
@@ -256,7 +257,10 @@ class TorchEngine:
             total, char_durations(phonemes, self._vocab, frames), self.frame_samples, features
         )
 
-    def decode(self, front: Front, start: int, end: int, cancel: CancelToken) -> FloatAudio:
+    def decode(self, front: Front, window: Window, cancel: CancelToken) -> FloatAudio:
+        # each window normalised over its own frames: the statistics are not carried here
+        # (the onnx engine carries them, engines/carried_norms.py)
+        start, end = window.decoded
         return self._decode(front, start, end, cancel)
 
     def _decode(self, front: Front, start: int, end: int, cancel: CancelToken) -> FloatAudio:

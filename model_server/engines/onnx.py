@@ -3,15 +3,18 @@
 It runs the model's timed variant (`weights.timed_model`): the same audio, and the frames the
 model gave each phoneme beside it, for word timings. For progressive synthesis it also runs the
 variant's two halves (`weights.split_models`): `front` over a whole segment (about 4 % of a
-call), then `decode` over any window of its frames, the harmonic source sliced from the
-front pass's so the phase of every window is the whole segment's."""
+call), then `decode` over its windows in order, the harmonic source sliced from the front
+pass's so the phase of every window is the whole segment's, and the instance norms' statistics
+carried from window to window, starting from the voice's prior (`carried_norms`: computed once
+per voice over a reference text, and kept in the cache directory)."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import threading
-from collections.abc import Mapping
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +34,15 @@ from model_server.engines.base import (
     style_row,
     tokenize,
 )
+from model_server.engines.carried_norms import (
+    CALIBRATION_PHONEMES,
+    CORE_FRAMES,
+    CORE_LEFT,
+    PRIOR_FRAMES,
+    NormStats,
+    squares_output,
+    sum_output,
+)
 from model_server.engines.weights import (
     DECODER_INPUTS,
     DURATIONS_OUTPUT,
@@ -41,11 +53,13 @@ from model_server.engines.weights import (
     assemble_model,
     default_cache_dir,
     load_vocab,
+    recorded_sha256,
     split_models,
     timed_model,
 )
 from model_server.errors import SynthesisCancelled, SynthesisFailed
 from model_server.text.split import MAX_PHONEMES
+from model_server.windows import Window
 
 log = logging.getLogger(__name__)
 
@@ -80,12 +94,22 @@ class OnnxEngine:
         shared = options.shared_threads or alone
         self._whole = self._sessions(model, alone, shared, options.spinning)
         self._split: tuple[Sessions, Sessions] | None = None
+        self._decoder_outputs: list[str] = []
+        self._priors: dict[str, NormStats] = {}
+        self._prior_lock = threading.Lock()  # one calibration at a time
+        self._prior_key = ""
+        self._prior_dir = cache_dir / "norm-priors"
         if options.progressive:
             front, decoder = split_models(model, cache_dir)
             self._split = (
                 self._sessions(front, alone, shared, options.spinning),
                 self._sessions(decoder, alone, shared, options.spinning),
             )
+            norms = sum(1 for i in self._split[1].alone.get_inputs() if i.name.endswith("/sum"))
+            self._decoder_outputs = ["audio"]
+            for k in range(norms):
+                self._decoder_outputs += [sum_output(k), squares_output(k)]
+            self._prior_key = recorded_sha256(decoder)
         self._running = 0
         self._lock = threading.Lock()
         self._vocab = load_vocab()
@@ -141,9 +165,17 @@ class OnnxEngine:
     def front(self, phonemes: str, voice: str, speed: float, cancel: CancelToken) -> Front:
         if self._split is None:
             raise SynthesisFailed("this onnx engine was loaded without its progressive graphs")
+        prior = self._prior(voice)
+        return self._front(phonemes, voice, speed, cancel, prior)
+
+    def _front(
+        self, phonemes: str, voice: str, speed: float, cancel: CancelToken, carried: NormStats
+    ) -> Front:
+        assert self._split is not None
         tokens, feed = self._feed(phonemes, voice, speed)
         if not tokens:
-            return Front(0, np.zeros(len(phonemes) + 2, np.int64), SAMPLES_PER_FRAME, {})
+            empty = _Segment({}, carried)
+            return Front(0, np.zeros(len(phonemes) + 2, np.int64), SAMPLES_PER_FRAME, empty)
         outputs = [*DECODER_INPUTS, DURATIONS_OUTPUT]
         *features, durations = self._run(self._split[0], outputs, feed, cancel)
         frames = int(np.asarray(durations).sum())
@@ -151,21 +183,83 @@ class OnnxEngine:
             frames,
             char_durations(phonemes, self._vocab, durations),
             SAMPLES_PER_FRAME,
-            dict(zip(DECODER_INPUTS, features, strict=True)),
+            _Segment(dict(zip(DECODER_INPUTS, features, strict=True)), carried),
         )
 
-    def decode(self, front: Front, start: int, end: int, cancel: CancelToken) -> FloatAudio:
+    def decode(self, front: Front, window: Window, cancel: CancelToken) -> FloatAudio:
         if self._split is None:
             raise SynthesisFailed("this onnx engine was loaded without its progressive graphs")
-        if not 0 <= start < end <= front.frames:
-            raise SynthesisFailed(f"frames [{start}, {end}) of a segment of {front.frames}")
-        features: Mapping[str, Any] = front.features
-        feed = {name: _window(name, features[name], start, end) for name in DECODER_INPUTS}
-        (audio,) = self._run(self._split[1], ["audio"], feed, cancel)
+        segment = front.features
+        if not isinstance(segment, _Segment):
+            raise SynthesisFailed("a front pass of another engine")
+        start, end = window.decoded
+        if not 0 <= start <= window.start < window.end <= end <= front.frames:
+            raise SynthesisFailed(
+                f"frames [{start}, {end}) around [{window.start}, {window.end}) "
+                f"of a segment of {front.frames}"
+            )
+        if window.start != segment.next_start:
+            raise SynthesisFailed(
+                f"a window at frame {window.start}: this segment's next starts at "
+                f"{segment.next_start} (its windows are decoded in order)"
+            )
+        feed = {name: _window(name, segment.tensors[name], start, end) for name in DECODER_INPUTS}
+        feed |= segment.carried.feed()
+        feed[CORE_LEFT] = np.array([window.left], np.float32)
+        feed[CORE_FRAMES] = np.array([window.end - window.start], np.float32)
+        audio, *sums = self._run(self._split[1], self._decoder_outputs, feed, cancel)
         out = np.asarray(audio, dtype=np.float32).ravel()
-        if out.size != (end - start) * SAMPLES_PER_FRAME:
-            raise SynthesisFailed(f"{out.size} samples for {end - start} frames")
+        if out.size != window.frames * SAMPLES_PER_FRAME:
+            raise SynthesisFailed(f"{out.size} samples for {window.frames} frames")
+        core = NormStats.from_outputs(sums, window.end - window.start)
+        segment.carried = segment.carried.plus(core)
+        segment.next_start = window.end
         return out
+
+    def _prior(self, voice: str) -> NormStats:
+        """The voice's instance-norm statistics over the reference text, weighing
+        `PRIOR_FRAMES`: from memory, the cache directory, or computed (once per voice, in a
+        few seconds: one decoder pass over about 11 s of speech)."""
+        with self._prior_lock:
+            known = self._priors.get(voice)
+            if known is not None:
+                return known
+            norms = (len(self._decoder_outputs) - 1) // 2
+            pack = np.ascontiguousarray(self._packs[voice])
+            key = hashlib.sha256(
+                "\n".join([self._prior_key, *CALIBRATION_PHONEMES]).encode() + pack.tobytes()
+            ).hexdigest()[:24]
+            path = self._prior_dir / f"{voice}.{key}.npz"
+            stats = NormStats.load(path, norms)
+            if stats is None:
+                started = time.perf_counter()
+                stats = self._calibrate(voice, norms)
+                try:
+                    self._prior_dir.mkdir(parents=True, exist_ok=True)
+                    stats.save(path)
+                except OSError as exc:  # a read-only cache: computed again at the next start
+                    log.warning("could not keep the norm prior of %s: %s", voice, exc)
+                log.info(
+                    "onnx engine: instance-norm prior of %s over %.0f frames in %.1f s",
+                    voice,
+                    stats.frames,
+                    time.perf_counter() - started,
+                )
+            prior = stats.scaled(PRIOR_FRAMES)
+            self._priors[voice] = prior
+            return prior
+
+    def _calibrate(self, voice: str, norms: int) -> NormStats:
+        """The statistics of every norm over the reference text, each segment in one window."""
+        total: NormStats | None = None
+        for phonemes in CALIBRATION_PHONEMES:
+            cancel = CancelToken()
+            front = self._front(phonemes, voice, 1.0, cancel, NormStats.none(norms))
+            self.decode(front, Window(0, front.frames, 0, 0), cancel)
+            seen = front.features.carried
+            total = seen if total is None else total.plus(seen)
+        assert total is not None
+        return total
 
     def _feed(self, phonemes: str, voice: str, speed: float) -> tuple[list[int], dict[str, Any]]:
         tokens = tokenize(phonemes, self._vocab, self.max_phonemes)
@@ -196,6 +290,16 @@ class OnnxEngine:
         finally:
             with self._lock:
                 self._running -= 1
+
+
+@dataclass
+class _Segment:
+    """The onnx engine's `Front.features`: the decoder's inputs over the whole segment, and what
+    its windows carry from one to the next (the norms' statistics, where the next core starts)."""
+
+    tensors: dict[str, Any]
+    carried: NormStats
+    next_start: int = 0
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from model_server.engines.carried_norms import carry_statistics
 from model_server.errors import ModelUnavailable
 
 if TYPE_CHECKING:
@@ -135,6 +136,15 @@ def timed_model(model: Path, cache_dir: Path) -> Path:
     return _ensure_timed(model, source_sha256, cache_dir / beside.name)
 
 
+def recorded_sha256(variant: Path) -> str:
+    """The sha256 a made variant's record gives for it ("" when it has none)."""
+    try:
+        record = orjson.loads(_record(variant).read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return ""
+    return str(record.get("sha256", "")) if isinstance(record, dict) else ""
+
+
 def _record(variant: Path) -> Path:
     return variant.with_name(f"{variant.name}.json")
 
@@ -223,13 +233,15 @@ def split_paths(timed: Path) -> tuple[Path, Path]:
 def split_models(timed: Path, cache_dir: Path) -> tuple[Path, Path]:
     """The front and decoder graphs of the timed variant `timed`: beside it when they were
     made there and still check (their records name `timed`'s sha256), else made once in
-    `cache_dir`. `ModelUnavailable` when the graph lacks the tensors of the cut."""
+    `cache_dir`. The decoder's instance norms take carried statistics
+    (`carried_norms.carry_statistics`). `ModelUnavailable` when the graph lacks the tensors of
+    the cut."""
     source_sha256 = _sha256_file(timed)
     beside = split_paths(timed)
-    if all(_timed_ok(p, source_sha256) for p in beside):
+    if all(_split_ok(p, source_sha256) for p in beside):
         return beside
     wanted = tuple(cache_dir / p.name for p in beside)
-    if all(_timed_ok(p, source_sha256) for p in wanted):
+    if all(_split_ok(p, source_sha256) for p in wanted):
         return wanted[0], wanted[1]
     import onnx
     from onnx.utils import Extractor
@@ -246,13 +258,24 @@ def split_models(timed: Path, cache_dir: Path) -> tuple[Path, Path]:
         inputs = [i.name for i in model.graph.input]
         front = extractor.extract_model(inputs, [*DECODER_INPUTS, DURATIONS_OUTPUT])
         decoder = extractor.extract_model(list(DECODER_INPUTS), ["audio"])
+        norms = carry_statistics(decoder, FEATURES)
     except ModelUnavailable:
         raise
     except Exception as exc:
         raise ModelUnavailable(f"{timed}: cannot split the graph: {exc}") from exc
+    made = {"cut_at": list(DECODER_INPUTS), "carried_norms": norms}
     for graph, path in zip((front, decoder), wanted, strict=True):
-        _save_recorded(graph, path, timed.name, source_sha256, {"cut_at": list(DECODER_INPUTS)})
+        _save_recorded(graph, path, timed.name, source_sha256, made)
     return wanted[0], wanted[1]
+
+
+def _split_ok(half: Path, source_sha256: str) -> bool:
+    """`_timed_ok`, for a half made as `split_models` makes them now (its decoder carries the
+    instance norms' statistics: an older cache's halves are made again)."""
+    if not _timed_ok(half, source_sha256):
+        return False
+    record = orjson.loads(_record(half).read_bytes())
+    return isinstance(record.get("carried_norms"), int)
 
 
 def _save_recorded(

@@ -18,6 +18,7 @@ from model_server.app import create_app
 from model_server.config import Settings
 from model_server.engines.base import CancelToken, FloatAudio, Front, Timed
 from model_server.errors import SynthesisCancelled
+from model_server.windows import Window
 from tests.support.servers import RunningServer, serve
 
 # the fake model servers' settings: small limits, so that tests reach them
@@ -119,7 +120,8 @@ class FakeProgressiveEngine(FakeEngine):
         durations = np.array([0, *([1] * len(phonemes)), 0], np.int64)
         return Front(len(phonemes), durations, frame_samples(speed), phonemes)
 
-    def decode(self, front: Front, start: int, end: int, cancel: CancelToken) -> FloatAudio:
+    def decode(self, front: Front, window: Window, cancel: CancelToken) -> FloatAudio:
+        start, end = window.decoded
         index = len(self.windows)
         self.windows.append((start, end))
         if self.hold_from is not None and index >= self.hold_from:
