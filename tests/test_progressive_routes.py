@@ -261,7 +261,7 @@ async def test_the_load_report_says_what_a_new_reply_s_start_costs(
     # compares with the whole chunk depends on what this fake engine was asked before);
     # off: none, the gateway counts the whole chunk
     assert isinstance(on["first_window_s"], float)
-    assert on["first_window_s"] >= 0  # this fake engine's windows take microseconds: 0.0 at 3 digits
+    assert on["first_window_s"] >= 0  # the fake engine takes microseconds: 0.0 at 3 digits
     assert off["first_window_s"] is None
 
 
