@@ -36,11 +36,14 @@ class WebSocketSender:
 
     async def close(self, code: int = 1000, reason: str | None = None) -> None:
         """Close the connection; `ClientGone` when the client went first (it may close its side
-        the moment it has asked for the close)."""
+        the moment it has asked for the close) or takes no close frame for `timeout_s`."""
         async with self._lock:
             if self.ws.application_state is not WebSocketState.CONNECTED:
                 raise ClientGone()
             try:
-                await self.ws.close(code, reason)
+                async with asyncio.timeout(self.timeout_s):
+                    await self.ws.close(code, reason)
+            except TimeoutError as exc:
+                raise ClientGone(f"the client took no close for {self.timeout_s} s") from exc
             except (WebSocketDisconnect, RuntimeError, OSError) as exc:
                 raise ClientGone() from exc

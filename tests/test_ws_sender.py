@@ -3,6 +3,7 @@ frame or before the close (a client may close its side the moment it has asked f
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -57,3 +58,16 @@ async def test_a_client_gone_before_the_close_is_client_gone(failure: BaseExcept
         await sender.close(1000)
     with pytest.raises(ClientGone):
         await sender.send("x")
+
+
+class _Stuck(_Socket):
+    """A client that has stopped reading: its close never completes."""
+
+    async def close(self, code: int = 1000, reason: str | None = None) -> None:
+        await asyncio.Event().wait()
+
+
+async def test_a_close_the_client_never_takes_is_client_gone_after_the_timeout() -> None:
+    sender = WebSocketSender(_Stuck(), timeout_s=0.01)  # type: ignore[arg-type]
+    with pytest.raises(ClientGone, match="took no close"):
+        await sender.close(1012)
