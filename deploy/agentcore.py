@@ -39,8 +39,9 @@ PAGE_SIZE = 100
 # bedrock-agentcore:InvokeAgentRuntime, or the runtime's JWT authorizer), and the caller's
 # Authorization header is that signature or that token: the gateway's own keys cannot travel.
 # Its refusal to serve anonymously beyond loopback is turned off here, out loud, where
-# GetAgentRuntime shows it; the image itself keeps the refusal (docs/deployment.md).
-ACCESS = {"GATEWAY_ALLOW_ANONYMOUS": "true"}
+# GetAgentRuntime shows it; the image itself keeps the refusal (docs/deployment.md). The Host
+# header is the runtime's own, not a name a browser could be tricked into: any is served.
+ACCESS = {"GATEWAY_ALLOW_ANONYMOUS": "true", "GATEWAY_ALLOWED_HOSTS": "*"}
 
 
 class DeployFailed(DeployError):

@@ -14,9 +14,9 @@
 # authorizer), and the caller's Authorization header is that signature or that JWT, so the
 # gateway's own keys cannot ride along: `kokoro-deploy agentcore` says
 # GATEWAY_ALLOW_ANONYMOUS=true in the runtime's environment, out loud, where GetAgentRuntime shows
-# it. Run anywhere else, this image refuses to serve without keys, as the gateway image does.
-# The Host header is the runtime's, not a name a browser could be tricked into
-# (GATEWAY_ALLOWED_HOSTS=*).
+# it. Run anywhere else, this image refuses to serve without keys, as the gateway image does, and
+# asks for the Host names it serves (GATEWAY_ALLOWED_HOSTS); the deploy command says `*` for
+# the runtime, whose Host header is its own, not a name a browser could be tricked into.
 
 ARG PYTHON_IMAGE=python:3.12.12-slim-bookworm
 
@@ -52,8 +52,7 @@ COPY --from=build /opt/venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     GATEWAY_HOST=0.0.0.0 \
-    GATEWAY_PORT=8080 \
-    GATEWAY_ALLOWED_HOSTS=*
+    GATEWAY_PORT=8080
 USER 10001
 EXPOSE 8080
 HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \

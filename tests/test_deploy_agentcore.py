@@ -207,6 +207,7 @@ def test_the_runtime_environment_names_speech_llm_region_and_the_access_line() -
         "GATEWAY_LLM": "bedrock",
         "GATEWAY_AWS_REGION": "us-east-1",
         "GATEWAY_ALLOW_ANONYMOUS": "true",  # AgentCore authenticates; said out loud
+        "GATEWAY_ALLOWED_HOSTS": "*",  # the runtime's own Host header
     }
     servers = gateway_environment(
         region=None,
@@ -219,6 +220,7 @@ def test_the_runtime_environment_names_speech_llm_region_and_the_access_line() -
         "GATEWAY_MODEL_SERVER_URL": "http://10.0.0.5:8080",
         "GATEWAY_LLM": "echo",  # --env has the last word
         "GATEWAY_ALLOW_ANONYMOUS": "true",
+        "GATEWAY_ALLOWED_HOSTS": "*",
         "GATEWAY_OPENAI_BASE_URL": "http://10.0.0.6:8000/v1",
     }
     with pytest.raises(DeployError, match="one of --sagemaker-endpoint NAME or --model-server-url"):
