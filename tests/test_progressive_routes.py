@@ -265,10 +265,11 @@ async def test_the_load_report_says_what_a_new_reply_s_start_costs(
     assert off["first_window_s"] is None
 
 
-def test_progressive_is_a_setting_off_by_default() -> None:
+def test_progressive_is_a_setting_on_by_default() -> None:
     from model_server.config import parse_settings
 
-    assert Settings().progressive is False
+    assert Settings().progressive is True
+    assert parse_settings([]).progressive is True
     assert parse_settings(["--progressive", "off"]).progressive is False
     assert parse_settings([], env={"MODEL_SERVER_PROGRESSIVE": "off"}).progressive is False
     assert parse_settings(["--progressive", "on"]).progressive is True
