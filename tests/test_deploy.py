@@ -21,7 +21,6 @@ import orjson
 import pytest
 import yaml
 from botocore.exceptions import ClientError
-from botocore.stub import Stubber
 from dockerfile_parse import DockerfileParser
 from moto.core.responses import ActionResult
 from moto.iam.responses import IamResponse
@@ -44,6 +43,7 @@ from deploy.sagemaker import (
 from gateway.config import Settings as GatewaySettings
 from model_server.config import Settings as ModelServerSettings
 from model_server.engines.checkpoint import locate
+from tests.support.stubbed_aws import StubbedClients
 
 ROLE = "arn:aws:iam::123456789012:role/SageMakerExecution"
 
@@ -277,38 +277,17 @@ def test_cli(moto_server: str, capsys: pytest.CaptureFixture[str]) -> None:
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 
 
-class Calls:
-    """Stubbed sagemaker, application-autoscaling and cloudwatch clients, and every call made
-    through them in order, as (service, operation)."""
+class Calls(StubbedClients):
+    """Stubbed sagemaker, application-autoscaling, cloudwatch, iam and sts clients."""
 
     def __init__(self) -> None:
-        self.order: list[tuple[str, str]] = []
-        self.stubs: dict[str, Stubber] = {}
-        self.clients: dict[str, Any] = {}
-        for service in ("sagemaker", "application-autoscaling", "cloudwatch", "iam", "sts"):
-            client = boto3.client(
-                service,
-                region_name="us-east-1",
-                aws_access_key_id="AKIDEXAMPLE",
-                aws_secret_access_key="secret",
-            )
-            client.meta.events.register(
-                "before-parameter-build.*.*",
-                lambda model, _s=service, **_: self.order.append((_s, model.name)),
-            )
-            self.clients[service] = client
-            self.stubs[service] = Stubber(client)
-            self.stubs[service].activate()
+        super().__init__(("sagemaker", "application-autoscaling", "cloudwatch", "iam", "sts"))
 
     def expect(self, service: str, method: str, response: dict[str, Any], **params: Any) -> None:
         self.stubs[service].add_response(method, response, params or None)
 
     def refuse(self, service: str, method: str, code: str, message: str) -> None:
         self.stubs[service].add_client_error(method, code, message, 400)
-
-    def done(self) -> None:
-        for stub in self.stubs.values():
-            stub.assert_no_pending_responses()
 
     def deploy(self, endpoint_spec: EndpointSpec) -> dict[str, Any]:
         c = self.clients

@@ -13,7 +13,6 @@ from typing import Any
 import boto3
 import orjson
 import pytest
-from botocore.stub import Stubber
 
 from deploy import cli
 from deploy.agentcore import (
@@ -27,6 +26,7 @@ from deploy.agentcore import (
 )
 from deploy.preflight import AGENTCORE_PRINCIPAL, check_role
 from deploy.sagemaker import DeployError
+from tests.support.stubbed_aws import StubbedClients
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 ACCOUNT = "123456789012"
@@ -41,29 +41,11 @@ IMAGE = f"{REPOSITORY}@{DIGEST}"
 ENV = gateway_environment(region="us-east-1", sagemaker_endpoint="kokoro-tts")
 
 
-class Calls:
-    """Stubbed clients and every call made through them in order, as (service, operation)."""
-
-    SERVICES = ("bedrock-agentcore-control", "iam", "sts", "ecr")
+class Calls(StubbedClients):
+    """Stubbed bedrock-agentcore-control, iam, sts and ecr clients, and the waits asked for."""
 
     def __init__(self) -> None:
-        self.order: list[tuple[str, str]] = []
-        self.stubs: dict[str, Stubber] = {}
-        self.clients: dict[str, Any] = {}
-        for service in self.SERVICES:
-            client = boto3.client(
-                service,
-                region_name="us-east-1",
-                aws_access_key_id="AKIDEXAMPLE",
-                aws_secret_access_key="secret",
-            )
-            client.meta.events.register(
-                "before-parameter-build.*.*",
-                lambda model, _s=service, **_: self.order.append((_s, model.name)),
-            )
-            self.clients[service] = client
-            self.stubs[service] = Stubber(client)
-            self.stubs[service].activate()
+        super().__init__(("bedrock-agentcore-control", "iam", "sts", "ecr"))
         self.sleeps: list[float] = []
 
     @property
@@ -81,10 +63,6 @@ class Calls:
         self.stubs[service or "bedrock-agentcore-control"].add_client_error(
             method, code, message, 404 if code == "ResourceNotFoundException" else 400
         )
-
-    def done(self) -> None:
-        for stub in self.stubs.values():
-            stub.assert_no_pending_responses()
 
     def deploy(self, runtime: RuntimeSpec, **kwargs: Any) -> dict[str, Any]:
         return deploy(runtime, self.control, sleep=self.sleeps.append, **kwargs)
