@@ -15,19 +15,25 @@ segment (its sine phase is a cumulative sum over the segment, its initial phase 
 random): so a window's source is a slice of the segment's, no window restarts the phase, and
 decoding all of a segment's frames gives the whole call's audio (the same seed, the same
 samples). The decoder then runs over any window of frames, the STFT of the source included.
+Its instance norms carry their statistics from window to window of a segment, starting from
+the voice's prior, as the onnx engine's do (`torch_norms`: each `AdaIN1d`'s norm replaced once
+at load; the prior computed once per voice over `carried_norms.CALIBRATION_PHONEMES` and kept
+in memory and in the cache directory); with nothing carried the decoder is kokoro's own.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import threading
+import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -43,8 +49,13 @@ from model_server.engines.base import (
     style_row,
     tokenize,
 )
+from model_server.engines.carried_norms import CALIBRATION_PHONEMES, PRIOR_FRAMES, NormStats
+from model_server.engines.weights import default_cache_dir
 from model_server.errors import ModelUnavailable, SynthesisCancelled, SynthesisFailed
 from model_server.windows import Window
+
+if TYPE_CHECKING:
+    from model_server.engines.torch_norms import Carried
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +69,7 @@ class TorchOptions:
     voices_dir: Path | None = None
     device: str = "auto"  # auto: cuda when available, else cpu
     threads: int = 0  # torch intra-op threads on the CPU; 0: torch's default
+    cache_dir: Path | None = None  # where the voices' norm priors are kept
 
 
 def torch_version_ok(version: str) -> bool:
@@ -89,6 +101,16 @@ class Features:
     n: Any  # (1, 2 x frames): the energy curve
     style: Any  # (1, 128): the style's decoder half
     harmonics: Any  # (1, frames x frame_samples): the generator's harmonic source
+    carry: Carry  # what the segment's windows carry from one to the next
+
+
+@dataclass
+class Carry:
+    """The norms' statistics carried into a segment's next window (None: nothing, each norm
+    its window's own), and where that window's core starts."""
+
+    carried: Carried | None
+    next_start: int = 0
 
 
 def frame_samples(config: dict[str, Any]) -> int:
@@ -124,6 +146,17 @@ class TorchEngine:
         if self._device.type == "cpu" and options.threads:
             torch.set_num_threads(options.threads)
         self._model = self._load(KModel, config, files.weights, options.model_repo)
+        from model_server.engines import torch_norms
+
+        self._norms = torch_norms.carry_statistics(self._model.decoder)
+        self._priors: dict[str, Carried] = {}
+        self._prior_lock = threading.Lock()  # one calibration at a time
+        self._prior_dir = (options.cache_dir or default_cache_dir()) / "norm-priors"
+        stat = files.weights.stat()
+        self._prior_key = hashlib.sha256(  # the checkpoint: its config, its weights file
+            files.config.read_bytes()
+            + f"\n{files.weights.resolve()}\n{stat.st_size}\n{stat.st_mtime_ns}\n".encode()
+        ).hexdigest()
         self._vocab: dict[str, int] = {str(k): int(v) for k, v in config["vocab"].items()}
         self.max_phonemes = int(self._model.context_length) - 2  # BOS and EOS pads
         self.frame_samples = frame_samples(config)
@@ -229,6 +262,18 @@ class TorchEngine:
         return Timed(out.ravel(), durations, self.frame_samples)
 
     def front(self, phonemes: str, voice: str, speed: float, cancel: CancelToken) -> Front:
+        return self._front(phonemes, voice, speed, cancel, self._prior(voice))
+
+    def _front(
+        self,
+        phonemes: str,
+        voice: str,
+        speed: float,
+        cancel: CancelToken,
+        carried: Carried | None,
+    ) -> Front:
+        """The front pass, its windows starting from `carried` (None: each norm its window's
+        own statistics; over the whole segment in one window, then, the whole call's audio)."""
         tokens = tokenize(phonemes, self._vocab, self.max_phonemes)
         if not tokens:
             return Front(0, np.zeros(len(phonemes) + 2, np.int64), self.frame_samples, None)
@@ -240,7 +285,7 @@ class TorchEngine:
             with self._inference():
                 ids = torch.tensor([[0, *tokens, 0]], dtype=torch.long, device=self._device)
                 style = pack[style_row(len(tokens), len(pack))]  # (1, 256)
-                features, pred_dur = _front_pass(self._model, ids, style, speed)
+                features, pred_dur = _front_pass(self._model, ids, style, speed, Carry(carried))
                 # the last thing queued on this thread's stream: when it is here, the features
                 # are computed too, and a window may be decoded on another thread's stream
                 frames = pred_dur.cpu().numpy()
@@ -258,24 +303,32 @@ class TorchEngine:
         )
 
     def decode(self, front: Front, window: Window, cancel: CancelToken) -> FloatAudio:
-        # each window normalised over its own frames: the statistics are not carried here
-        # (the onnx engine carries them, engines/carried_norms.py)
-        start, end = window.decoded
-        return self._decode(front, start, end, cancel)
+        """The audio of `window.decoded`: the decoder over those frames of the front pass's
+        features and those samples of its harmonic source, each norm normalising by the
+        segment's statistics so far (`torch_norms`), then carrying the core's on."""
+        from model_server.engines.torch_norms import Run, carrying
 
-    def _decode(self, front: Front, start: int, end: int, cancel: CancelToken) -> FloatAudio:
-        """The audio of frames `[start, end)` of `front`: the decoder over those frames of its
-        features and those samples of its harmonic source."""
-        if not 0 <= start < end <= front.frames:
-            raise SynthesisFailed(f"frames [{start}, {end}) of a segment of {front.frames}")
+        start, end = window.decoded
+        if not 0 <= start <= window.start < window.end <= end <= front.frames:
+            raise SynthesisFailed(
+                f"frames [{start}, {end}) around [{window.start}, {window.end}) "
+                f"of a segment of {front.frames}"
+            )
         features = front.features
         if not isinstance(features, Features):
             raise SynthesisFailed(f"not a torch front pass: {type(features).__name__}")
+        carry = features.carry
+        if window.start != carry.next_start:
+            raise SynthesisFailed(
+                f"a window at frame {window.start}: this segment's next starts at "
+                f"{carry.next_start} (its windows are decoded in order)"
+            )
         if cancel.cancelled:
             raise SynthesisCancelled()
         n = front.frame_samples
+        run = Run(carry.carried, end - start, window.left, window.end - window.start, self._norms)
         try:
-            with self._inference():
+            with self._inference(), carrying(run):
                 audio = _decode_frames(
                     self._model,
                     features.asr[:, :, start:end],
@@ -285,6 +338,9 @@ class TorchEngine:
                     features.harmonics[:, start * n : end * n],
                     cancel,
                 )
+                core = run.core()
+                # queued before the audio's copy: when that is here, these are computed too
+                carried = core if carry.carried is None else carry.carried.plus(core)
                 out: FloatAudio = audio.float().cpu().numpy().ravel()  # waits for the stream
         except SynthesisCancelled:
             raise
@@ -294,7 +350,68 @@ class TorchEngine:
             raise SynthesisCancelled()
         if out.size != (end - start) * n:
             raise SynthesisFailed(f"{out.size} samples for {end - start} frames")
+        # replaced only now: the tensors carried in are no longer read by any queued kernel
+        carry.carried = carried
+        carry.next_start = window.end
         return out
+
+    def _prior(self, voice: str) -> Carried:
+        """The voice's instance-norm statistics over the reference text, weighing
+        `PRIOR_FRAMES`: from memory, the cache directory, or computed (once per voice: one
+        decoder pass over each sentence of the reference text)."""
+        from model_server.engines.torch_norms import Carried
+
+        with self._prior_lock:
+            known = self._priors.get(voice)
+            if known is not None:
+                return known
+            pack = self._packs[voice].float().cpu().contiguous().numpy()
+            key = hashlib.sha256(
+                "\n".join([self._prior_key, *CALIBRATION_PHONEMES]).encode() + pack.tobytes()
+            ).hexdigest()[:24]
+            path = self._prior_dir / f"{voice}.{key}.npz"
+            stats = NormStats.load(path, self._norms)
+            if stats is None:
+                started = time.perf_counter()
+                stats = self._calibrate(voice).to_stats()
+                try:
+                    self._prior_dir.mkdir(parents=True, exist_ok=True)
+                    stats.save(path)
+                except OSError as exc:  # a read-only cache: computed again at the next start
+                    log.warning("could not keep the norm prior of %s: %s", voice, exc)
+                log.info(
+                    "torch engine: instance-norm prior of %s over %.0f frames in %.1f s",
+                    voice,
+                    stats.frames,
+                    time.perf_counter() - started,
+                )
+            prior = Carried.from_stats(stats.scaled(PRIOR_FRAMES), self._device)
+            if self._device.type == "cuda":  # copied in before any stream's kernels read it
+                self._torch.cuda.synchronize(self._device)
+            self._priors[voice] = prior
+            return prior
+
+    def _calibrate(self, voice: str) -> Carried:
+        """The statistics of every norm over the reference text, each sentence in one window.
+        The harmonic source's random numbers come from a fixed seed (the global generators are
+        forked and restored around it; another thread drawing meanwhile draws from the fork),
+        so a voice's prior is the same from run to run where nothing else draws."""
+        torch = self._torch
+        devices = [self._device.index or 0] if self._device.type == "cuda" else []
+        total: Carried | None = None
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(0)
+            for phonemes in CALIBRATION_PHONEMES:
+                cancel = CancelToken()
+                front = self._front(phonemes, voice, 1.0, cancel, None)
+                if not isinstance(front.features, Features):
+                    raise SynthesisFailed(f"the reference text has no frames in {voice}'s vocab")
+                self.decode(front, Window(0, front.frames, 0, 0), cancel)
+                seen = front.features.carry.carried
+                assert seen is not None
+                total = seen if total is None else total.plus(seen)
+        assert total is not None
+        return total
 
 
 # KModel's forward in two halves. Each calls kokoro's modules in the order its forward does
@@ -302,7 +419,9 @@ class TorchEngine:
 # tests/test_torch_engine.py checks that the two in sequence give the whole call's audio.
 
 
-def _front_pass(model: Any, ids: Any, ref_s: Any, speed: float) -> tuple[Features, Any]:
+def _front_pass(
+    model: Any, ids: Any, ref_s: Any, speed: float, carry: Carry
+) -> tuple[Features, Any]:
     """`forward_with_tokens` up to the decoder, and the generator's harmonic source: the
     features and the frames per token (`pred_dur`)."""
     import torch
@@ -328,7 +447,8 @@ def _front_pass(model: Any, ids: Any, ref_s: Any, speed: float) -> tuple[Feature
     generator = model.decoder.generator
     upsampled = generator.f0_upsamp(f0[:, None]).transpose(1, 2)  # one F0 per sample
     harmonics, _noise, _uv = generator.m_source(upsampled)  # random: initial phase, noise
-    return Features(asr, f0, n, ref_s[:, :128], harmonics.transpose(1, 2).squeeze(1)), pred_dur
+    source = harmonics.transpose(1, 2).squeeze(1)
+    return Features(asr, f0, n, ref_s[:, :128], source, carry), pred_dur
 
 
 def _decode_frames(
