@@ -76,7 +76,8 @@ _HELP = {
     "voice when one is loaded, else jm_kumo)",
     "model_path": "onnx: the Kokoro ONNX model file (default: assembled from the registry "
     "packages)",
-    "cache_dir": "onnx: where the model is assembled (default: ~/.cache/kokoro-voice-stream)",
+    "cache_dir": "onnx: where the model is assembled; both engines: where the voices' "
+    "instance-norm priors are kept (default: ~/.cache/kokoro-voice-stream)",
     "model_dir": "torch: a Kokoro checkpoint directory: config.json, one .pth, voices/*.pt "
     "(SageMaker unpacks the model data into /opt/ml/model)",
     "model_repo": "torch: a Hugging Face repo id (e.g. hexgrad/Kokoro-82M) instead of --model-dir; "

@@ -34,6 +34,7 @@ def default_engine_factory(settings: Settings) -> Engine:
                 voices_dir=settings.voices_dir,
                 device=settings.device,
                 threads=settings.threads,
+                cache_dir=settings.cache_dir,
             )
         )
     from model_server.engines.onnx import OnnxEngine, OnnxOptions
