@@ -6,11 +6,14 @@ real code path and served through the real routes; and its two passes for progre
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import shutil
 import struct
+import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +26,8 @@ from model_server import cli
 from model_server.app import create_app
 from model_server.config import Settings
 from model_server.engines.base import CancelToken, Front, ProgressiveEngine
-from model_server.engines.kmodel import TorchEngine, TorchOptions, torch_version_ok
+from model_server.engines.carried_norms import CALIBRATION_PHONEMES, PRIOR_FRAMES, NormStats
+from model_server.engines.kmodel import Features, TorchEngine, TorchOptions, torch_version_ok
 from model_server.errors import ModelUnavailable, SynthesisCancelled, SynthesisFailed
 from model_server.windows import Joiner, Schedule, Speed, Window, plan_windows
 from tests.support.kokoro_checkpoint import (
@@ -51,14 +55,23 @@ def checkpoint_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def engine(checkpoint_dir: Path) -> TorchEngine:
-    return TorchEngine(TorchOptions(model_dir=checkpoint_dir, device=DEVICE))
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the engines of this file keep the voices' norm priors (each computed once)."""
+    return tmp_path_factory.mktemp("torch-cache")
 
 
-def _torch_server(checkpoint_dir: Path, progressive: bool) -> Iterator[RunningServer]:
+@pytest.fixture(scope="session")
+def engine(checkpoint_dir: Path, cache_dir: Path) -> TorchEngine:
+    return TorchEngine(TorchOptions(model_dir=checkpoint_dir, device=DEVICE, cache_dir=cache_dir))
+
+
+def _torch_server(
+    checkpoint_dir: Path, cache_dir: Path, progressive: bool
+) -> Iterator[RunningServer]:
     settings = Settings(
         engine="torch",
         model_dir=checkpoint_dir,
+        cache_dir=cache_dir,
         default_voice=VOICE,
         workers=2,
         device=DEVICE,
@@ -72,13 +85,13 @@ def _torch_server(checkpoint_dir: Path, progressive: bool) -> Iterator[RunningSe
 
 
 @pytest.fixture(scope="session")
-def torch_server(checkpoint_dir: Path) -> Iterator[RunningServer]:
-    yield from _torch_server(checkpoint_dir, progressive=False)
+def torch_server(checkpoint_dir: Path, cache_dir: Path) -> Iterator[RunningServer]:
+    yield from _torch_server(checkpoint_dir, cache_dir, progressive=False)
 
 
 @pytest.fixture(scope="session")
-def progressive_torch_server(checkpoint_dir: Path) -> Iterator[RunningServer]:
-    yield from _torch_server(checkpoint_dir, progressive=True)
+def progressive_torch_server(checkpoint_dir: Path, cache_dir: Path) -> Iterator[RunningServer]:
+    yield from _torch_server(checkpoint_dir, cache_dir, progressive=True)
 
 
 def _infer(engine: TorchEngine, phonemes: str = HELLO, speed: float = 1.0) -> np.ndarray:
@@ -137,8 +150,15 @@ def test_a_cancelled_segment_does_not_run(engine: TorchEngine) -> None:
 
 
 def _front(engine: TorchEngine, phonemes: str = HELLO, seed: int = 7) -> Front:
+    engine.front(phonemes, VOICE, 1.0, CancelToken())  # the voice's prior, computed once
     torch.manual_seed(seed)  # the harmonic source's random initial phase and noise
     return engine.front(phonemes, VOICE, 1.0, CancelToken())
+
+
+def _own(engine: TorchEngine, phonemes: str = HELLO, seed: int = 7) -> Front:
+    """A front pass whose windows carry nothing: each norm its window's own statistics."""
+    torch.manual_seed(seed)
+    return engine._front(phonemes, VOICE, 1.0, CancelToken(), None)
 
 
 def test_the_torch_engine_has_two_passes(engine: TorchEngine) -> None:
@@ -147,10 +167,11 @@ def test_the_torch_engine_has_two_passes(engine: TorchEngine) -> None:
 
 def test_front_and_decode_over_the_whole_segment_are_the_whole_call(engine: TorchEngine) -> None:
     """With the seed the whole call had, the front pass draws the harmonic source's random
-    numbers the whole call drew: decoding all of its frames gives the whole call's audio."""
+    numbers the whole call drew: decoding all of its frames, nothing carried in, gives the
+    whole call's audio (the norms replaced to carry statistics are kokoro's own then)."""
     torch.manual_seed(7)
     whole = engine.infer_timed(HELLO, VOICE, 1.0, CancelToken())
-    front = _front(engine)
+    front = _own(engine)
     assert front.frame_samples == SAMPLES_PER_FRAME
     assert front.durations.tolist() == whole.durations.tolist()
     assert front.frames == int(whole.durations.sum()) > 0
@@ -168,14 +189,16 @@ def test_the_harmonic_source_is_the_front_pass_s_and_windows_slice_it(
 ) -> None:
     """The source's randomness is drawn once, in the front pass: a window decodes the same
     whatever the random state when it runs, and a front pass with another seed differs."""
+    window = Window(0, 30, 0, 10)
     front = _front(engine, seed=7)
     torch.manual_seed(1)
-    first = engine.decode(front, Window(10, 40, 0, 0), CancelToken())
+    first = engine.decode(front, window, CancelToken())
+    front = _front(engine, seed=7)  # the same segment again: its windows go in order
     torch.manual_seed(2)
-    again = engine.decode(front, Window(10, 40, 0, 0), CancelToken())
+    again = engine.decode(front, window, CancelToken())
     np.testing.assert_array_equal(first, again)
-    other = engine.decode(_front(engine, seed=8), Window(10, 40, 0, 0), CancelToken())
-    assert other.size == first.size == 30 * SAMPLES_PER_FRAME
+    other = engine.decode(_front(engine, seed=8), window, CancelToken())
+    assert other.size == first.size == 40 * SAMPLES_PER_FRAME
     assert not np.allclose(other, first)
 
 
@@ -245,6 +268,205 @@ def test_a_cancelled_token_stops_both_passes(engine: TorchEngine) -> None:
     # a cancel while the decoder runs: it stops between the generator's stages
     with pytest.raises(SynthesisCancelled):
         engine.decode(front, Window(0, front.frames, 0, 0), _CancelledAfter(reads=2))
+
+
+# The norms' statistics, carried from window to window (model_server/engines/torch_norms.py).
+
+FOX = "ðə kwˈɪk bɹˈWn fˈɑks ʤˈʌmps ˌOvəɹ ðə lˈAzi dˈɑɡ."
+
+
+def _thirds(front: Front, context: int = 6) -> list[Window]:
+    """Three windows of a segment, in order, with `context` frames each side where there are."""
+    cuts = [0, front.frames // 3, 2 * front.frames // 3, front.frames]
+    return [
+        Window(a, b, min(context, a), min(context, front.frames - b))
+        for a, b in itertools.pairwise(cuts)
+    ]
+
+
+def _snr_db(audio: np.ndarray, reference: np.ndarray) -> float:
+    error = np.sum((audio.astype(np.float64) - reference) ** 2)
+    return float(10 * np.log10(np.sum(reference.astype(np.float64) ** 2) / error))
+
+
+def test_every_adain_norm_of_the_decoder_carries_statistics_in_module_order(
+    engine: TorchEngine,
+) -> None:
+    from kokoro.istftnet import AdaIN1d
+
+    from model_server.engines.torch_norms import CarriedInstanceNorm
+
+    adains = [m for m in engine._model.decoder.modules() if isinstance(m, AdaIN1d)]
+    assert len(adains) == engine._norms == 34  # this config: 2 + 4 x 2 + (2 + 2) x 6
+    assert all(isinstance(m.norm, CarriedInstanceNorm) for m in adains)
+    assert [m.norm.index for m in adains] == list(range(engine._norms))
+    # the text predictor's AdaIN norms run over the whole segment in the front pass: kept
+    predictor = [m for m in engine._model.predictor.modules() if isinstance(m, AdaIN1d)]
+    assert predictor
+    assert not any(isinstance(m.norm, CarriedInstanceNorm) for m in predictor)
+
+
+def test_a_window_with_carried_statistics_differs_from_it_with_its_own_and_is_finite(
+    engine: TorchEngine,
+) -> None:
+    first, second = Window(0, 24, 0, 10), Window(24, 40, 10, 10)
+    front = _front(engine)
+    carried = engine.decode(front, first, CancelToken())
+    own = engine.decode(_own(engine), first, CancelToken())
+    assert carried.size == own.size == 34 * SAMPLES_PER_FRAME
+    assert np.isfinite(carried).all()
+    assert not np.allclose(carried, own, atol=1e-4)  # the prior was read
+    # the first window's core is carried on: the prior's frames and its 24
+    features = front.features
+    assert isinstance(features, Features)
+    assert features.carry.carried is not None
+    assert features.carry.carried.frames == PRIOR_FRAMES + 24
+    after_first = engine.decode(front, second, CancelToken())
+    assert np.isfinite(after_first).all()
+    # the same second window with the prior only (as if the first window had no frames)
+    prior_only = _front(engine)
+    assert isinstance(prior_only.features, Features)
+    prior_only.features.carry.next_start = second.start
+    assert not np.allclose(engine.decode(prior_only, second, CancelToken()), after_first, atol=1e-4)
+
+
+def test_a_segment_s_windows_are_decoded_in_order(engine: TorchEngine) -> None:
+    front = _front(engine)
+    with pytest.raises(SynthesisFailed, match="decoded in order"):  # the first starts at 0
+        engine.decode(front, Window(24, 40, 10, 0), CancelToken())
+    assert engine.decode(front, Window(0, 24, 0, 10), CancelToken()).size == 34 * SAMPLES_PER_FRAME
+    with pytest.raises(SynthesisFailed, match="decoded in order"):  # the same one again
+        engine.decode(front, Window(0, 24, 0, 10), CancelToken())
+    with pytest.raises(SynthesisFailed, match="decoded in order"):  # one skipped
+        engine.decode(front, Window(30, 40, 6, 0), CancelToken())
+    cancelled = CancelToken()
+    cancelled.cancel()
+    rest = Window(24, front.frames, 10, 0)
+    with pytest.raises(SynthesisCancelled):
+        engine.decode(front, rest, cancelled)
+    with pytest.raises(SynthesisCancelled):  # stopped while the decoder ran
+        engine.decode(front, rest, _CancelledAfter(reads=2))
+    # neither cancelled window counted: the next is still the one after the first
+    assert engine.decode(front, rest, CancelToken()).size == rest.frames * SAMPLES_PER_FRAME
+
+
+def test_segments_decoded_on_two_threads_at_once_are_as_one_after_the_other(
+    engine: TorchEngine,
+) -> None:
+    """Each thread's decoder pass reads and records its own segment's statistics: two segments
+    whose windows are decoded side by side (each window started with the other's, a barrier
+    between) give the audio they give one after the other."""
+    phrases = (HELLO, FOX)
+
+    def fronts() -> list[Front]:
+        return [_front(engine, p, seed=7 + i) for i, p in enumerate(phrases)]
+
+    alone = [[engine.decode(f, w, CancelToken()) for w in _thirds(f)] for f in fronts()]
+    barrier = threading.Barrier(len(phrases))
+
+    def voiced(front: Front) -> list[np.ndarray]:
+        pieces = []
+        try:
+            for window in _thirds(front):
+                barrier.wait(timeout=120)
+                pieces.append(engine.decode(front, window, CancelToken()))
+        except BaseException:
+            barrier.abort()  # the other thread stops waiting for this one
+            raise
+        return pieces
+
+    with ThreadPoolExecutor(len(phrases)) as pool:
+        futures = [pool.submit(voiced, front) for front in fronts()]
+    errors = [f.exception() for f in futures]
+    for error in errors:  # the failure itself, not the other thread's broken barrier
+        if error is not None and not isinstance(error, threading.BrokenBarrierError):
+            raise error
+    together = [f.result() for f in futures]
+    for one, other in zip(alone, together, strict=True):
+        assert len(one) == len(other) == 3
+        for a, b in zip(one, other, strict=True):
+            if DEVICE == "cpu":
+                np.testing.assert_array_equal(a, b)
+            else:  # CUDA kernels may sum in another order from call to call
+                np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_the_prior_is_the_voices_over_the_reference_text_computed_once_and_kept(
+    checkpoint_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Segments of a voice starting at once share one calibration; its statistics (over the
+    reference text, scaled to `PRIOR_FRAMES`) are kept in the cache directory, where a later
+    engine reads them instead of computing them again."""
+    fresh = TorchEngine(TorchOptions(model_dir=checkpoint_dir, device=DEVICE, cache_dir=tmp_path))
+    calls: list[str] = []
+    calibrate = fresh._calibrate
+
+    def counted(voice: str) -> Any:
+        calls.append(voice)
+        return calibrate(voice)
+
+    monkeypatch.setattr(fresh, "_calibrate", counted)
+    barrier = threading.Barrier(3)
+
+    def first_segment(_: int) -> Front:
+        barrier.wait(timeout=120)
+        return fresh.front(HELLO, VOICE, 1.0, CancelToken())
+
+    with ThreadPoolExecutor(3) as pool:
+        segments = list(pool.map(first_segment, range(3)))
+    assert calls == [VOICE]
+    prior = fresh._priors[VOICE]
+    for segment in segments:
+        assert isinstance(segment.features, Features)
+        assert segment.features.carry.carried is prior  # each segment starts from it
+    assert prior.frames == PRIOR_FRAMES
+    (saved,) = (tmp_path / "norm-priors").glob(f"{VOICE}.*.npz")
+    stats = NormStats.load(saved, fresh._norms)
+    assert stats is not None
+    expected = sum(
+        fresh._front(p, VOICE, 1.0, CancelToken(), None).frames for p in CALIBRATION_PHONEMES
+    )
+    assert stats.frames == expected
+    assert len(stats.sums) == len(prior.sums) == fresh._norms
+    for s, p in zip(stats.sums, prior.sums, strict=True):
+        assert s.shape[1] > 1  # a sum per channel
+        np.testing.assert_allclose(p.cpu().numpy(), s * (PRIOR_FRAMES / expected), rtol=1e-6)
+
+    later = TorchEngine(TorchOptions(model_dir=checkpoint_dir, device=DEVICE, cache_dir=tmp_path))
+    monkeypatch.setattr(later, "_calibrate", lambda voice: pytest.fail(f"{voice} computed again"))
+    again = later._prior(VOICE)
+    for a, b in zip(again.squares, prior.squares, strict=True):
+        np.testing.assert_array_equal(a.cpu().numpy(), b.cpu().numpy())
+
+
+@pytest.mark.parametrize("at", [Window(0, 24, 0, 10), Window(20, 40, 10, 10)])
+def test_the_whole_segments_statistics_bring_a_window_closer_to_the_whole_call(
+    engine: TorchEngine, at: Window
+) -> None:
+    """The oracle: a window normalised with the statistics of the whole segment (recorded by a
+    pass over all of it) is nearer the whole call's audio than with its own statistics."""
+    torch.manual_seed(7)
+    whole = engine.infer(HELLO, VOICE, 1.0, CancelToken())
+    recording = _own(engine)
+    assert isinstance(recording.features, Features)
+    engine.decode(recording, Window(0, recording.frames, 0, 0), CancelToken())
+    segment = recording.features.carry.carried
+    assert segment is not None
+    assert segment.frames == recording.frames
+
+    def core(carried: Any) -> np.ndarray:
+        front = _own(engine)
+        assert isinstance(front.features, Features)
+        front.features.carry.carried = carried
+        front.features.carry.next_start = at.start
+        audio = engine.decode(front, at, CancelToken())
+        return audio[
+            at.left * SAMPLES_PER_FRAME : (at.left + at.end - at.start) * SAMPLES_PER_FRAME
+        ]
+
+    reference = whole[at.start * SAMPLES_PER_FRAME : at.end * SAMPLES_PER_FRAME]
+    own, carried = _snr_db(core(None), reference), _snr_db(core(segment), reference)
+    assert carried > own, (carried, own)
 
 
 async def _frames(server: RunningServer, text: str, rid: str) -> tuple[int, int]:
