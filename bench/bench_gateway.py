@@ -155,7 +155,7 @@ def main() -> None:
     parser.add_argument("--first-max-words", type=int, default=None)
     parser.add_argument("--skip-sagemaker", action="store_true", help="only the local path")
     parser.add_argument(
-        "--progressive", choices=["on", "off"], default="off", help="the model server's"
+        "--progressive", choices=["on", "off"], default="on", help="the model server's"
     )
     args = parser.parse_args()
 
