@@ -324,6 +324,13 @@ def test_a_progressive_engine_gets_fewer_calls_and_an_earlier_first_deadline() -
     assert progressive[0].text == whole[0].text == "Sure, I can help you"  # as early
     # its first chunk is needed when its first audio can be ready (plus the slack)
     assert progressive[0].deadline_ms == pytest.approx((0.25 + 1.0) * 1000)
+    # with no other reply on its server, no slack: it would only let a progressive server
+    # open the chunk with a larger window, the first audio later
+    alone = progressive_plan()
+    alone.alone = True
+    (first,) = alone.push(TWO_SENTENCES, 0.0)
+    assert first.text == "Sure, I can help you"
+    assert first.deadline_ms == pytest.approx(0.25 * 1000)
     covered = [c for _, c in paced(progressive_plan(early_s=30.0), ANSWER)]
     assert len(covered) < len(progressive)  # chunks as large as the first frames cover
 
@@ -349,7 +356,13 @@ def test_what_a_progressive_server_shows_is_learned() -> None:
     assert first.estimate(31) < 0.5 * fixed_speed().estimate(31)
     (second,) = plan.flush(1.1)
     assert second.text == "I am fine."
+    # a later chunk's first frame is as large as its lead let the server make it: not learned
     plan.completed(1, audio_s=1.0, now=1.9, synth_s=0.8, first_s=0.2, early_s=0.6)
+    assert early.seconds is None
+    # the next reply's first chunk, whose first frame held 0.6 s of its 2 s, is
+    after = ChunkPlan(PlanConfig(), fixed_speed(), SpeechRate(14.0, weight=0), 1.0, first, early)
+    after.push("Hello there, how are you today? I am fine. ", 0.0)
+    after.completed(0, audio_s=2.0, now=1.0, synth_s=1.0, first_s=0.2, early_s=0.6)
     assert early.seconds == pytest.approx(0.6)
     assert early.of(2.0) == pytest.approx(0.6)
     assert early.of(0.4) == 0.4  # a chunk shorter than a first frame: all of it

@@ -103,3 +103,17 @@ async def test_an_llm_answer_is_charged_its_tokens_when_it_ends(
         async with gate.start(WEB, prompt=False) as admitted:
             admitted.text_chars = lambda: 400  # text the client gave: no tokens
         assert gate.token_rate.used("web", gate.clock()) == 11
+
+
+async def test_a_reply_is_alone_only_when_its_server_has_nothing_else_to_do(
+    own_fake_server: RunningServer,
+) -> None:
+    """Its first chunk then needs no slack (`ChunkPlan.alone`): the first reply on an idle
+    server is alone, one that joins it is not, and the next after both ended is again."""
+    async with gate_on(own_fake_server.http_url, admission=False) as gate:
+        async with gate.start(WEB, prompt=False) as first:
+            assert first.alone
+            async with gate.start(WEB, prompt=False) as second:
+                assert not second.alone
+        async with gate.start(WEB, prompt=False) as again:
+            assert again.alone

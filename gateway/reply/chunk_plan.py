@@ -64,7 +64,8 @@ class PlanConfig:
     margin_share: float = 0.25  # ...plus this share of its synthesis: estimates err by a share
     lead_s: float = 0.15  # send the next chunk this long before the one before it is done
     # the first chunk is needed when it could be ready plus this: under load, a new reply's
-    # first chunk waits this long rather than make a reply in progress late
+    # first chunk waits this long rather than make a reply in progress late (a reply whose
+    # server has nothing else to do has none: `ChunkPlan.alone`)
     first_slack_s: float = 1.0
     # the first audio is held, at most this long after it is ready, until the sentences
     # known so far can follow it without a gap; 0: played as soon as it is ready
@@ -86,9 +87,10 @@ class SpeechRate:
 
 @dataclass
 class EarlyAudio:
-    """Seconds of audio in a chunk's first frame, learned from the chunks whose first frame
-    held less than all of their audio; None until one did (then a chunk's audio comes all at
-    once, with its first)."""
+    """Seconds of audio in a reply's first chunk's first frame, learned from the first chunks
+    whose first frame held less than all of their audio; None until one did (then a chunk's
+    audio comes all at once, with its first). Later chunks' first frames hold at least as much
+    (the server sizes them by the lead they have)."""
 
     seconds: float | None = None
     weight: float = 0.3  # how far one chunk moves the estimate
@@ -172,6 +174,11 @@ class ChunkPlan:
     # the same as its whole synthesis (an engine whose unit of output is the chunk)
     first_speed: SpeedModel | None = None
     early: EarlyAudio | None = None  # how much audio a chunk's first frame holds (learned)
+    # the reply's model server had nothing else to do when it took the reply: its first chunk
+    # is needed as soon as it can be ready, with no slack, which would only let a progressive
+    # server open the chunk with a larger window (the later the deadline, the larger) and
+    # so give the first audio later, with no other reply to spare
+    alone: bool = False
 
     def __post_init__(self) -> None:
         cfg = self.config
@@ -255,7 +262,10 @@ class ChunkPlan:
             self.speed.observe(sent.chars, synth_s)
         if first_s is not None and self.first_speed is not None:
             self.first_speed.observe(sent.chars, min(first_s, synth_s or first_s))
-        if early_s is not None and self.early is not None:
+        # a first chunk's first frame only: a later chunk's is as large as its lead lets the
+        # server make it (seconds, not the fraction of one a reply opens with, its leading
+        # silence trimmed), and would teach the plan to release a first chunk too soon
+        if early_s is not None and self.early is not None and index == 0:
             self.early.observe(early_s, audio_s)
         before = sent
         for later in self._sent[index + 1 :]:  # the ones behind it start when it is done
@@ -435,7 +445,8 @@ class ChunkPlan:
         ready, finish = start + self._first_s(chars), start + self._synth_s(chars)
         self._sent.append(_Sent(chars, now, ready, finish, self._audio_s(chars)))
         if first:
-            return Chunk(text, (self._first_s(chars) + self.config.first_slack_s) * 1000)
+            slack = 0.0 if self.alone else self.config.first_slack_s
+            return Chunk(text, (self._first_s(chars) + slack) * 1000)
         needed = self._play_start(now) + audio_before
         return Chunk(text, max(0.0, (needed - now) * 1000))
 

@@ -237,6 +237,10 @@ class PooledTransport:
         self.pool = pool
         self.upstream = first  # where the reply is counted now
         self.budget = budget  # the reply's tries: no failover once something was said
+        load = first.load
+        # nothing else to do there when it took the reply: no reply of this gateway's, and
+        # (as its last load report says) no engine call running or waiting
+        self.alone = first.replies == 0 and (load is None or load.busy == load.waiting == 0)
         first.replies += 1  # reserved from admission on, until `release`
         first.starting += 1  # starting (a typical reply's work ahead) until its plan is tracked
         self._starting = True

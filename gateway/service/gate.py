@@ -57,6 +57,12 @@ class Admitted:
         assert self.transports is not None, "not admitted yet"
         return self.transports
 
+    @property
+    def alone(self) -> bool:
+        """The model server admission chose had nothing else to do (False where the gateway
+        cannot tell: SageMaker routes by itself)."""
+        return self._placement is not None and self._placement.alone
+
     def track(self, plan: InProgress | None) -> None:
         """The reply's playback plan: admission reads its spare time from now on."""
         if self._placement is not None:

@@ -149,6 +149,7 @@ class ReplyFactory:
                 spec.speed,
                 first_speed=self.first_audio,
                 early=self.early,
+                alone=admitted.alone,
             )
         else:
             plan = SentencePlan(self.chunker)
