@@ -155,6 +155,9 @@ def main() -> None:
     parser.add_argument("--first-max-words", type=int, default=None)
     parser.add_argument("--skip-sagemaker", action="store_true", help="only the local path")
     parser.add_argument(
+        "--first-hold-s", type=float, default=None, help="the gateway's (0: never held)"
+    )
+    parser.add_argument(
         "--progressive", choices=["on", "off"], default="on", help="the model server's"
     )
     args = parser.parse_args()
@@ -172,6 +175,8 @@ def main() -> None:
         overrides = {}
         if args.first_max_words is not None:
             overrides["first_max_words"] = args.first_max_words
+        if args.first_hold_s is not None:
+            overrides["first_hold_s"] = args.first_hold_s
         settings = GatewaySettings(model_server_url=model.http_url, **overrides)
         chunker = PlanConfig(
             settings.first_min_words, settings.first_max_words, settings.first_wait_words

@@ -72,7 +72,7 @@ class Schedule:
     largest: int = 192
     context: int = 12
     crossfade: int = 3
-    margin: float = 0.8  # a window fits when its decoding takes at most this much of the lead
+    margin: float = 0.5  # a window fits when its decoding takes at most this much of the lead
 
     def __post_init__(self) -> None:
         if not 0 < self.first <= self.largest:
