@@ -19,7 +19,8 @@ from kokoro_voice_client import (
 )
 from kokoro_voice_client import speak_ws as msg
 
-from gateway.errors import BadRequest, GatewayError as ServerGatewayError, Overloaded, TTSError
+from gateway.errors import BadRequest, Overloaded, TTSError
+from gateway.errors import GatewayError as ServerGatewayError
 from gateway.reply.events import ErrorEvent
 from gateway.speak_ws.protocol import error_frame, event_frame
 
