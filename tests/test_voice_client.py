@@ -23,6 +23,8 @@ from gateway.errors import BadRequest, Overloaded, TTSError
 from gateway.errors import GatewayError as ServerGatewayError
 from gateway.reply.events import ErrorEvent
 from gateway.speak_ws.protocol import error_frame, event_frame
+from tests.support.fakes import expected_pcm_bytes
+from tests.support.servers import RunningServer
 
 
 def test_every_url_shape_gives_the_same_two_routes() -> None:
@@ -171,3 +173,17 @@ def test_a_long_event_cut_into_many_chunks_is_whole() -> None:
     decoder = SSEDataDecoder()
     found = [d for i in range(0, len(stream), 3) for d in decoder.push(stream[i : i + 3])]
     assert found == [payload]
+
+
+async def test_the_benchs_baseline_speaks_the_gateway_through_it(
+    gateway_on_fake: RunningServer,
+) -> None:
+    """bench/frameworks/gateway_ws.py, the baseline the plugins are measured against, builds
+    its messages and reads its audio frames with this package."""
+    from bench.frameworks import gateway_ws
+
+    text = "Hello there, my friend. Your order shipped today."
+    measured = await gateway_ws.run(gateway_on_fake.http_url, None, text, "af_test")
+    assert measured.words == tuple(text.split())
+    chunks = ["Hello there, my friend.", "Your order shipped today."]
+    assert round(measured.audio_s * 48_000) == sum(expected_pcm_bytes(c) for c in chunks)
