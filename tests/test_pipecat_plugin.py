@@ -268,7 +268,7 @@ class ShiftedClock(SystemClock):
     service pushed, without waiting for it."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self.shift_ns = 0
 
     def get_time(self) -> int:
@@ -287,7 +287,7 @@ async def test_barge_in_after_audio_says_how_much_was_played(
 
     tts = service(gateway_on_fake)
     clock = ShiftedClock()
-    clock.start()
+    clock.start()  # type: ignore[no-untyped-call]
     monkeypatch.setattr(tts, "get_clock", lambda: clock)
     cancelled: list[tuple[object, object, object]] = []
 
@@ -620,7 +620,8 @@ async def test_a_failing_script_stops_the_pipeline_it_drives() -> None:
     nobody to send its EndFrame."""
     from pipecat.processors.filters.identity_filter import IdentityFilter
 
-    worker = PipelineWorker(Pipeline([IdentityFilter()]), cancel_on_idle_timeout=False)
+    passthrough = IdentityFilter()  # type: ignore[no-untyped-call]
+    worker = PipelineWorker(Pipeline([passthrough]), cancel_on_idle_timeout=False)
     runner = WorkerRunner(handle_sigint=False)
     await runner.add_workers(worker)
 
