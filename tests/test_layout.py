@@ -32,6 +32,11 @@ def imported_packages(package: str, root: Path = ROOT) -> dict[str, set[str]]:
         ("gateway", {"model_server", "emulators", "deploy", "tests"}),
         ("model_server", {"gateway", "emulators", "deploy", "tests"}),
         ("kokoro_contract", {"gateway", "model_server", "emulators", "deploy", "tests"}),
+        # the plugins' shared client: a distribution of its own, with no dependencies
+        (
+            "integrations/client/kokoro_voice_client",
+            {"gateway", "model_server", "kokoro_contract", "emulators", "deploy", "tests"},
+        ),
     ],
 )
 def test_services_import_the_contract_never_each_other(package: str, forbidden: set[str]) -> None:

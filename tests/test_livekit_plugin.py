@@ -18,6 +18,8 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+from kokoro_voice_client import speak_ws as msg
+from kokoro_voice_client import split_audio_frame
 from livekit.agents import APIStatusError, tts
 from livekit.agents.metrics import TTSMetrics
 from livekit.agents.types import (
@@ -135,35 +137,24 @@ def deltas_of(text: str, size: int) -> list[str]:
 # --- the wire format, pure ---------------------------------------------------------------------
 
 
-def test_endpoints_from_the_gateway_url() -> None:
-    assert _wire.endpoints("http://gw:8000/v1/") == _wire.Endpoints(
-        "ws://gw:8000/v1/speak/ws", "http://gw:8000/v1/audio/speech"
-    )
-    assert _wire.endpoints("https://voice.example/tts") == _wire.Endpoints(
-        "wss://voice.example/tts/v1/speak/ws", "https://voice.example/tts/v1/audio/speech"
-    )
-    with pytest.raises(ValueError, match="http"):
-        _wire.endpoints("gw:8000")
-
-
-def test_audio_frames_lose_their_prefix_and_nothing_else() -> None:
-    pcm = b"{\x00" * 5  # PCM may start with a brace
-    assert _wire.split_audio_frame(b"\x04lk_1" + pcm) == ("lk_1", pcm)
-    assert _wire.split_audio_frame(b"\x02ab") == ("ab", b"")
-    with pytest.raises(ValueError, match="shorter"):
-        _wire.split_audio_frame(b"\x09abc")
-
-
 def test_gateway_errors_keep_their_code_and_retryable() -> None:
     voice = _wire.error_from_frame(
-        {"type": "error", "code": "unknown_voice", "message": "no such voice", "retryable": False}
+        {
+            "type": "error",
+            "code": "unknown_voice",
+            "message": "no such voice",
+            "retryable": False,
+            "status": 400,
+        }
     )
     assert (voice.status_code, voice.retryable, voice.message) == (
         400,
         False,
         "unknown_voice: no such voice",
     )
-    busy = _wire.error_from_frame({"type": "error", "code": "overloaded", "retryable": True})
+    busy = _wire.error_from_frame(
+        {"type": "error", "code": "overloaded", "retryable": True, "status": 503}
+    )
     assert (busy.status_code, busy.retryable) == (503, True)
     upstream = _wire.error_from_frame({"type": "error", "code": "tts_not_ready", "retryable": True})
     assert (upstream.status_code, upstream.retryable) == (502, True)
@@ -175,22 +166,6 @@ def test_gateway_errors_keep_their_code_and_retryable() -> None:
         {"code": "rate_limited", "message": "slow down", "retryable": True},
     )
     assert _wire.error_from_http(502, b"<html>bad gateway</html>").retryable
-
-
-@pytest.mark.parametrize("size", [1, 2, 4, 1000])
-def test_sse_data_is_the_same_however_the_bytes_are_cut(size: int) -> None:
-    stream = (
-        'data: {"type": "speech.audio.delta", "audio": "AAA="}\r\n\r\n'
-        ": a comment\n\n"
-        'data: {"a":\ndata: "é"}\r\rdata: {"type": "speech.audio.done"}\n\n'
-    ).encode()
-    decoder = _wire.SSEDataDecoder()
-    found = [d for i in range(0, len(stream), size) for d in decoder.push(stream[i : i + size])]
-    assert found == [
-        '{"type": "speech.audio.delta", "audio": "AAA="}',
-        '{"a":\n"é"}',
-        '{"type": "speech.audio.done"}',
-    ]
 
 
 # --- the plugin's stream on the fake engine ----------------------------------------------------
@@ -254,17 +229,17 @@ async def gateway_ws_audio(gateway: RunningServer, first: str, rest: str) -> byt
     import orjson
     from websockets.asyncio.client import connect
 
-    from tests.support.gateway_client import split_audio_frame, ws_reply_audio
+    from tests.support.gateway_client import ws_reply_audio
 
     async with connect(gateway.ws_url + "/v1/speak/ws") as ws:
-        await ws.send(_wire.speak_message("ref", None, 1.0))
+        await ws.send(msg.encode(msg.speak("ref", None, 1.0)))
         for delta in deltas_of(first, 4):
             await ws.send(orjson.dumps({"type": "text", "delta": delta}).decode())
         while isinstance(frame := await ws.recv(), str):
             assert orjson.loads(frame)["type"] != "error", frame
         for delta in deltas_of(rest, 4):
             await ws.send(orjson.dumps({"type": "text", "delta": delta}).decode())
-        await ws.send(_wire.FLUSH)
+        await ws.send(msg.encode(msg.FLUSH))
         audio, _ = await ws_reply_audio(ws)
     return split_audio_frame(frame)[1] + audio
 
@@ -284,9 +259,10 @@ async def test_closing_a_stream_mid_utterance_cancels_down_to_the_model_server(
         stream.push_text("And this sentence is never heard. " * 3)
         stream.flush()
         assert await asyncio.to_thread(fake_engine.entered.wait, 10)
-        await stream.aclose()  # the listener barged in
-        # the gateway stopped the reply before aclose returned; the model server's cancel
-        # reaches its engine thread on its own
+        await stream.aclose()  # the listener barged in: returns at once
+        # the TTS's own task cancels the reply and reads `cancelled`; the model server's
+        # cancel reaches its engine thread on its own
+        await asyncio.gather(*engine._settling)
         assert await asyncio.to_thread(fake_engine.cancel_seen.wait, 10)
         assert "never heard" in fake_engine.cancelled[0]
         async for event in stream:  # nothing more comes
@@ -501,3 +477,212 @@ async def test_the_bench_times_one_utterance_through_the_plugin(
     assert round(measured.audio_s * 48_000) - sum(expected_pcm_bytes(c) for c in chunks) in (0, 480)
     assert measured.first_word_s is not None
     assert 0 < measured.first_audio_s <= measured.first_word_s
+
+
+# --- connections, errors and closes the gateway's way ------------------------------------------
+
+
+async def test_a_pooled_connection_the_gateway_closed_is_not_reused(
+    fake_server: RunningServer, http_session: None
+) -> None:
+    """The gateway closes an idle connection (`idle_timeout`, then close 1000); aiohttp marks
+    it closed only once something reads that, so it sits in the pool looking open. The next
+    stream finds it out before sending anything and speaks on a fresh one, no retry needed."""
+    app = create_gateway(GatewaySettings(model_server_url=fake_server.http_url, idle_timeout_s=1.0))
+    with serve(app) as gw:
+        async with kokoro_voice.TTS(base_url=gw.http_url) as engine:
+            first = await speak(engine, ["Hello there."])
+            assert fake_speech(first.pcm, ["Hello there."])
+            # the gateway has closed the pooled connection, which has not read it yet
+            assert await wait_for_metric(gw, "gateway_active_sessions", 0, transport="ws") == 0
+            (pooled,) = engine._pool._available
+            assert not pooled.closed
+            errors: list[tts.TTSError] = []
+            engine.on("error", errors.append)
+            again = await speak(engine, ["Good morning."])  # NO_RETRY: a 408 would end it
+            assert engine._pool.last_connection_reused is False
+            assert pooled.closed  # found out and closed, not left in the pool
+            assert pooled not in engine._pool._connections
+    assert fake_speech(again.pcm, ["Good morning."])
+    assert errors == []
+
+
+async def test_a_goodbye_read_after_the_speak_is_a_retried_connection_error(
+    fake_server: RunningServer, http_session: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gateway's `idle_timeout` arrives just after the pooled connection was checked (the
+    check is made to see nothing here): the stream's first frame says the connection is gone,
+    which LiveKit retries on a fresh one with the same text."""
+    from livekit.plugins.kokoro_voice import tts as plugin_tts
+
+    async def looks_fine(ws: Any) -> bool:
+        return not ws.closed
+
+    monkeypatch.setattr(plugin_tts, "_idle_and_open", looks_fine)
+    app = create_gateway(GatewaySettings(model_server_url=fake_server.http_url, idle_timeout_s=1.0))
+    with serve(app) as gw:
+        async with kokoro_voice.TTS(base_url=gw.http_url) as engine:
+            errors: list[tts.TTSError] = []
+            engine.on("error", errors.append)
+            await speak(engine, ["Hello there."])
+            assert await wait_for_metric(gw, "gateway_active_sessions", 0, transport="ws") == 0
+            async with engine.stream() as stream:  # LiveKit's default: retried
+                for delta in deltas_of("Good morning.", 4):
+                    stream.push_text(delta)
+                stream.end_input()
+                again = await hear(stream)
+            assert len(engine._pool._connections) == 1  # the dead one is gone
+    assert fake_speech(again.pcm, ["Good morning."])  # the whole text, sent again
+    assert [w.strip() for w in again.words] == ["Good", "morning."]
+    assert [e.recoverable for e in errors] == [True]
+    assert "idle_timeout" in str(errors[0].error) or "closed" in str(errors[0].error)
+
+
+async def test_text_past_the_limit_is_dropped_and_the_utterance_goes_on(
+    fake_server: RunningServer, http_session: None
+) -> None:
+    """`text_too_long` drops one delta and keeps the utterance: the stream speaks what came
+    before and ends at `agent_end`, not with an error."""
+    app = create_gateway(GatewaySettings(model_server_url=fake_server.http_url, max_text_chars=20))
+    with serve(app) as gw:
+        async with kokoro_voice.TTS(base_url=gw.http_url) as engine:
+            errors: list[tts.TTSError] = []
+            engine.on("error", errors.append)
+            heard = await speak(engine, ["Hello there. ", "And this is far too long to fit."])
+            assert engine._pool.last_connection_reused is False
+            nxt = await speak(engine, ["See you."])  # the connection stayed clean
+            assert engine._pool.last_connection_reused is True
+    assert fake_speech(heard.pcm, ["Hello there."])
+    assert [w.strip() for w in heard.words] == ["Hello", "there."]
+    assert fake_speech(nxt.pcm, ["See you."])
+    assert errors == []
+
+
+PCM = b"\x00\x40" * 12_000  # half a second at a quarter of full scale
+
+
+def audio_frame(uid: str, pcm: bytes) -> bytes:
+    return bytes([len(uid)]) + uid.encode() + pcm
+
+
+@dataclass
+class StubGateway:
+    """A speak WebSocket on loopback that answers as the gateway does, with the moments a
+    test needs in its hands: a reply that fails mid-way (`tts_*`, then `agent_end`), and a
+    `cancel` answered only once `release` is set."""
+
+    fail_mid_reply: bool = False
+    cancel_seen: asyncio.Event = field(default_factory=asyncio.Event)
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+    gone: asyncio.Event = field(default_factory=asyncio.Event)
+    cancelled_sent: int = 0
+
+    async def handle(self, ws: Any) -> None:
+        import orjson
+
+        uid = ""
+        try:
+            async for raw in ws:
+                message = orjson.loads(raw)
+                kind = message["type"]
+                if kind == "speak":
+                    uid = message["utterance_id"]
+                    await ws.send(
+                        orjson.dumps({"type": "agent_start", "utterance_id": uid}).decode()
+                    )
+                    await ws.send(audio_frame(uid, PCM))
+                elif kind == "flush":
+                    if self.fail_mid_reply:
+                        error = {
+                            "type": "error",
+                            "code": "tts_synthesis_failed",
+                            "message": "the second chunk failed",
+                            "retryable": True,
+                            "status": 502,
+                            "utterance_id": uid,
+                        }
+                        await ws.send(orjson.dumps(error).decode())
+                    await ws.send(orjson.dumps({"type": "agent_end", "utterance_id": uid}).decode())
+                elif kind == "cancel":
+                    self.cancel_seen.set()
+                    released = asyncio.ensure_future(self.release.wait())
+                    closed = asyncio.ensure_future(ws.wait_closed())
+                    await asyncio.wait({released, closed}, return_when=asyncio.FIRST_COMPLETED)
+                    released.cancel()
+                    closed.cancel()
+                    if not self.release.is_set():
+                        return  # the client went first
+                    self.cancelled_sent += 1
+                    await ws.send(orjson.dumps({"type": "cancelled", "utterance_id": uid}).decode())
+        finally:
+            self.gone.set()
+
+
+@contextlib.asynccontextmanager
+async def stub_gateway(stub: StubGateway) -> AsyncIterator[str]:
+    from websockets.asyncio.server import serve as ws_serve
+
+    async with ws_serve(stub.handle, "127.0.0.1", 0) as server:
+        port = next(iter(server.sockets)).getsockname()[1]
+        yield f"http://127.0.0.1:{port}"
+
+
+async def test_a_speech_error_mid_reply_is_logged_and_the_reply_ends_at_agent_end(
+    http_session: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    stub = StubGateway(fail_mid_reply=True)
+    async with stub_gateway(stub) as url, kokoro_voice.TTS(base_url=url) as engine:
+        errors: list[tts.TTSError] = []
+        engine.on("error", errors.append)
+        heard = await speak(engine, ["Hello there."])
+        assert engine._pool.last_connection_reused is False
+        again = await speak(engine, ["Again."])  # clean: agent_end came after our flush
+        assert engine._pool.last_connection_reused is True
+    assert heard.matches(PCM)
+    assert again.matches(PCM)
+    assert errors == []
+    assert any("tts_synthesis_failed" in r.getMessage() for r in caplog.records)
+
+
+async def test_closing_a_stream_does_not_wait_for_the_gateways_cancelled(
+    http_session: None,
+) -> None:
+    """Barge-in: the stream's close returns while the gateway has not answered the cancel
+    yet; the TTS reads `cancelled` in the background and gives the connection back to the
+    pool, and `TTS.aclose` ends a cancel still waiting and closes its connection."""
+    stub = StubGateway()
+    async with stub_gateway(stub) as url:
+        async with kokoro_voice.TTS(base_url=url) as engine:
+            stream = engine.stream(conn_options=NO_RETRY)
+            stream.push_text("Hello there, and more to come ")
+            await anext(stream)  # the reply plays
+            await stream.aclose()  # returns with the cancel unanswered (it is held)
+            await asyncio.wait_for(stub.cancel_seen.wait(), 10)
+            assert stub.cancelled_sent == 0
+            stub.release.set()
+            await asyncio.gather(*engine._settling)
+            assert stub.cancelled_sent == 1
+            heard = await speak(engine, ["Next."])
+            assert engine._pool.last_connection_reused is True  # went back clean
+            assert heard.matches(PCM)
+        stub.release.clear()
+        stub.cancel_seen.clear()
+        stub.gone.clear()
+        engine = kokoro_voice.TTS(base_url=url)
+        stream = engine.stream(conn_options=NO_RETRY)
+        stream.push_text("Hello there, and more to come ")
+        await anext(stream)
+        await stream.aclose()
+        await asyncio.wait_for(stub.cancel_seen.wait(), 10)
+        await engine.aclose()  # the cancel still waits: ended, its connection closed
+        assert engine._settling == set()
+        await asyncio.wait_for(stub.gone.wait(), 10)
+        assert stub.cancelled_sent == 1  # the second cancel was never answered
+
+
+def test_the_read_timeout_counts_from_the_last_frame_or_the_flush() -> None:
+    from livekit.plugins.kokoro_voice.tts import read_deadline
+
+    assert read_deadline(10.0, None, 5.0) is None  # the text still comes: the LLM's wait
+    assert read_deadline(10.0, 3.0, 1.0) == 13.0  # flushed after the last frame
+    assert read_deadline(10.0, 3.0, 7.5) == 17.5  # a frame since the flush

@@ -11,6 +11,7 @@ import itertools
 from collections.abc import Awaitable, Callable, Sequence
 
 import pytest
+from pipecat.clocks.system_clock import SystemClock
 from pipecat.frames.frames import (
     EndFrame,
     ErrorFrame,
@@ -32,10 +33,11 @@ from pipecat.workers.runner import WorkerRunner
 from pipecat_kokoro_voice import KokoroVoiceError, KokoroVoiceTTSService, speak_ws_url
 from pipecat_kokoro_voice.wire import UtteranceQueue, Voice, utterance_id_for
 
+from bench.frameworks.pipecat import run_with
 from gateway.app import create_app as create_gateway
 from gateway.config import Settings as GatewaySettings
 from tests.support.fakes import FakeEngine, expected_pcm_bytes
-from tests.support.gateway_client import counted, metric
+from tests.support.gateway_client import counted, metric, wait_for_metric
 from tests.support.servers import RunningServer, serve
 
 Settings = KokoroVoiceTTSService.Settings
@@ -136,9 +138,9 @@ async def drive(
         await script(worker.queue_frame, down_tape, up_tape)
         await worker.queue_frame(EndFrame())
 
-    runner = WorkerRunner()
+    runner = WorkerRunner(handle_sigint=False)
     await runner.add_workers(worker)
-    await asyncio.gather(runner.run(), run_script())
+    await run_with(runner, run_script())  # a failing script cancels the pipeline
     for tape in (down_tape, up_tape):
         while not tape.queue.empty():
             tape.frames.append(tape.queue.get_nowait())
@@ -261,15 +263,32 @@ async def test_barge_in_drops_the_utterances_still_queued(
     assert [f for f in up if isinstance(f, ErrorFrame)] == []
 
 
+class ShiftedClock(SystemClock):
+    """pipecat's clock, with time moved on at will: a listener who has heard everything the
+    service pushed, without waiting for it."""
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.shift_ns = 0
+
+    def get_time(self) -> int:
+        return super().get_time() + self.shift_ns
+
+
 async def test_barge_in_after_audio_says_how_much_was_played(
     gateway_on_fake: RunningServer,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """LLM text still streaming when the first chunk's audio arrives; the interruption's
-    cancel carries `played_ms` (pipecat's clock from the first audio, never past what was
-    pushed on), and the gateway answers with the words heard by then."""
+    """LLM text still streaming when the first chunk's audio has all arrived; the listener
+    has played all of it (the clock moved past its end), so the interruption's cancel
+    carries its length as `played_ms` (pipecat's clock from the first audio, never past what
+    was pushed on), and the gateway answers with every word of it as heard."""
     from pipecat.frames.frames import LLMFullResponseStartFrame, LLMTextFrame
 
     tts = service(gateway_on_fake)
+    clock = ShiftedClock()
+    clock.start()  # type: ignore[no-untyped-call]
+    monkeypatch.setattr(tts, "get_clock", lambda: clock)
     cancelled: list[tuple[object, object, object]] = []
 
     async def _cancelled(
@@ -278,33 +297,26 @@ async def test_barge_in_after_audio_says_how_much_was_played(
         cancelled.append((uid, played, heard))
 
     tts.add_event_handler("on_utterance_cancelled", _cancelled)
-
-    text = "Hello there, my friend. Your order shipped today and "
+    first = "Hello there, my friend."  # the gateway's first chunk; the rest waits for more
+    whole = expected_pcm_bytes(first)
 
     async def script(send: Send, down: Tape, up: Tape) -> None:
         await send(LLMFullResponseStartFrame())
-        for word in text.split(" "):
-            await send(LLMTextFrame(word + " "))
-        first = await down.until(lambda f: isinstance(f, TTSAudioRawFrame))
+        await send(LLMTextFrame(first + " "))
+        await send(LLMTextFrame("Your order "))
+        got = 0
+        while got < whole:  # all of the first chunk's audio has come down
+            frame = await down.until(lambda f: isinstance(f, TTSAudioRawFrame))
+            got += len(frame.audio)  # type: ignore[attr-defined]
+        assert got == whole
+        clock.shift_ns = 60 * 1_000_000_000  # a minute on: everything pushed has played
         await send(InterruptionFrame())
         await send(TTSSpeakFrame("Next one."))
-        last = await down.until(stopped())
-        assert last.context_id != first.context_id  # type: ignore[attr-defined]
+        await down.until(stopped())
 
     down, _ = await drive(tts, script)
-    assert len(cancelled) == 1
-    uid, played, heard = cancelled[0]
-    assert isinstance(played, int | float)
     started = next(f for f in down if isinstance(f, TTSStartedFrame))
-    first_pcm = b"".join(
-        f.audio
-        for f in down
-        if isinstance(f, TTSAudioRawFrame) and f.context_id == started.context_id
-    )
-    assert 0 <= played <= len(first_pcm) / 48 + 1
-    assert isinstance(heard, str)
-    assert text.startswith(heard)
-    assert uid == utterance_id_for(str(started.context_id))
+    assert cancelled == [(utterance_id_for(str(started.context_id)), round(whole / 48), first)]
 
 
 async def test_a_gateway_error_is_an_error_frame_and_the_next_utterance_plays(
@@ -367,6 +379,26 @@ async def test_a_dropped_socket_reconnects(fake_server: RunningServer) -> None:
     assert [f for f in up if isinstance(f, ErrorFrame)] == []
 
 
+async def test_connects_that_race_leave_one_socket_open(fake_server: RunningServer) -> None:
+    """run_tts finding the socket gone connects while a reconnect (the receive task's) is
+    closing the old one and opening the next: one connect at a time, so exactly one socket
+    stays open, nothing is orphaned, and the next utterance plays."""
+    app = create_gateway(GatewaySettings(model_server_url=fake_server.http_url))
+    with serve(app) as gateway:
+        tts = service(gateway)
+
+        async def script(send: Send, down: Tape, up: Tape) -> None:
+            await asyncio.gather(tts._reconnect_websocket(1), tts._connect())
+            assert await wait_for_metric(gateway, "gateway_active_sessions", 1, transport="ws") == 1
+            await send(TTSSpeakFrame("After the race."))
+            await down.until(stopped())
+
+        down, _ = await drive(tts, script)
+        # the pipeline's end closed the one socket: none is left behind
+        assert await wait_for_metric(gateway, "gateway_active_sessions", 0, transport="ws") == 0
+    assert len(audio_of(down)) == expected_pcm_bytes("After the race.")
+
+
 async def test_an_api_key_goes_as_a_bearer_and_a_wrong_one_is_an_error(
     fake_server: RunningServer,
 ) -> None:
@@ -427,17 +459,26 @@ def test_gateway_errors_say_whether_a_retry_may_help() -> None:
             "code": "overloaded",
             "message": "too busy",
             "retryable": True,
+            "status": 503,
             "retry_after_s": 3,
             "utterance_id": "u1",
         }
     )
+    assert overloaded.status == 503
     assert str(overloaded) == "overloaded: too busy (retryable after 3 s)"
     assert overloaded.utterance_id == "u1"
     assert overloaded.category is ErrorCategory.SERVER  # not permanent: pipecat keeps going
-    voice = KokoroVoiceError.from_frame({"code": "unknown_voice", "message": "no such voice"})
+    voice = KokoroVoiceError.from_frame(
+        {"code": "unknown_voice", "message": "no such voice", "status": 400}
+    )
     assert str(voice) == "unknown_voice: no such voice"
     assert voice.category is ErrorCategory.INVALID_REQUEST
     assert KokoroVoiceError.from_frame({"code": "tts_not_ready"}).category is ErrorCategory.SERVER
+    limited = KokoroVoiceError.from_frame({"code": "rate_limited", "status": 429})
+    assert limited.category is ErrorCategory.RATE_LIMIT
+    # a 400 that answers one message is no reason to stop giving the service work
+    busy = KokoroVoiceError.from_frame({"code": "busy", "status": 400})
+    assert busy.category is ErrorCategory.UNKNOWN
 
 
 def test_a_second_context_waits_for_the_first_to_end() -> None:
@@ -521,7 +562,40 @@ def test_a_lost_connection_forgets_every_utterance() -> None:
     q.text("b", "Two.", V)
     assert q.connection_lost() == ["a", "b"]
     assert q.playing is None
-    assert q.text("c", "Three.", V)[0] == speak("c")
+    assert q.text("c", "Three.", V) == []  # no socket: held
+    assert q.connected()[0] == speak("c")
+
+
+def test_text_and_flush_with_no_socket_go_out_once_connected() -> None:
+    """A socket gone before anyone reopened it: the utterance on it is lost, the ones queued
+    behind it wait (with `keep_unsent`), and so does new text and its flush."""
+    q = UtteranceQueue()
+    q.text("a", "On the wire.", V)
+    q.text("b", "Queued ", V)
+    assert q.connection_lost(keep_unsent=True) == ["a"]
+    assert q.text("b", "behind it.", V) == []
+    assert q.flush("b") == []
+    assert q.connected() == [
+        speak("b"),
+        {"type": "text", "delta": "Queued "},
+        {"type": "text", "delta": "behind it."},
+        {"type": "flush"},
+    ]
+    assert q.flush("b") == []  # once is enough
+
+
+async def test_a_flush_that_finds_no_socket_is_kept_for_the_next_one() -> None:
+    """pipecat's flush arrives while there is no socket (before a reconnect): the service
+    marks the utterance flushed, so it goes out with its speak and text, and the gateway
+    ends it, instead of waiting out pipecat's stop timeout."""
+    tts = KokoroVoiceTTSService(url="http://127.0.0.1:1")  # never connected
+    assert tts._queue.text("ctx", "Hello.", V) == []
+    await tts.flush_audio("ctx")
+    assert tts._queue.connected() == [
+        speak("ctx"),
+        {"type": "text", "delta": "Hello."},
+        {"type": "flush"},
+    ]
 
 
 @pytest.mark.real_model
@@ -538,6 +612,24 @@ async def test_the_real_model_speaks_through_the_plugin(gateway_server: RunningS
     pts = [w.pts or 0 for w in words]
     assert pts == sorted(pts)
     assert pts[-1] > pts[0]
+
+
+async def test_a_failing_script_stops_the_pipeline_it_drives() -> None:
+    """The frameworks' bench (and `drive` above): when what feeds the pipeline fails, the
+    runner is cancelled and the failure raised, rather than the pipeline left running with
+    nobody to send its EndFrame."""
+    from pipecat.processors.filters.identity_filter import IdentityFilter
+
+    passthrough = IdentityFilter()  # type: ignore[no-untyped-call]
+    worker = PipelineWorker(Pipeline([passthrough]), cancel_on_idle_timeout=False)
+    runner = WorkerRunner(handle_sigint=False)
+    await runner.add_workers(worker)
+
+    async def feed() -> None:
+        raise RuntimeError("the feed failed")
+
+    with pytest.raises(RuntimeError, match="the feed failed"):
+        await run_with(runner, feed())
 
 
 # --- pipecat's own OpenAITTSService against /v1/audio/speech -------------------------------

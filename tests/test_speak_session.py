@@ -99,6 +99,7 @@ def test_server_frames() -> None:
         "code": "nothing_to_cancel",
         "message": "nothing to cancel",
         "retryable": False,
+        "status": 400,  # what the gateway's HTTP routes give the code: clients need no table
         "utterance_id": "u1",
     }
 

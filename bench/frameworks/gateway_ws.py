@@ -9,16 +9,12 @@ import json
 import time
 import uuid
 
+from kokoro_voice_client import BYTES_PER_SECOND as BYTES_PER_SECOND
+from kokoro_voice_client import speak_ws as msg
+from kokoro_voice_client import speak_ws_url, split_audio_frame
 from websockets.asyncio.client import connect
 
 from bench.frameworks import FrameworkRun
-
-BYTES_PER_SECOND = 48_000  # s16le 24 kHz mono
-
-
-def speak_url(url: str) -> str:
-    url = url.rstrip("/").replace("http://", "ws://", 1).replace("https://", "wss://", 1)
-    return url if url.endswith("/v1/speak/ws") else url + "/v1/speak/ws"
 
 
 def deltas(text: str) -> list[str]:
@@ -30,20 +26,12 @@ def deltas(text: str) -> list[str]:
 async def run(url: str, api_key: str | None, text: str, voice: str) -> FrameworkRun:
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     uid = uuid.uuid4().hex[:16]
-    async with connect(speak_url(url), additional_headers=headers, max_size=None) as ws:
-        speak = {
-            "type": "speak",
-            "mode": "bidi",
-            "format": "pcm",
-            "voice": voice,
-            "timestamps": True,
-            "utterance_id": uid,
-        }
+    async with connect(speak_ws_url(url), additional_headers=headers, max_size=None) as ws:
         started = time.perf_counter()
-        await ws.send(json.dumps(speak))
+        await ws.send(msg.encode(msg.speak(uid, voice)))
         for delta in deltas(text):
-            await ws.send(json.dumps({"type": "text", "delta": delta}))
-        await ws.send(json.dumps({"type": "flush"}))
+            await ws.send(msg.encode(msg.text(delta)))
+        await ws.send(msg.encode(msg.FLUSH))
         first_audio: float | None = None
         first_word: float | None = None
         audio_bytes = 0
@@ -51,11 +39,11 @@ async def run(url: str, api_key: str | None, text: str, voice: str) -> Framework
         async for frame in ws:
             now = time.perf_counter() - started
             if isinstance(frame, bytes):
-                n = frame[0]
-                if frame[1 : 1 + n].decode("ascii") != uid:
+                owner, pcm = split_audio_frame(frame)
+                if owner != uid:
                     continue
                 first_audio = now if first_audio is None else first_audio
-                audio_bytes += len(frame) - 1 - n
+                audio_bytes += len(pcm)
                 continue
             event = json.loads(frame)
             if event["type"] == "words":
@@ -65,7 +53,7 @@ async def run(url: str, api_key: str | None, text: str, voice: str) -> Framework
                 raise RuntimeError(f"gateway error: {event}")
             elif event["type"] == "agent_end":
                 break
-        await ws.send(json.dumps({"type": "close"}))
+        await ws.send(msg.encode(msg.CLOSE))
         async for _ in ws:  # until the gateway's close (1000)
             pass
     if first_audio is None:

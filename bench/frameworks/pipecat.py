@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable
 
 from pipecat.frames.frames import (
     EndFrame,
@@ -54,6 +55,24 @@ class _Recorder(FrameProcessor):
         await self.push_frame(frame, direction)
 
 
+async def run_with(runner: WorkerRunner, script: Awaitable[None]) -> None:
+    """Run the runner's pipelines while `script` drives them; the script ends them (an
+    EndFrame) when it is done, and if it fails the runner is cancelled (not left running
+    with nobody to end it) and the script's error raised once the runner has stopped."""
+
+    async def _script() -> None:
+        try:
+            await script
+        except BaseException:
+            await runner.cancel("the script driving the pipeline failed")
+            raise
+
+    outcomes = await asyncio.gather(runner.run(), _script(), return_exceptions=True)
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            raise outcome
+
+
 async def run(url: str, api_key: str | None, text: str, voice: str) -> FrameworkRun:
     tts = KokoroVoiceTTSService(
         url=url, api_key=api_key, settings=KokoroVoiceTTSService.Settings(voice=voice)
@@ -80,7 +99,7 @@ async def run(url: str, api_key: str | None, text: str, voice: str) -> Framework
 
     runner = WorkerRunner(handle_sigint=False)
     await runner.add_workers(worker)
-    await asyncio.gather(runner.run(), feed())
+    await run_with(runner, feed())
     if recorder.first_audio is None:
         raise RuntimeError("no audio came back")
     return FrameworkRun(

@@ -75,6 +75,7 @@ class ErrorEvent:
     code: str
     message: str
     retryable: bool = False
+    status: int = 500  # the HTTP status the gateway's HTTP routes give the code
     name = "error"
 
 

@@ -177,7 +177,9 @@ class Reply:
         except* TimeoutError as group:
             if limit.expired():
                 self.error = ErrorEvent(
-                    "reply_too_long", f"the reply ran past its limit of {self.max_s:.0f} s"
+                    "reply_too_long",
+                    f"the reply ran past its limit of {self.max_s:.0f} s",
+                    status=400,
                 )
             else:  # not the reply's own limit: the edges raise their own errors, so a bug
                 log.error("reply %s failed", spec.utterance_id, exc_info=group)
@@ -187,7 +189,7 @@ class Reply:
             assert isinstance(exc, GatewayError)
             if exc.detail:  # the upstream's address and answer: for the operator only
                 log.warning("reply %s: %s", spec.utterance_id, exc.detail)
-            self.error = ErrorEvent(exc.code, exc.message, exc.retryable)
+            self.error = ErrorEvent(exc.code, exc.message, exc.retryable, exc.status)
         except* EncoderError as group:
             self.error = ErrorEvent("encoder_error", str(first_leaf(group)))
         except* Exception as group:  # a bug: log it, tell the client no more than that

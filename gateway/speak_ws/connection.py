@@ -128,7 +128,7 @@ class SpeakConnection:
     async def _idle_timeout(self) -> None:
         limit = self.service.settings.idle_timeout_s
         error = GatewayError(
-            f"no message and no reply for {limit:.0f} s: closing", code="idle_timeout"
+            f"no message and no reply for {limit:.0f} s: closing", code="idle_timeout", status=408
         )
         await self._apply([SendError(error, self.session.utterance_id)])
         await self._sender.close(1000, "idle timeout")

@@ -131,6 +131,7 @@ def audio_frame(utterance_id: str, data: bytes) -> bytes:
 def error_frame(error: ServiceError, utterance_id: str | None = None) -> str:
     body: dict[str, Any] = {"type": "error", "code": error.code, "message": error.message}
     body["retryable"] = error.retryable
+    body["status"] = error.status  # the HTTP status the gateway's HTTP routes give the code
     if error.retry_after_s is not None:
         body["retry_after_s"] = error.retry_after_s
     if utterance_id:

@@ -1,4 +1,5 @@
-"""Test-side clients for the gateway: SSE over httpx, and the WebSocket framing."""
+"""Test-side clients for the gateway: SSE over httpx, and the WebSocket's replies (its audio
+framing is `kokoro_voice_client.split_audio_frame`, re-exported here)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 import av
 import httpx
 import orjson
+from kokoro_voice_client import split_audio_frame as split_audio_frame
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -90,12 +92,6 @@ async def ws_reply_audio(ws: Any) -> tuple[bytes, dict[str, Any]]:
         assert event["type"] != "error", event
         if event["type"] == "agent_end":
             return audio, event
-
-
-def split_audio_frame(frame: bytes) -> tuple[str, bytes]:
-    """The gateway's WebSocket audio framing: [n][utterance id][codec units]."""
-    n = frame[0]
-    return frame[1 : 1 + n].decode("ascii"), frame[1 + n :]
 
 
 class NoSuchSeries(AssertionError):

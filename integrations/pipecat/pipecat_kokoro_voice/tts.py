@@ -17,6 +17,8 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
 
+from kokoro_voice_client import GatewayError, speak_ws_url
+from kokoro_voice_client.speak_ws import SAMPLE_RATE, Message
 from loguru import logger
 from pipecat.frames.frames import (
     ErrorFrame,
@@ -31,23 +33,21 @@ from pipecat.utils.errors import ErrorCategory
 from pipecat.utils.types import NOT_GIVEN, NotGiven
 from websockets.protocol import State
 
-from pipecat_kokoro_voice.wire import Ended, Message, UtteranceQueue, Voice
+from pipecat_kokoro_voice.wire import Ended, UtteranceQueue, Voice
 
-SAMPLE_RATE = 24_000
 BYTES_PER_MS = SAMPLE_RATE * 2 // 1000
 
-# gateway error codes and what kind of failure each is, for pipecat's ErrorCategory
-_CATEGORIES = {
-    "unauthorized": ErrorCategory.AUTHENTICATION,
-    "token_not_for_route": ErrorCategory.AUTHORIZATION,
-    "origin_not_allowed": ErrorCategory.AUTHORIZATION,
-    "unknown_voice": ErrorCategory.INVALID_REQUEST,  # a setting: a new voice clears it
-    "invalid_field": ErrorCategory.INVALID_REQUEST,
-    "rate_limited": ErrorCategory.RATE_LIMIT,
-    "too_many_sessions": ErrorCategory.RATE_LIMIT,
-    "overloaded": ErrorCategory.SERVER,
-    "tts_unavailable": ErrorCategory.CONNECTIVITY,
+__all__ = ["KokoroVoiceError", "KokoroVoiceTTSService", "KokoroVoiceTTSSettings", "speak_ws_url"]
+
+# pipecat's categories by the HTTP status the gateway gives an error (its frames carry it)
+_BY_STATUS = {
+    401: ErrorCategory.AUTHENTICATION,
+    403: ErrorCategory.AUTHORIZATION,
+    429: ErrorCategory.RATE_LIMIT,
 }
+# the invalid requests a change of settings clears (pipecat stops giving the service work
+# until then); other 400s answer one message and the service goes on
+_SETTINGS_ERRORS = frozenset({"unknown_voice", "invalid_field"})
 
 
 class KokoroVoiceError(Exception):
@@ -60,8 +60,10 @@ class KokoroVoiceError(Exception):
         retryable: bool = False,
         utterance_id: str | None = None,
         retry_after_s: float | None = None,
+        status: int = 500,
     ) -> None:
         self.code = code
+        self.status = status
         self.message = message
         self.retryable = retryable
         self.utterance_id = utterance_id
@@ -77,20 +79,25 @@ class KokoroVoiceError(Exception):
 
     @classmethod
     def from_frame(cls, body: Message) -> KokoroVoiceError:
-        after = body.get("retry_after_s")
+        error = GatewayError.from_frame(body)
         return cls(
-            str(body.get("code", "error")),
-            str(body.get("message", "")),
-            bool(body.get("retryable", False)),
-            body.get("utterance_id") if isinstance(body.get("utterance_id"), str) else None,
-            float(after) if isinstance(after, int | float) else None,
+            error.code,
+            error.message,
+            error.retryable,
+            error.utterance_id,
+            error.retry_after_s,
+            error.status,
         )
 
     @property
     def category(self) -> ErrorCategory:
-        if self.code in _CATEGORIES:
-            return _CATEGORIES[self.code]
-        if self.code.startswith("tts_") or self.retryable:
+        if self.status in _BY_STATUS:
+            return _BY_STATUS[self.status]
+        if self.code in _SETTINGS_ERRORS:
+            return ErrorCategory.INVALID_REQUEST
+        if self.code == "tts_unavailable":  # no model server is up
+            return ErrorCategory.CONNECTIVITY
+        if self.status >= 500 or self.retryable:
             return ErrorCategory.SERVER
         return ErrorCategory.UNKNOWN
 
@@ -166,8 +173,11 @@ class KokoroVoiceTTSService(WebsocketTTSService):
         self._url = speak_ws_url(url)
         self._api_key = api_key
         self._receive_task: asyncio.Task[None] | None = None
-        self._queue = UtteranceQueue()
+        self._queue = UtteranceQueue(online=False)
         self._send_lock = asyncio.Lock()
+        # one connect or disconnect at a time: run_tts and the receive task's reconnect may
+        # both find the socket gone, and only one may open the next
+        self._connection_lock = asyncio.Lock()
         self._playback: dict[str, _Playback] = {}
         self._register_event_handler("on_utterance_cancelled")
 
@@ -194,41 +204,58 @@ class KokoroVoiceTTSService(WebsocketTTSService):
         await self._disconnect_websocket()
 
     async def _connect_websocket(self) -> None:
-        if self._websocket and self._websocket.state is State.OPEN:
-            return
-        self._drop_utterances()
-        headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
-        try:
-            logger.debug(f"{self}: connecting to {self._url}")
-            self._websocket = await self._websocket_connect(
-                self._url, additional_headers=headers, max_size=None
-            )
-        except Exception as exc:  # refused upgrade (401, 429, 503) or unreachable
-            self._websocket = None
-            await self.push_error(
-                error_msg=f"{self}: cannot connect to {self._url}: {exc}", exception=exc
-            )
-            await self._call_event_handler("on_connection_error", f"{exc}")
-            return
+        async with self._connection_lock:
+            if self._websocket and self._websocket.state is State.OPEN:
+                return  # opened by whoever held the lock before us
+            stale, self._websocket = self._websocket, None
+            if stale is not None:  # closed or closing: never left open behind us
+                await self._close_quietly(stale)
+            self._drop_utterances(keep_unsent=True)
+            headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+            try:
+                logger.debug(f"{self}: connecting to {self._url}")
+                websocket = await self._websocket_connect(
+                    self._url, additional_headers=headers, max_size=None
+                )
+            except Exception as exc:  # refused upgrade (401, 429, 503) or unreachable
+                await self.push_error(
+                    error_msg=f"{self}: cannot connect to {self._url}: {exc}", exception=exc
+                )
+                await self._call_event_handler("on_connection_error", f"{exc}")
+                return
+            self._websocket = websocket
+            try:
+                async with self._send_lock:  # what waited for a connection goes out first
+                    await self._send(self._queue.connected())
+            except Exception as exc:
+                logger.warning(f"{self}: sending the held utterance: {exc}")
         await self._call_event_handler("on_connected")
 
     async def _disconnect_websocket(self) -> None:
-        try:
-            await self.stop_all_metrics()  # type: ignore[no-untyped-call]
-            if self._websocket:
-                logger.debug(f"{self}: disconnecting")
-                await self._websocket.close()
-        except Exception as exc:
-            logger.warning(f"{self}: closing the WebSocket: {exc}")
-        finally:
-            self._websocket = None
-            self._drop_utterances()
-            await self._call_event_handler("on_disconnected")
+        async with self._connection_lock:
+            try:
+                await self.stop_all_metrics()  # type: ignore[no-untyped-call]
+                if self._websocket:
+                    logger.debug(f"{self}: disconnecting")
+                    await self._websocket.close()
+            except Exception as exc:
+                logger.warning(f"{self}: closing the WebSocket: {exc}")
+            finally:
+                self._websocket = None
+                self._drop_utterances()
+        await self._call_event_handler("on_disconnected")
 
-    def _drop_utterances(self) -> None:
-        """A new or closed socket: the utterances of the last one are gone with it (pipecat
-        closes their audio contexts on a reconnect)."""
-        for context_id in self._queue.connection_lost():
+    async def _close_quietly(self, websocket: Any) -> None:
+        try:
+            await websocket.close()
+        except Exception as exc:
+            logger.debug(f"{self}: closing a stale WebSocket: {exc}")
+
+    def _drop_utterances(self, *, keep_unsent: bool = False) -> None:
+        """A new or closed socket: the utterance on the last one is gone with it; the ones
+        queued behind it too, unless `keep_unsent` (pipecat closes every audio context on a
+        disconnect and a reconnect, not when run_tts finds the socket gone and opens one)."""
+        for context_id in self._queue.connection_lost(keep_unsent=keep_unsent):
             self._playback.pop(context_id, None)
 
     async def _send(self, messages: list[Message]) -> None:
@@ -260,10 +287,11 @@ class KokoroVoiceTTSService(WebsocketTTSService):
     async def flush_audio(self, context_id: str | None = None) -> None:
         """The turn's text is complete: `flush` its utterance."""
         context_id = context_id or self.get_active_audio_context_id()
-        if not context_id or not self._websocket:
+        if not context_id:
             return
         try:
             async with self._send_lock:
+                # with no socket it is marked in the queue, and goes out on the next one
                 await self._send(self._queue.flush(context_id))
         except Exception as exc:
             logger.warning(f"{self}: sending flush: {exc}")
@@ -389,14 +417,3 @@ class KokoroVoiceTTSService(WebsocketTTSService):
             await self.stop_ttfb_metrics()
             await self.append_to_audio_context(context_id, TTSStoppedFrame(context_id=context_id))
             await self.remove_audio_context(context_id)
-
-
-def speak_ws_url(url: str) -> str:
-    """The speak WebSocket's address for a gateway URL (http(s) becomes ws(s))."""
-    url = url.rstrip("/")
-    for http, ws in (("http://", "ws://"), ("https://", "wss://")):
-        if url.startswith(http):
-            url = ws + url[len(http) :]
-    if not url.endswith("/v1/speak/ws"):
-        url += "/v1/speak/ws"
-    return url

@@ -5,7 +5,10 @@ a `speak` while one plays is refused `busy`) on the client's side: pipecat may o
 context while the last one's audio is still arriving, so a context's utterance waits in the
 queue, its text held, until the one before it has ended (`agent_end`, `cancelled`, or an
 error that refused it). Its methods take what happened and return the messages to send now,
-in order; `audio` says whose a binary frame is.
+in order; `audio` says whose a binary frame is. While there is no connection nothing is sent:
+text and flushes are held, and go out with their `speak` once `connected()` (a flush that
+finds no socket is not lost). The messages, audio frames and the rule for which errors end an
+utterance are `kokoro_voice_client`'s, shared with the LiveKit plugin.
 """
 
 from __future__ import annotations
@@ -13,16 +16,13 @@ from __future__ import annotations
 import re
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
 
-MAX_ID_CHARS = 64
+from kokoro_voice_client import ends_utterance, split_audio_frame
+from kokoro_voice_client import speak_ws as msg
+from kokoro_voice_client.errors import CLOSING
+from kokoro_voice_client.speak_ws import MAX_ID_CHARS, Message
+
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.:-]")
-
-Message = dict[str, Any]
-"""One client message, a JSON object."""
-
-# errors without an utterance id that answer a `speak` which did not parse
-_SPEAK_REFUSALS = frozenset({"invalid_field", "invalid_json", "not_an_object"})
 
 
 def utterance_id_for(context_id: str, taken: set[str] | None = None) -> str:
@@ -37,16 +37,6 @@ def utterance_id_for(context_id: str, taken: set[str] | None = None) -> str:
     return candidate
 
 
-def split_audio_frame(frame: bytes) -> tuple[str, bytes]:
-    """A binary frame's utterance id and audio: byte 0 is the id's length, then the id."""
-    if not frame:
-        raise ValueError("an empty binary frame")
-    n = frame[0]
-    if len(frame) < 1 + n:
-        raise ValueError("a binary frame shorter than its utterance id")
-    return frame[1 : 1 + n].decode("ascii", errors="replace"), frame[1 + n :]
-
-
 @dataclass(frozen=True)
 class Voice:
     """What a `speak` asks for: taken from the service's settings when the context opens."""
@@ -56,17 +46,7 @@ class Voice:
 
 
 def speak_message(utterance_id: str, voice: Voice) -> Message:
-    message: Message = {
-        "type": "speak",
-        "mode": "bidi",
-        "format": "pcm",
-        "speed": voice.speed,
-        "timestamps": True,
-        "utterance_id": utterance_id,
-    }
-    if voice.voice:
-        message["voice"] = voice.voice
-    return message
+    return msg.speak(utterance_id, voice.voice, voice.speed)
 
 
 @dataclass
@@ -94,7 +74,9 @@ class Ended:
 
 
 class UtteranceQueue:
-    def __init__(self) -> None:
+    def __init__(self, *, online: bool = True) -> None:
+        """`online`: a connection is open (else nothing goes out until `connected()`)."""
+        self.online = online
         self._queue: deque[_Utterance] = deque()
         self._ids: set[str] = set()
         self._stray_cancels = 0  # cancels that will be answered `nothing_to_cancel`
@@ -128,7 +110,7 @@ class UtteranceQueue:
             utterance.held.append(delta)
             return self._send_head()
         utterance.sent_after_speak += 1
-        return [{"type": "text", "delta": delta}]
+        return [msg.text(delta)]
 
     def flush(self, context_id: str) -> list[Message]:
         """The context's text is complete."""
@@ -139,7 +121,7 @@ class UtteranceQueue:
         if not utterance.sent:
             return []
         utterance.sent_after_speak += 1
-        return [{"type": "flush"}]
+        return [msg.FLUSH]
 
     def cancel(self, context_id: str, played_ms: float | None = None) -> list[Message]:
         """Barge-in: an utterance still queued is dropped; the one on the wire is cancelled
@@ -152,18 +134,25 @@ class UtteranceQueue:
             self._over.append(context_id)
             return []
         utterance.cancelling = True
-        message: Message = {"type": "cancel"}
-        if played_ms is not None:
-            message["played_ms"] = max(0, round(played_ms))
-        return [message]
+        return [msg.cancel(played_ms)]
 
-    def connection_lost(self) -> list[str]:
-        """The socket went: every utterance is gone with it. Their contexts."""
-        contexts = [u.context_id for u in self._queue]
+    def connection_lost(self, *, keep_unsent: bool = False) -> list[str]:
+        """The socket went: the utterance on it is gone with it, and with `keep_unsent` false
+        (pipecat closed their audio contexts) those queued behind it too; the rest wait for
+        `connected()`. The contexts that are over."""
+        self.online = False
+        lost = [u for u in self._queue if u.sent or not keep_unsent]
+        for utterance in lost:
+            self._queue.remove(utterance)
+        contexts = [u.context_id for u in lost]
         self._over.extend(contexts)
-        self._queue.clear()
         self._stray_cancels = self._stray_texts = 0
         return contexts
+
+    def connected(self) -> list[Message]:
+        """A socket is open: the next utterance's speak, its held text and flush."""
+        self.online = True
+        return self._send_head()
 
     # --- what the gateway sends -------------------------------------------------------------
 
@@ -203,7 +192,8 @@ class UtteranceQueue:
         does not end it (its `agent_end` follows), nor does `nothing_to_cancel` answering a
         cancel that crossed the reply's end."""
         code = body.get("code")
-        uid = body.get("utterance_id")
+        if code in CLOSING:  # the connection closes: `connection_lost` ends what it carried
+            return True, None
         if code == "nothing_to_cancel" and self._stray_cancels:
             self._stray_cancels -= 1
             return False, None
@@ -213,10 +203,7 @@ class UtteranceQueue:
         head = self._head()
         if head is None or head.answered:
             return True, None
-        refused = (uid is not None and uid == head.utterance_id and code != "text_too_long") or (
-            uid is None and code in _SPEAK_REFUSALS  # the speak itself did not parse
-        )
-        if not refused:
+        if not ends_utterance(body, head.utterance_id, answered=False):
             return True, None
         if head.cancelling:
             self._stray_cancels += 1
@@ -241,13 +228,13 @@ class UtteranceQueue:
 
     def _send_head(self) -> list[Message]:
         head = self._head()
-        if head is None or head.sent:
+        if head is None or head.sent or not self.online:
             return []
         head.sent = True
         messages = [speak_message(head.utterance_id, head.voice)]
-        messages += [{"type": "text", "delta": delta} for delta in head.held]
+        messages += [msg.text(delta) for delta in head.held]
         head.held = []
         if head.flushed:
-            messages.append({"type": "flush"})
+            messages.append(msg.FLUSH)
         head.sent_after_speak = len(messages) - 1
         return messages

@@ -1,0 +1,189 @@
+"""The shared client package (`integrations/client`, `kokoro_voice_client`), pure: URLs, the
+speak WebSocket's messages and audio frames, the error rule, the SSE `data` decoder; and the
+gateway's error frames carrying the `status` the clients read."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from kokoro_voice_client import (
+    Endpoints,
+    GatewayError,
+    SSEDataDecoder,
+    endpoints,
+    ends_utterance,
+    is_stale,
+    speak_ws_url,
+    split_audio_frame,
+)
+from kokoro_voice_client import speak_ws as msg
+
+from gateway.errors import BadRequest, Overloaded, TTSError
+from gateway.errors import GatewayError as ServerGatewayError
+from gateway.reply.events import ErrorEvent
+from gateway.speak_ws.protocol import error_frame, event_frame
+from tests.support.fakes import expected_pcm_bytes
+from tests.support.servers import RunningServer
+
+
+def test_every_url_shape_gives_the_same_two_routes() -> None:
+    plain = Endpoints("ws://gw:8000/v1/speak/ws", "http://gw:8000/v1/audio/speech")
+    for url in (
+        "http://gw:8000",
+        "http://gw:8000/",
+        "http://gw:8000/v1",
+        "http://gw:8000/v1/",
+        "ws://gw:8000",
+        "ws://gw:8000/v1/speak/ws",
+        " http://gw:8000 ",
+    ):
+        assert endpoints(url) == plain, url
+    assert endpoints("https://voice.example/tts") == Endpoints(
+        "wss://voice.example/tts/v1/speak/ws", "https://voice.example/tts/v1/audio/speech"
+    )
+    assert speak_ws_url("wss://voice.example/v1/speak/ws") == "wss://voice.example/v1/speak/ws"
+    for bad in ("gw:8000", "ftp://gw", "http://"):
+        with pytest.raises(ValueError, match="gateway URL"):
+            endpoints(bad)
+
+
+def test_the_messages_are_the_protocols() -> None:
+    assert msg.speak("u1", "jf_alpha", 1.5) == {
+        "type": "speak",
+        "utterance_id": "u1",
+        "mode": "bidi",
+        "format": "pcm",
+        "speed": 1.5,
+        "timestamps": True,
+        "voice": "jf_alpha",
+    }
+    assert "voice" not in msg.speak("u1", None)
+    assert msg.speak("u1", timestamps=False)["timestamps"] is False
+    assert msg.text("Hi ") == {"type": "text", "delta": "Hi "}
+    assert msg.cancel() == {"type": "cancel"}
+    assert msg.cancel(1234.6) == {"type": "cancel", "played_ms": 1235}
+    assert msg.cancel(-3) == {"type": "cancel", "played_ms": 0}
+    assert json.loads(msg.encode(msg.FLUSH)) == {"type": "flush"}
+    assert msg.CLOSE == {"type": "close"}
+
+
+def test_audio_frames_lose_their_prefix_and_nothing_else() -> None:
+    pcm = b"{\x00" * 5  # PCM may start with a brace
+    assert split_audio_frame(b"\x04lk_1" + pcm) == ("lk_1", pcm)
+    assert split_audio_frame(b"\x02ab") == ("ab", b"")
+    with pytest.raises(ValueError, match="shorter"):
+        split_audio_frame(b"\x09abc")
+    with pytest.raises(ValueError, match="empty"):
+        split_audio_frame(b"")
+
+
+def test_an_error_frame_keeps_its_code_status_and_retry() -> None:
+    error = GatewayError.from_frame(
+        {
+            "type": "error",
+            "code": "overloaded",
+            "message": "too busy",
+            "retryable": True,
+            "status": 503,
+            "retry_after_s": 3,
+            "utterance_id": "u1",
+        }
+    )
+    assert error == GatewayError("overloaded", "too busy", True, 503, "u1", 3.0)
+    assert str(error) == "overloaded: too busy (retryable after 3 s)"
+    # a gateway from before `status`
+    assert GatewayError.from_frame({"code": "tts_not_ready"}).status == 502
+    assert GatewayError.from_frame({"code": "unknown_voice"}).status == 500
+
+
+def test_the_gateways_error_frames_carry_the_http_status_of_their_code() -> None:
+    """What the clients read instead of a table of codes: each frame's `status` is the one
+    the gateway's HTTP routes answer the error with."""
+    for error, status in (
+        (BadRequest("no", code="busy"), 400),
+        (Overloaded("later", retry_after_s=2), 503),
+        (TTSError("down", code="tts_not_ready"), 502),
+        (ServerGatewayError("idle", code="idle_timeout", status=408), 408),
+    ):
+        frame = json.loads(error_frame(error, "u1"))
+        assert frame["status"] == status, frame
+        assert GatewayError.from_frame(frame).status == status
+    during = json.loads(event_frame(ErrorEvent("tts_not_ready", "down", True, 502), "u1"))
+    assert (during["type"], during["status"], during["utterance_id"]) == ("error", 502, "u1")
+
+
+def error(code: str, uid: str | None = None) -> dict[str, object]:
+    body: dict[str, object] = {"type": "error", "code": code, "message": "m"}
+    if uid is not None:
+        body["utterance_id"] = uid
+    return body
+
+
+def test_only_a_refused_speak_or_a_closing_connection_ends_the_utterance() -> None:
+    # before the reply started: a refusal of our speak ends it
+    assert ends_utterance(error("unknown_voice", "u1"), "u1", answered=False)
+    assert ends_utterance(error("overloaded", "u1"), "u1", answered=False)
+    assert ends_utterance(error("invalid_field"), "u1", answered=False)  # speak did not parse
+    assert not ends_utterance(error("unknown_voice", "u0"), "u1", answered=False)  # not ours
+    assert not ends_utterance(error("busy"), "u1", answered=False)  # some other message's
+    assert not ends_utterance(error("text_too_long", "u1"), "u1", answered=False)
+    # during the reply: agent_end follows
+    for code in ("tts_synthesis_failed", "llm_error", "reply_too_long", "internal_error"):
+        assert not ends_utterance(error(code, "u1"), "u1", answered=True)
+    assert not ends_utterance(error("text_too_long", "u1"), "u1", answered=True)
+    # the connection closes after it
+    assert ends_utterance(error("idle_timeout"), "u1", answered=True)
+
+
+def test_a_pooled_connection_answering_something_else_is_stale() -> None:
+    assert is_stale(error("idle_timeout"))
+    assert is_stale(error("busy"))
+    assert is_stale(error("nothing_to_cancel"))
+    assert not is_stale(error("unknown_voice", "u1"))
+    assert not is_stale(error("invalid_field"))  # it refused our speak: a real answer
+
+
+STREAM = (
+    'data: {"type": "speech.audio.delta", "audio": "AAA="}\r\n\r\n'
+    ": a comment\n\n"
+    "event: ignored\nid: 7\n"
+    'data: {"a":\ndata: "é"}\r\rdata:{"type": "speech.audio.done"}\n\n'
+    "data: an event never ended"
+).encode()
+EVENTS = [
+    '{"type": "speech.audio.delta", "audio": "AAA="}',
+    '{"a":\n"é"}',
+    '{"type": "speech.audio.done"}',
+]
+
+
+@pytest.mark.parametrize("size", [1, 2, 4, 7, len(STREAM)])
+def test_sse_data_is_the_same_however_the_bytes_are_cut(size: int) -> None:
+    decoder = SSEDataDecoder()
+    found = [d for i in range(0, len(STREAM), size) for d in decoder.push(STREAM[i : i + size])]
+    assert found == EVENTS
+    assert decoder.flush() == []  # the unterminated event is dropped, as the spec says
+    assert decoder.push(b"data: again\n\n") == ["again"]  # and the decoder starts over
+
+
+def test_a_long_event_cut_into_many_chunks_is_whole() -> None:
+    payload = "A" * 100_000
+    stream = f"data: {payload}\n\n".encode()
+    decoder = SSEDataDecoder()
+    found = [d for i in range(0, len(stream), 3) for d in decoder.push(stream[i : i + 3])]
+    assert found == [payload]
+
+
+async def test_the_benchs_baseline_speaks_the_gateway_through_it(
+    gateway_on_fake: RunningServer,
+) -> None:
+    """bench/frameworks/gateway_ws.py, the baseline the plugins are measured against, builds
+    its messages and reads its audio frames with this package."""
+    from bench.frameworks import gateway_ws
+
+    text = "Hello there, my friend. Your order shipped today."
+    measured = await gateway_ws.run(gateway_on_fake.http_url, None, text, "af_test")
+    assert measured.words == tuple(text.split())
+    chunks = ["Hello there, my friend.", "Your order shipped today."]
+    assert round(measured.audio_s * 48_000) == sum(expected_pcm_bytes(c) for c in chunks)
