@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway.transports.base import Completed
+from gateway.transports.base import Completed, TimedWords
 from gateway.transports.framed_stream import FramedTTSStream
 from kokoro_contract import protocol
 
@@ -52,3 +52,41 @@ def test_each_chunk_reports_its_first_audio_beside_its_whole_synthesis() -> None
     assert first.first_audio_bytes == len(SECOND)  # its first window
     assert (whole.index, whole.elapsed_s, whole.first_audio_s) == (1, 0.7, 0.7)
     assert whole.first_audio_bytes == len(SECOND)  # all of it
+
+
+def test_word_timings_are_on_the_streams_clock_from_where_their_request_starts() -> None:
+    """A request's words are shifted by the audio before the request, not before its words: a
+    progressive server may send a window that ends no word ahead of them."""
+    sent: list[str] = []
+
+    async def send(frame: str) -> None:
+        sent.append(frame)
+
+    stream = FramedTTSStream(send, None, 1.0, None)
+
+    async def run() -> list[tuple[str, float, float]]:
+        await stream.send("Hello there, my friend.")
+        await stream.send("Your order shipped.")
+        rid0, rid1 = (protocol.decode_frame(f)["request_id"] for f in sent)  # type: ignore[index]
+        frames: list[str | bytes] = [
+            protocol.StartMsg(rid0).encode(),
+            protocol.WordTimingsMsg(rid0, (protocol.WordTiming("Hello", 0.1, 0.5),)).encode(),
+            SECOND,
+            protocol.CompleteMsg(rid0, len(SECOND), 0.5).encode(),
+            protocol.StartMsg(rid1).encode(),
+            SECOND,  # a first window that ends no word
+            protocol.WordTimingsMsg(rid1, (protocol.WordTiming("Your", 0.05, 1.4),)).encode(),
+            SECOND,
+            protocol.CompleteMsg(rid1, 2 * len(SECOND), 0.9).encode(),
+        ]
+        for frame in frames:
+            await stream.received(frame)
+        await stream.end_input()
+        return [
+            (w.word, w.start, w.end)
+            async for piece in stream.audio()
+            if isinstance(piece, TimedWords)
+            for w in piece.words
+        ]
+
+    assert asyncio.run(run()) == [("Hello", 0.1, 0.5), ("Your", 1.05, 2.4)]  # after 1 s, not 2

@@ -121,7 +121,8 @@ def assert_aligned(words: list[TimedString], text: str) -> None:
     ends = [seconds(w.end_time) for w in words]
     assert starts == sorted(starts)
     assert all(s < e for s, e in zip(starts, ends, strict=True))
-    assert all(e <= s for e, s in zip(ends, starts[1:], strict=False))
+    timed = list(zip(words, starts, ends, strict=True))
+    assert all(e <= s for e, s in zip(ends, starts[1:], strict=False)), timed
 
 
 def seconds(time: NotGivenOr[float]) -> float:

@@ -99,8 +99,11 @@ class FramedTTSStream:
                     yield pcm
                 case StartMsg(request_id=rid):
                     self._current = rid
-                case WordTimingsMsg(request_id=rid, words=words):
                     # a request's audio follows the one before it: it starts where that ended
+                    # (not where its first words come: a progressive server may send a window
+                    # that ends no word before them)
+                    self._starts.setdefault(rid, pcm_duration_s(self._yielded))
+                case WordTimingsMsg(request_id=rid, words=words):
                     start = self._starts.setdefault(rid, pcm_duration_s(self._yielded))
                     yield TimedWords(
                         tuple(WordTiming(w.word, start + w.start, start + w.end) for w in words)
