@@ -535,7 +535,9 @@ async def test_a_client_that_stops_reading_is_dropped(fake_engine: FakeEngine) -
             received = await asyncio.to_thread(read_to_end, sock)
         assert ran == len(fake_engine.calls)
         assert text.startswith(" ".join(fake_engine.calls))  # the reply's opening, in order
-        assert 0 < ran < sentences / 2, ran  # 335 to 522 here: the engine stopped with it
+        # the engine stopped with it, not at the reply's end: 335 to 522 of the 2000 sentences on
+        # a slower day, 1369 on a quiet machine (what the loopback buffers hold meanwhile)
+        assert 0 < ran < sentences, ran
         assert received.startswith(b"HTTP/1.1 200 OK")
         assert b"event: audio_chunk" in received
         assert b"agent_end" not in received  # cut short, not finished

@@ -118,8 +118,9 @@ async def test_ping_answers_while_a_long_synthesis_runs(model_server: RunningSer
         assert scheduler.engine_calls - before < 9  # sentences were still to synthesize
         reply = await read_until_terminal(ws, "long")
         assert reply.last["type"] == "synthesis_complete"
-        assert 1 + reply.frames == 9  # one binary frame per sentence, 8 still to come
-        assert scheduler.engine_calls - before == 9
+        assert 1 + reply.frames >= 9  # a binary frame per sentence (or window), 8 still to come
+        # every sentence ran: one call each, or a progressive server's front pass and windows
+        assert scheduler.engine_calls - before >= 9
 
 
 async def test_cancel_in_flight(model_server: RunningServer) -> None:
