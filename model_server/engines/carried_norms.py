@@ -20,12 +20,18 @@ answers the sums over the window's core, for the next window. `NormStats` holds 
 
 from __future__ import annotations
 
+import hashlib
+import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+log = logging.getLogger(__name__)
 
 PRIOR_FRAMES = 96.0  # how much the voice's reference statistics weigh, in frames
 # Two sentences of reference speech (espeak-ng's phonemes; about 11 s at speed 1), not in the
@@ -267,3 +273,38 @@ class NormStats:
         except (OSError, KeyError, ValueError, EOFError):
             return None
         return cls(sums, squares, frames) if frames > 0 else None
+
+
+def voice_prior(
+    directory: Path,
+    voice: str,
+    model_key: str,
+    pack: npt.NDArray[Any],
+    norms: int,
+    calibrate: Callable[[], NormStats],
+) -> NormStats:
+    """The voice's statistics over the reference text: read from `directory` when they were
+    kept there for this model (`model_key`), this voice pack and this text, else `calibrate()`d
+    and kept (a read-only directory: computed again at the next start). Unscaled."""
+    key = hashlib.sha256(
+        "\n".join([model_key, *CALIBRATION_PHONEMES]).encode()
+        + np.ascontiguousarray(pack).tobytes()
+    ).hexdigest()[:24]
+    path = directory / f"{voice}.{key}.npz"
+    stats = NormStats.load(path, norms)
+    if stats is not None:
+        return stats
+    started = time.perf_counter()
+    stats = calibrate()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        stats.save(path)
+    except OSError as exc:
+        log.warning("could not keep the norm prior of %s: %s", voice, exc)
+    log.info(
+        "instance-norm prior of %s over %.0f frames in %.1f s",
+        voice,
+        stats.frames,
+        time.perf_counter() - started,
+    )
+    return stats

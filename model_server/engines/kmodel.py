@@ -27,7 +27,6 @@ import hashlib
 import logging
 import math
 import threading
-import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -49,7 +48,11 @@ from model_server.engines.base import (
     style_row,
     tokenize,
 )
-from model_server.engines.carried_norms import CALIBRATION_PHONEMES, PRIOR_FRAMES, NormStats
+from model_server.engines.carried_norms import (
+    CALIBRATION_PHONEMES,
+    PRIOR_FRAMES,
+    voice_prior,
+)
 from model_server.engines.weights import default_cache_dir
 from model_server.errors import ModelUnavailable, SynthesisCancelled, SynthesisFailed
 from model_server.windows import Window
@@ -366,25 +369,14 @@ class TorchEngine:
             if known is not None:
                 return known
             pack = self._packs[voice].float().cpu().contiguous().numpy()
-            key = hashlib.sha256(
-                "\n".join([self._prior_key, *CALIBRATION_PHONEMES]).encode() + pack.tobytes()
-            ).hexdigest()[:24]
-            path = self._prior_dir / f"{voice}.{key}.npz"
-            stats = NormStats.load(path, self._norms)
-            if stats is None:
-                started = time.perf_counter()
-                stats = self._calibrate(voice).to_stats()
-                try:
-                    self._prior_dir.mkdir(parents=True, exist_ok=True)
-                    stats.save(path)
-                except OSError as exc:  # a read-only cache: computed again at the next start
-                    log.warning("could not keep the norm prior of %s: %s", voice, exc)
-                log.info(
-                    "torch engine: instance-norm prior of %s over %.0f frames in %.1f s",
-                    voice,
-                    stats.frames,
-                    time.perf_counter() - started,
-                )
+            stats = voice_prior(
+                self._prior_dir,
+                voice,
+                self._prior_key,
+                pack,
+                self._norms,
+                lambda: self._calibrate(voice).to_stats(),
+            )
             prior = Carried.from_stats(stats.scaled(PRIOR_FRAMES), self._device)
             if self._device.type == "cuda":  # copied in before any stream's kernels read it
                 self._torch.cuda.synchronize(self._device)

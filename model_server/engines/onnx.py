@@ -10,11 +10,9 @@ per voice over a reference text, and kept in the cache directory)."""
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +40,7 @@ from model_server.engines.carried_norms import (
     NormStats,
     squares_output,
     sum_output,
+    voice_prior,
 )
 from model_server.engines.weights import (
     DECODER_INPUTS,
@@ -225,26 +224,14 @@ class OnnxEngine:
             if known is not None:
                 return known
             norms = (len(self._decoder_outputs) - 1) // 2
-            pack = np.ascontiguousarray(self._packs[voice])
-            key = hashlib.sha256(
-                "\n".join([self._prior_key, *CALIBRATION_PHONEMES]).encode() + pack.tobytes()
-            ).hexdigest()[:24]
-            path = self._prior_dir / f"{voice}.{key}.npz"
-            stats = NormStats.load(path, norms)
-            if stats is None:
-                started = time.perf_counter()
-                stats = self._calibrate(voice, norms)
-                try:
-                    self._prior_dir.mkdir(parents=True, exist_ok=True)
-                    stats.save(path)
-                except OSError as exc:  # a read-only cache: computed again at the next start
-                    log.warning("could not keep the norm prior of %s: %s", voice, exc)
-                log.info(
-                    "onnx engine: instance-norm prior of %s over %.0f frames in %.1f s",
-                    voice,
-                    stats.frames,
-                    time.perf_counter() - started,
-                )
+            stats = voice_prior(
+                self._prior_dir,
+                voice,
+                self._prior_key,
+                self._packs[voice],
+                norms,
+                lambda: self._calibrate(voice, norms),
+            )
             prior = stats.scaled(PRIOR_FRAMES)
             self._priors[voice] = prior
             return prior

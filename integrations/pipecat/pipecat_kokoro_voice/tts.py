@@ -51,43 +51,22 @@ _SETTINGS_ERRORS = frozenset({"unknown_voice", "invalid_field"})
 
 
 class KokoroVoiceError(Exception):
-    """An error frame from the gateway: `code`, `message`, whether a retry may succeed."""
+    """An error frame from the gateway (`kokoro_voice_client.GatewayError`): `code`, `message`,
+    `status`, whether a retry may succeed."""
 
-    def __init__(
-        self,
-        code: str,
-        message: str,
-        retryable: bool = False,
-        utterance_id: str | None = None,
-        retry_after_s: float | None = None,
-        status: int = 500,
-    ) -> None:
-        self.code = code
-        self.status = status
-        self.message = message
-        self.retryable = retryable
-        self.utterance_id = utterance_id
-        self.retry_after_s = retry_after_s
-        super().__init__(str(self))
-
-    def __str__(self) -> str:
-        retry = ""
-        if self.retryable:
-            after = f" after {self.retry_after_s:g} s" if self.retry_after_s else ""
-            retry = f" (retryable{after})"
-        return f"{self.code}: {self.message}{retry}"
+    def __init__(self, error: GatewayError) -> None:
+        self.error = error
+        self.code = error.code
+        self.status = error.status
+        self.message = error.message
+        self.retryable = error.retryable
+        self.utterance_id = error.utterance_id
+        self.retry_after_s = error.retry_after_s
+        super().__init__(str(error))
 
     @classmethod
     def from_frame(cls, body: Message) -> KokoroVoiceError:
-        error = GatewayError.from_frame(body)
-        return cls(
-            error.code,
-            error.message,
-            error.retryable,
-            error.utterance_id,
-            error.retry_after_s,
-            error.status,
-        )
+        return cls(GatewayError.from_frame(body))
 
     @property
     def category(self) -> ErrorCategory:
