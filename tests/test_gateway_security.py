@@ -76,7 +76,9 @@ async def speak_once(ws: ClientConnection, **fields: Any) -> tuple[bytes, list[d
 
 
 async def test_with_keys_every_v1_route_needs_credentials(fake_server: RunningServer) -> None:
-    with gateway(fake_server, api_keys=KEYS) as gw:
+    # credentials, not capacity: a shared fake server's speed learned from earlier tests must
+    # not have admission refuse the one reply this asks for
+    with gateway(fake_server, api_keys=KEYS, admission=False) as gw:
         async with httpx.AsyncClient(base_url=gw.http_url, timeout=15) as http:
             missing = [
                 await http.post("/v1/speak", json=HI),
@@ -94,6 +96,7 @@ async def test_with_keys_every_v1_route_needs_credentials(fake_server: RunningSe
             for path in ("/", "/static/speak.js", "/healthz", "/readyz"):
                 assert (await http.get(path)).status_code == 200, path
             async with http.stream("POST", "/v1/speak", json=HI, headers=auth()) as r:
+                assert r.status_code == 200, (r.status_code, await r.aread())
                 reply = await read_sse(r)
             assert reply.names[-1] == "agent_end"
             assert len(b"".join(reply.audio_chunks())) > 0
