@@ -40,6 +40,9 @@ HI = {"text": "Hello there.", "format": "pcm"}
 
 @contextlib.contextmanager
 def gateway(fake_server: RunningServer, **settings: Any) -> Iterator[RunningServer]:
+    # these are the access rules, not capacity: admission off unless a test asks, so the shared
+    # fake server's speed, as earlier tests taught it, cannot refuse a reply asked for here
+    settings.setdefault("admission", False)
     app = create_gateway(GatewaySettings(model_server_url=fake_server.http_url, **settings))
     with serve(app) as running:
         yield running
@@ -76,9 +79,7 @@ async def speak_once(ws: ClientConnection, **fields: Any) -> tuple[bytes, list[d
 
 
 async def test_with_keys_every_v1_route_needs_credentials(fake_server: RunningServer) -> None:
-    # credentials, not capacity: a shared fake server's speed learned from earlier tests must
-    # not have admission refuse the one reply this asks for
-    with gateway(fake_server, api_keys=KEYS, admission=False) as gw:
+    with gateway(fake_server, api_keys=KEYS) as gw:
         async with httpx.AsyncClient(base_url=gw.http_url, timeout=15) as http:
             missing = [
                 await http.post("/v1/speak", json=HI),
@@ -314,7 +315,7 @@ async def test_allowed_origins_and_cors(fake_server: RunningServer) -> None:
                 "POST", "/v1/speak", json=HI, headers={"Origin": app_origin}
             ) as r:
                 assert r.headers["access-control-allow-origin"] == app_origin
-                assert (await read_sse(r)).names[-1] == "agent_end"
+                assert (await read_sse(r)).names[-1] == "agent_end", r.status_code
 
 
 # --- sizes --------------------------------------------------------------------------------------
@@ -337,7 +338,7 @@ async def test_bodies_past_the_limit_are_refused(fake_server: RunningServer) -> 
             for r in (declared, streamed, speech):
                 assert code_of(r) == (413, "body_too_large")
             async with http.stream("POST", "/v1/speak", content=orjson.dumps(HI)) as r:
-                assert (await read_sse(r)).names[-1] == "agent_end"
+                assert (await read_sse(r)).names[-1] == "agent_end", r.status_code
         assert await metric(gw, "gateway_errors_total", code="body_too_large") == 3
 
 
@@ -424,14 +425,14 @@ async def test_replies_and_llm_tokens_per_minute(fake_server: RunningServer) -> 
         async with httpx.AsyncClient(base_url=gw.http_url, timeout=15) as http:
             prompt = {"prompt": "Tell me a story about a cat.", "format": "pcm"}  # 7 tokens
             async with http.stream("POST", "/v1/speak", json=prompt) as r:
-                assert (await read_sse(r)).names[-1] == "agent_end"
+                assert (await read_sse(r)).names[-1] == "agent_end", r.status_code
             async with http.stream("POST", "/v1/speak", json=prompt) as r:  # 14 > 10 now
-                assert (await read_sse(r)).names[-1] == "agent_end"
+                assert (await read_sse(r)).names[-1] == "agent_end", r.status_code
             tokens = await http.post("/v1/speak", json=prompt)
             assert code_of(tokens) == (429, "rate_limited")
             assert "LLM tokens" in tokens.json()["error"]["message"]
             async with http.stream("POST", "/v1/speak", json=HI) as r:  # text: no LLM
-                assert (await read_sse(r)).names[-1] == "agent_end"
+                assert (await read_sse(r)).names[-1] == "agent_end", r.status_code
             replies = await http.post("/v1/speak", json=HI)
             assert code_of(replies) == (429, "rate_limited")
             assert 1 <= int(replies.headers["Retry-After"]) <= 60
