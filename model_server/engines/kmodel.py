@@ -248,12 +248,10 @@ class TorchEngine:
             return Timed(np.zeros(0, np.float32), np.zeros(len(phonemes) + 2, np.int64), 1)
         if cancel.cancelled:  # a running forward cannot be interrupted; a queued one can
             raise SynthesisCancelled()
-        torch = self._torch
         pack = self._packs[voice]
         try:
             with self._inference():
-                ids = torch.tensor([[0, *tokens, 0]], dtype=torch.long, device=self._device)
-                style = pack[style_row(len(tokens), len(pack))]  # (1, 256)
+                ids, style = self._inputs(tokens, pack)
                 audio, pred_dur = self._model.forward_with_tokens(ids, style, speed)
                 out = audio.float().cpu().numpy()  # waits for this thread's stream only
                 frames = pred_dur.cpu().numpy()
@@ -263,6 +261,11 @@ class TorchEngine:
             raise SynthesisCancelled()
         durations = char_durations(phonemes, self._vocab, frames)
         return Timed(out.ravel(), durations, self.frame_samples)
+
+    def _inputs(self, tokens: list[int], pack: Any) -> tuple[Any, Any]:
+        """The model's token ids (padded, on the device) and the voice pack's style row."""
+        ids = self._torch.tensor([[0, *tokens, 0]], dtype=self._torch.long, device=self._device)
+        return ids, pack[style_row(len(tokens), len(pack))]  # (1, 256)
 
     def front(self, phonemes: str, voice: str, speed: float, cancel: CancelToken) -> Front:
         return self._front(phonemes, voice, speed, cancel, self._prior(voice))
@@ -282,12 +285,10 @@ class TorchEngine:
             return Front(0, np.zeros(len(phonemes) + 2, np.int64), self.frame_samples, None)
         if cancel.cancelled:
             raise SynthesisCancelled()
-        torch = self._torch
         pack = self._packs[voice]
         try:
             with self._inference():
-                ids = torch.tensor([[0, *tokens, 0]], dtype=torch.long, device=self._device)
-                style = pack[style_row(len(tokens), len(pack))]  # (1, 256)
+                ids, style = self._inputs(tokens, pack)
                 features, pred_dur = _front_pass(self._model, ids, style, speed, Carry(carried))
                 # the last thing queued on this thread's stream: when it is here, the features
                 # are computed too, and a window may be decoded on another thread's stream
