@@ -200,12 +200,12 @@ def test_spare_time_is_what_a_new_reply_may_take_without_a_gap() -> None:
     third = len("It should arrive by Thursday.")
     third_synth = 0.35 + 0.025 * third
     third_ready = 0.95 + 0.875 + third_synth
-    assert plan.slack_s(0.95) == pytest.approx(
-        min(
-            2.15 - 1.825 - (0.4 + 0.25 * 0.875),
-            2.15 + 21 / 14 - third_ready - (0.4 + 0.25 * third_synth),
-        )
-    )
+    second_spare = 2.15 - 1.825 - (0.4 + 0.25 * 0.875)
+    third_spare = 2.15 + 21 / 14 - third_ready - (0.4 + 0.25 * third_synth)
+    assert plan.slack_s(0.95) == pytest.approx(min(second_spare, third_spare))
+    # chunk by chunk, with the synthesis from now until each is done: what admission asks
+    profile = [x for chunk in plan.spare_profile(0.95) for x in chunk]
+    assert profile == pytest.approx([second_spare, 1.825 - 0.95, third_spare, third_ready - 0.95])
     assert plan.done_in_s(0.95) == pytest.approx(third_ready - 0.95)  # ("Bye" may go on)
     plan.completed(1, audio_s=1.5, now=1.8)
     rest = [c.text for c in finish(plan, 1.8)]
@@ -214,6 +214,7 @@ def test_spare_time_is_what_a_new_reply_may_take_without_a_gap() -> None:
         assert plan.slack_s(2.0 + index) is not None  # still to come
         plan.completed(index, audio_s=1.0, now=2.0 + index)
     assert plan.slack_s(9.0) is None  # all of it synthesized
+    assert plan.spare_profile(9.0) == ()
 
 
 def test_each_chunk_fits_before_its_deadline() -> None:

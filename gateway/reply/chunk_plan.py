@@ -282,32 +282,43 @@ class ChunkPlan:
 
     def slack_s(self, now: float) -> float | None:
         """How much later than planned this reply's synthesis could run and still play with
-        no gap, as far as its text known tells (None: nothing left to synthesize): none before
-        its first chunk; before playback, how much further its start may slide; then the
-        least spare time of any chunk still to come, synthesized one after another from now."""
+        no gap, as far as its text known tells (None: nothing left to synthesize): the least
+        spare time of `spare_profile`."""
+        profile = self.spare_profile(now)
+        return min(spare for spare, _ in profile) if profile else None
+
+    def spare_profile(self, now: float) -> tuple[tuple[float, float], ...]:
+        """For each chunk still to come, as far as its text known tells, in order: how much
+        later it could be ready and still play with no gap, and the seconds of synthesis from
+        now until it is done (its own and the chunks' before it, one after another). Before
+        its first chunk: one entry, with no spare (its first chunks are about to need the
+        engine); before playback, one: how much further its start may slide, and all the
+        synthesis left. Empty when nothing is left to synthesize."""
         if self._ended and not self._units and all(s.done for s in self._sent):
-            return None
+            return ()
         if not self._sent:
-            return 0.0  # starting: its first chunks are about to need the engine
+            return ((0.0, self.done_in_s(now)),)
         if self._first_audio is None:
-            return self._sent[0].first + self.config.first_hold_s - self._planned_start(now)
-        spare, before, ready = float("inf"), 0.0, now
+            slide = self._sent[0].first + self.config.first_hold_s - self._planned_start(now)
+            return ((slide, self.done_in_s(now)),)
+        profile: list[tuple[float, float]] = []
+        before, ready = 0.0, now
         for sent in self._sent:
             if not sent.done:
                 first = max(ready, sent.first)
                 ready = max(ready, sent.finish)
                 at = self._first_audio + before
-                spare = min(spare, self._spare(sent.chars, first, ready, at, sent.audio_s))
+                spare = self._spare(sent.chars, first, ready, at, sent.audio_s)
+                profile.append((spare, ready - now))
             before += sent.audio_s
         for unit in self._units:
             first = ready + self._first_s(len(unit))
             ready += self._synth_s(len(unit))
             audio = self._audio_s(len(unit))
-            spare = min(
-                spare, self._spare(len(unit), first, ready, self._first_audio + before, audio)
-            )
+            spare = self._spare(len(unit), first, ready, self._first_audio + before, audio)
+            profile.append((spare, ready - now))
             before += audio
-        return None if spare == float("inf") else spare
+        return tuple(profile)
 
     def done_in_s(self, now: float) -> float:
         """How long until the text known so far is all synthesized (estimated)."""

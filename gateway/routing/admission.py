@@ -8,8 +8,11 @@ reply this gateway runs there must have spare time in its playback (`ChunkPlan.s
 the text it still has to voice) for what the new reply costs it: its share of the new first
 chunk, and the slowdown of all it has left to synthesize now that one more reply shares the
 cores (`LoadReport.slowdown`, from the speeds the server learned for calls alone and side by
-side). A reply still starting (nothing sent yet) has the slack its plan gives a first chunk
-under load (`STARTING_SLACK_S`) and, its text unknown, a typical reply's synthesis left
+side). Each chunk it has still to come is asked separately (`ChunkPlan.spare_profile`): the
+new start delays it by the new first chunk's share and by the slowdown of the synthesis before
+it, so a chunk due soon needs less room than one at the end of a long reply, whose playback buffer
+grows meanwhile. A reply still starting (nothing sent yet) has the slack its plan gives a first
+chunk under load (`STARTING_SLACK_S`) and, its text unknown, a typical reply's synthesis left
 (`LoadReport.reply_s`): on 2 cores two replies starting together would both fall behind, on a
 GPU dozens may. What cannot be served in time is refused up front: never accepted and then
 stuttered. A refusal that time clears by itself (a reply in progress gains spare time as its
@@ -39,19 +42,21 @@ RETRY_WHEN_FULL_S = 5  # a reply in progress needs a few seconds more, typically
 STALE_ESTIMATE_FACTOR = 2.0  # an idle server is given a reply estimated up to this x budget
 
 
+# of a reply in progress, for each chunk it has still to come: (how much later that chunk could
+# be ready without a gap, seconds of synthesis from now until it is done)
+Profile = Sequence[tuple[float, float]]
+
+
 class InProgress(Protocol):
     """What admission needs of a reply in progress (its chunk plan, for one): whether it has
-    started, its spare time, and how much synthesis it has left."""
+    started, and the spare time of each chunk it has still to come."""
 
     @property
     def started(self) -> bool: ...
 
-    def slack_s(self, now: float) -> float | None:
-        """Seconds its next audio could come later without a gap (None: nothing left)."""
-        ...
-
-    def done_in_s(self, now: float) -> float:
-        """Seconds of synthesis left for the text it knows."""
+    def spare_profile(self, now: float) -> Profile:
+        """(spare seconds, seconds of synthesis until it is done) of each chunk still to come,
+        in order; empty when nothing is left."""
         ...
 
 
@@ -146,9 +151,8 @@ class Candidate:
     name: str
     load: LoadReport | None  # None: down (or its load is unknown)
     replies: int = 0  # replies this gateway runs there now
-    # (spare time of its playback, seconds of synthesis left for its known text) of each of
-    # those under way with work left (`ChunkPlan.slack_s`, `ChunkPlan.done_in_s`)
-    spare: tuple[tuple[float, float], ...] = ()
+    # the spare profile of each of those under way with work left (`ChunkPlan.spare_profile`)
+    spare: tuple[Profile, ...] = ()
     starting: int = 0  # of `replies`, those that have sent nothing yet
     starting_slack_s: float = STARTING_SLACK_S  # the spare time each of those has
 
@@ -157,13 +161,13 @@ def refusal(
     load: LoadReport,
     budget_s: float,
     replies: int = 0,
-    spare: Sequence[tuple[float, float]] = (),
+    spare: Sequence[Profile] = (),
     starting: int = 0,
     starting_slack_s: float = STARTING_SLACK_S,
 ) -> Refusal | None:
     """Why `load` cannot take a new reply now, or None if it can; `replies`: the ones this
-    gateway already runs there, `spare` the (spare time, synthesis left) of each of them under
-    way with work left, `starting` how many of them have sent nothing yet."""
+    gateway already runs there, `spare` the spare profile of each of them under way with work
+    left, `starting` how many of them have sent nothing yet."""
     idle = load.busy == 0 and load.waiting == 0 and load.min_slack_s is None and replies == 0
     if idle and load.first_audio_s <= STALE_ESTIMATE_FACTOR * budget_s:
         # idle, and the estimate only a little past the budget: it may be stale (learned while
@@ -193,15 +197,17 @@ def refusal(
         )
     startup = load.first_chunk_s / load.workers  # its first chunk goes ahead of them
     slower = load.slowdown(replies) - 1.0  # and what they have left runs this much longer
-    for slack, left in [*spare, *[(starting_slack_s, load.reply_s)] * starting]:
-        needs = startup + slower * left
-        if slack < needs:
-            return Refusal(
-                f"replies in progress would fall behind their listeners (spare {slack:.2f} s, "
-                f"a new reply takes {needs:.2f} s of it)",
-                max(1, math.ceil(left)),  # when it has synthesized the text it knows
-                deferrable=True,
-            )
+    for profile in [*spare, *[((starting_slack_s, load.reply_s),)] * starting]:
+        for slack, until in profile:
+            needs = startup + slower * until
+            if slack < needs:
+                left = profile[-1][1]
+                return Refusal(
+                    f"replies in progress would fall behind their listeners (spare {slack:.2f} "
+                    f"s, a new reply takes {needs:.2f} s of it)",
+                    max(1, math.ceil(left)),  # when it has synthesized the text it knows
+                    deferrable=True,
+                )
     return None
 
 

@@ -34,6 +34,7 @@ from gateway.routing.admission import (
     Candidate,
     InProgress,
     LoadReport,
+    Profile,
     Refusal,
     choose,
 )
@@ -52,13 +53,12 @@ class Upstream:
     plans: list[InProgress] = field(default_factory=list)  # the playback plans of those
     starting: int = 0  # replies admitted whose plan is not tracked yet (nothing sent)
 
-    def spare(self, now: float) -> tuple[tuple[float, float], ...]:
-        """(spare time of its playback, seconds of synthesis left for its known text) of each
-        reply under way there with work left."""
+    def spare(self, now: float) -> tuple[Profile, ...]:
+        """The spare profile of each reply under way there with work left."""
         return tuple(
-            (slack, plan.done_in_s(now))
+            profile
             for plan in self.plans
-            if plan.started and (slack := plan.slack_s(now)) is not None
+            if plan.started and (profile := tuple(plan.spare_profile(now)))
         )
 
     def starting_now(self) -> int:
