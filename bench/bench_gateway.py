@@ -8,7 +8,10 @@ of the time from sending the request to receiving the first audio event. Also pr
 - the floor physics allows for bidi: when the paced text completes the first chunk, plus the
   model server's own time to first audio for that chunk sent to it directly;
 - the gateway's added latency: first audio through the gateway minus first audio from the
-  model server directly, for the same (unpaced) text.
+  model server directly, for the same (unpaced) text;
+- the answer given at once (unpaced, bidi): its last audio and the model server's engine
+  seconds for it (`model_server_engine_seconds_total`), each against one raw onnxruntime call of
+  the whole answer (the registry's graph, the same threads and voice), alternating.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import argparse
 import asyncio
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -39,19 +42,61 @@ FIRST_MS = 300.0
 
 
 async def gateway_ttfa(base: str, params: dict[str, object]) -> float:
+    return (await gateway_audio(base, params))[0]
+
+
+async def gateway_audio(base: str, params: dict[str, object]) -> tuple[float, float]:
+    """(first audio, last audio) of one reply over SSE, seconds from sending the request."""
     async with httpx.AsyncClient(base_url=base, timeout=120) as http:
         started = time.perf_counter()
         async with http.stream("POST", "/v1/speak", json=params) as r:
             decoder = SSEDecoder()
-            first = None
+            first = last = None
             async for chunk in r.aiter_raw():
                 for event in decoder.push(chunk):
-                    if event.event == "audio_chunk" and first is None:
-                        first = time.perf_counter() - started
+                    if event.event == "audio_chunk":
+                        last = time.perf_counter() - started
+                        first = last if first is None else first
                     if event.event == "error":
                         raise RuntimeError(event.data)
         assert first is not None
-        return first
+        assert last is not None
+        return first, last
+
+
+def engine_seconds(model_base: str) -> float:
+    """The model server's `model_server_engine_seconds_total`: engine time spent so far."""
+    for line in httpx.get(f"{model_base}/metrics", timeout=10).text.splitlines():
+        if line.startswith("model_server_engine_seconds_total "):
+            return float(line.split()[1])
+    raise RuntimeError("the model server reports no model_server_engine_seconds_total")
+
+
+async def at_once(
+    gateway: str, model_base: str, raw: Callable[[str], float], voice: str, runs: int, fmt: str
+) -> list[tuple[str, str]]:
+    """The answer given at once through the gateway (bidi) against one raw call of it."""
+    whole: list[float] = []
+    last: list[float] = []
+    engine: list[float] = []
+    for _ in range(runs):
+        whole.append(await asyncio.to_thread(raw, ANSWER))
+        before = engine_seconds(model_base)
+        params = {"text": ANSWER, "format": fmt, "voice": voice, "mode": "bidi"}
+        last.append((await gateway_audio(gateway, params))[1])
+        engine.append(engine_seconds(model_base) - before)
+
+    def ratio(values: list[float]) -> str:
+        ratios = [v / w for v, w in zip(values, whole, strict=True)]
+        spread = f"[{min(ratios):.2f}-{max(ratios):.2f}]"
+        median = statistics.median(values) * 1000
+        return f"{median:.0f} ms, {statistics.median(ratios):.2f}x {spread}"
+
+    return [
+        ("given at once: one raw onnxruntime call", f"{statistics.median(whole) * 1000:.0f} ms"),
+        ("given at once, bidi: last audio (/ raw)", ratio(last)),
+        ("given at once, bidi: engine time (/ raw)", ratio(engine)),
+    ]
 
 
 async def model_server_ttfa(ws_base: str, text: str) -> float:
@@ -79,7 +124,16 @@ def first_chunk_release(config: PlanConfig) -> tuple[str, float]:
     raise RuntimeError("no chunk")
 
 
-async def run(gateway: str, model_ws: str, runs: int, fmt: str, config: PlanConfig) -> None:
+async def run(
+    gateway: str,
+    model_ws: str,
+    runs: int,
+    fmt: str,
+    config: PlanConfig,
+    whole: tuple[str, Callable[[str], float], str] | None = None,
+) -> None:
+    """`whole`: the model server's base URL, a raw call and the voice, for the answer given at
+    once against one raw call of it."""
     paced = {"text": ANSWER, "format": fmt, "echo_tps": TPS, "echo_first_ms": FIRST_MS}
     await gateway_ttfa(gateway, {"text": "Warm up.", "format": fmt})
     ttfa: dict[str, list[float]] = {"bidi": [], "batch": []}
@@ -114,6 +168,8 @@ async def run(gateway: str, model_ws: str, runs: int, fmt: str, config: PlanConf
         ("bidi above the floor", f"{(bidi - floor) * 1000:.0f} ms"),
         ("gateway added latency (same text, unpaced; p50 of pairs)", f"{added * 1000:.0f} ms"),
     ]
+    if whole is not None:
+        rows += await at_once(gateway, *whole, runs, fmt)
     width = max(len(r[0]) for r in rows)
     for name, value in rows:
         print(f"  {name.ljust(width)}  {value}")
@@ -168,7 +224,8 @@ def main() -> None:
     from model_server.config import Settings
     from tests.support.servers import serve
 
-    model_app = create_app(Settings(progressive=args.progressive == "on"))
+    model_settings = Settings(progressive=args.progressive == "on")
+    model_app = create_app(model_settings)
     with serve(model_app) as model:
         if not model_app.state.service.settled.wait(300) or not model_app.state.service.ready:
             raise SystemExit(f"model server failed: {model_app.state.service.failure}")
@@ -181,8 +238,12 @@ def main() -> None:
         chunker = PlanConfig(
             settings.first_min_words, settings.first_max_words, settings.first_wait_words
         )
+        from bench.bench_model import raw_onnx_call
+
+        voice = model_app.state.service.get().rules.default_voice
+        whole = (model.http_url, raw_onnx_call(model_settings.engine_threads, voice), voice)
         with serve(create_gateway(settings)) as gw:
-            asyncio.run(run(gw.http_url, model.ws_url, args.runs, args.format, chunker))
+            asyncio.run(run(gw.http_url, model.ws_url, args.runs, args.format, chunker, whole))
         if not args.skip_sagemaker:
             with sagemaker_gateway(model, settings) as gw:
                 print("\nthe same through the SageMaker path (emulated on loopback: HTTP/2 SDK")
