@@ -82,7 +82,7 @@ async def at_once(
     for _ in range(runs):
         whole.append(await asyncio.to_thread(raw, ANSWER))
         before = engine_seconds(model_base)
-        params = {"text": ANSWER, "format": fmt, "voice": voice, "mode": "bidi"}
+        params: dict[str, object] = {"text": ANSWER, "format": fmt, "voice": voice, "mode": "bidi"}
         last.append((await gateway_audio(gateway, params))[1])
         engine.append(engine_seconds(model_base) - before)
 
