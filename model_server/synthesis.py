@@ -203,8 +203,7 @@ class Synthesizer:
         per_call, per_frame = self.scheduler.window_speed.line
         speed = Speed(per_call, per_frame, front.frame_samples / SAMPLE_RATE)
         lead = deadline - self.scheduler.clock()
-        pause = int(front.durations[0]) if front.durations.size else 0  # the pad before it
-        windows = plan_windows(front.frames, self.schedule, speed, lead, pause)
+        windows = plan_windows(front.frames, self.schedule, speed, lead)
         joiner = Joiner(front.frame_samples, self.schedule.crossfade)
         trim = StreamTrim(self.trim)
         decoded: list[npt.NDArray[np.float32]] = []
