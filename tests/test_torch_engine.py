@@ -316,11 +316,18 @@ def test_a_window_with_carried_statistics_differs_from_it_with_its_own_and_is_fi
     assert carried.size == own.size == 34 * SAMPLES_PER_FRAME
     assert np.isfinite(carried).all()
     assert not np.allclose(carried, own, atol=1e-4)  # the prior was read
-    # the first window's core is carried on: the prior's frames and its 24
+    # the first window's core is carried on beside the prior; the next window is normalised by
+    # the prior (weighing at most the frames after it) and those 24
     features = front.features
     assert isinstance(features, Features)
-    assert features.carry.carried is not None
-    assert features.carry.carried.frames == PRIOR_FRAMES + 24
+    assert features.carry.seen is not None
+    assert features.carry.seen.frames == 24
+    after = front.frames - second.end
+    carried = features.carry.carried(after)
+    assert carried is not None
+    assert carried.frames == min(PRIOR_FRAMES, after) + 24
+    last = features.carry.carried(0)  # the last window: the segment's own frames alone
+    assert last is features.carry.seen
     after_first = engine.decode(front, second, CancelToken())
     assert np.isfinite(after_first).all()
     # the same second window with the prior only (as if the first window had no frames)
@@ -418,7 +425,7 @@ def test_the_prior_is_the_voices_over_the_reference_text_computed_once_and_kept(
     prior = fresh._priors[VOICE]
     for segment in segments:
         assert isinstance(segment.features, Features)
-        assert segment.features.carry.carried is prior  # each segment starts from it
+        assert segment.features.carry.prior is prior  # each segment starts from it
     assert prior.frames == PRIOR_FRAMES
     (saved,) = (tmp_path / "norm-priors").glob(f"{VOICE}.*.npz")
     stats = NormStats.load(saved, fresh._norms)
@@ -450,14 +457,14 @@ def test_the_whole_segments_statistics_bring_a_window_closer_to_the_whole_call(
     recording = _own(engine)
     assert isinstance(recording.features, Features)
     engine.decode(recording, Window(0, recording.frames, 0, 0), CancelToken())
-    segment = recording.features.carry.carried
+    segment = recording.features.carry.seen
     assert segment is not None
     assert segment.frames == recording.frames
 
     def core(carried: Any) -> np.ndarray:
         front = _own(engine)
         assert isinstance(front.features, Features)
-        front.features.carry.carried = carried
+        front.features.carry.seen = carried  # no prior (`_own`): these alone, or none
         front.features.carry.next_start = at.start
         audio = engine.decode(front, at, CancelToken())
         return audio[

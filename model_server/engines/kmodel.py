@@ -109,11 +109,23 @@ class Features:
 
 @dataclass
 class Carry:
-    """The norms' statistics carried into a segment's next window (None: nothing, each norm
-    its window's own), and where that window's core starts."""
+    """What a segment's windows carry from one to the next: the voice's prior (None: none, each
+    norm its window's own statistics), the norms' statistics of the cores decoded so far (None:
+    none yet), and where the next core starts."""
 
-    carried: Carried | None
+    prior: Carried | None
+    seen: Carried | None = None
     next_start: int = 0
+
+    def carried(self, after: int) -> Carried | None:
+        """The statistics a window is normalised by, beside its own core's: the cores' before
+        it and the prior, standing in for the `after` frames still to come after it, weighing
+        as many as they are, at most its own weight (the onnx engine's rule: `_Segment`)."""
+        weight = 0.0 if self.prior is None else min(self.prior.frames, float(after))
+        if self.prior is None or weight <= 0:
+            return self.seen
+        prior = self.prior.scaled(weight)
+        return prior if self.seen is None else prior.plus(self.seen)
 
 
 def frame_samples(config: dict[str, Any]) -> int:
@@ -330,7 +342,8 @@ class TorchEngine:
         if cancel.cancelled:
             raise SynthesisCancelled()
         n = front.frame_samples
-        run = Run(carry.carried, end - start, window.left, window.end - window.start, self._norms)
+        carried_in = carry.carried(front.frames - window.end)
+        run = Run(carried_in, end - start, window.left, window.end - window.start, self._norms)
         try:
             with self._inference(), carrying(run):
                 audio = _decode_frames(
@@ -344,7 +357,7 @@ class TorchEngine:
                 )
                 core = run.core()
                 # queued before the audio's copy: when that is here, these are computed too
-                carried = core if carry.carried is None else carry.carried.plus(core)
+                seen = core if carry.seen is None else carry.seen.plus(core)
                 out: FloatAudio = audio.float().cpu().numpy().ravel()  # waits for the stream
         except SynthesisCancelled:
             raise
@@ -355,7 +368,7 @@ class TorchEngine:
         if out.size != (end - start) * n:
             raise SynthesisFailed(f"{out.size} samples for {end - start} frames")
         # replaced only now: the tensors carried in are no longer read by any queued kernel
-        carry.carried = carried
+        carry.seen = seen
         carry.next_start = window.end
         return out
 
@@ -400,7 +413,7 @@ class TorchEngine:
                 if not isinstance(front.features, Features):
                     raise SynthesisFailed(f"the reference text has no frames in {voice}'s vocab")
                 self.decode(front, Window(0, front.frames, 0, 0), cancel)
-                seen = front.features.carry.carried
+                seen = front.features.carry.seen
                 assert seen is not None
                 total = seen if total is None else total.plus(seen)
         assert total is not None

@@ -5,8 +5,9 @@ model gave each phoneme beside it, for word timings. For progressive synthesis i
 variant's two halves (`weights.split_models`): `front` over a whole segment (about 4 % of a
 call), then `decode` over its windows in order, the harmonic source sliced from the front
 pass's so the phase of every window is the whole segment's, and the instance norms' statistics
-carried from window to window, starting from the voice's prior (`carried_norms`: computed once
-per voice over a reference text, and kept in the cache directory)."""
+carried from window to window beside the voice's prior, which weighs less as fewer frames are
+left to come (`carried_norms`: computed once per voice over a reference text, and kept in the
+cache directory)."""
 
 from __future__ import annotations
 
@@ -168,12 +169,12 @@ class OnnxEngine:
         return self._front(phonemes, voice, speed, cancel, prior)
 
     def _front(
-        self, phonemes: str, voice: str, speed: float, cancel: CancelToken, carried: NormStats
+        self, phonemes: str, voice: str, speed: float, cancel: CancelToken, prior: NormStats
     ) -> Front:
         assert self._split is not None
         tokens, feed = self._feed(phonemes, voice, speed)
         if not tokens:
-            empty = _Segment({}, carried)
+            empty = _Segment({}, prior, NormStats.none(len(prior.sums)))
             return Front(0, np.zeros(len(phonemes) + 2, np.int64), SAMPLES_PER_FRAME, empty)
         outputs = [*DECODER_INPUTS, DURATIONS_OUTPUT]
         *features, durations = self._run(self._split[0], outputs, feed, cancel)
@@ -182,7 +183,11 @@ class OnnxEngine:
             frames,
             char_durations(phonemes, self._vocab, durations),
             SAMPLES_PER_FRAME,
-            _Segment(dict(zip(DECODER_INPUTS, features, strict=True)), carried),
+            _Segment(
+                dict(zip(DECODER_INPUTS, features, strict=True)),
+                prior,
+                NormStats.none(len(prior.sums)),
+            ),
         )
 
     def decode(self, front: Front, window: Window, cancel: CancelToken) -> FloatAudio:
@@ -203,7 +208,7 @@ class OnnxEngine:
                 f"{segment.next_start} (its windows are decoded in order)"
             )
         feed = {name: _window(name, segment.tensors[name], start, end) for name in DECODER_INPUTS}
-        feed |= segment.carried.feed()
+        feed |= segment.carried(front.frames - window.end).feed()
         feed[CORE_LEFT] = np.array([window.left], np.float32)
         feed[CORE_FRAMES] = np.array([window.end - window.start], np.float32)
         audio, *sums = self._run(self._split[1], self._decoder_outputs, feed, cancel)
@@ -211,7 +216,7 @@ class OnnxEngine:
         if out.size != window.frames * SAMPLES_PER_FRAME:
             raise SynthesisFailed(f"{out.size} samples for {window.frames} frames")
         core = NormStats.from_outputs(sums, window.end - window.start)
-        segment.carried = segment.carried.plus(core)
+        segment.seen = segment.seen.plus(core)
         segment.next_start = window.end
         return out
 
@@ -243,7 +248,7 @@ class OnnxEngine:
             cancel = CancelToken()
             front = self._front(phonemes, voice, 1.0, cancel, NormStats.none(norms))
             self.decode(front, Window(0, front.frames, 0, 0), cancel)
-            seen = front.features.carried
+            seen = front.features.seen
             total = seen if total is None else total.plus(seen)
         assert total is not None
         return total
@@ -282,11 +287,23 @@ class OnnxEngine:
 @dataclass
 class _Segment:
     """The onnx engine's `Front.features`: the decoder's inputs over the whole segment, and what
-    its windows carry from one to the next (the norms' statistics, where the next core starts)."""
+    its windows carry from one to the next (the norms' statistics of the cores decoded so far,
+    where the next core starts), beside the voice's prior."""
 
     tensors: dict[str, Any]
-    carried: NormStats
+    prior: NormStats  # weighing PRIOR_FRAMES (none: no frames)
+    seen: NormStats
     next_start: int = 0
+
+    def carried(self, after: int) -> NormStats:
+        """The statistics a window is normalised by, beside its own core's: those of the cores
+        before it and the prior, standing in for the frames still to come after it (`after`),
+        weighing as many of them as it does, at most its own weight. So the last window is
+        normalised by the whole segment's statistics, as one call is."""
+        weight = min(self.prior.frames, float(after))
+        if weight <= 0:
+            return self.seen
+        return self.prior.scaled(weight).plus(self.seen)
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,11 @@ class Carried:
             self.frames + other.frames,
         )
 
+    def scaled(self, frames: float) -> Carried:
+        """The same statistics, weighing as much as `frames` frames."""
+        f = frames / self.frames
+        return Carried(tuple(a * f for a in self.sums), tuple(a * f for a in self.squares), frames)
+
 
 @dataclass
 class Run:
