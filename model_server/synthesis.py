@@ -203,7 +203,8 @@ class Synthesizer:
         per_call, per_frame = self.scheduler.window_speed.line
         speed = Speed(per_call, per_frame, front.frame_samples / SAMPLE_RATE)
         lead = deadline - self.scheduler.clock()
-        windows = plan_windows(front.frames, self.schedule, speed, lead)
+        pause = int(front.durations[0]) if front.durations.size else 0  # the pad before it
+        windows = plan_windows(front.frames, self.schedule, speed, lead, pause)
         joiner = Joiner(front.frame_samples, self.schedule.crossfade)
         trim = StreamTrim(self.trim)
         decoded: list[npt.NDArray[np.float32]] = []

@@ -157,7 +157,9 @@ def _progressive(engine: OnnxEngine, phonemes: str) -> tuple[np.ndarray, list[in
     cancel = CancelToken()
     front = engine.front(phonemes, VOICE, 1.0, cancel)
     schedule = Schedule()
-    windows = plan_windows(front.frames, schedule, AT_HALF_REALTIME)
+    pause = int(front.durations[0])  # the pad before the first phoneme, as the server reads it
+    windows = plan_windows(front.frames, schedule, AT_HALF_REALTIME, pause=pause)
+    assert windows[0].end == schedule.first + pause - schedule.lead_margin
     joiner = Joiner(front.frame_samples, schedule.crossfade)
     pieces = []
     for window in windows:

@@ -16,7 +16,15 @@ from model_server.audio import StreamTrim, TrimPolicy
 from model_server.engines.base import Timed
 from model_server.text.words import WordMap
 from model_server.timings import WordClock
-from model_server.windows import Joiner, Schedule, Speed, Window, crossfade_weights, plan_windows
+from model_server.windows import (
+    Joiner,
+    Schedule,
+    Speed,
+    Window,
+    crossfade_weights,
+    lead_in,
+    plan_windows,
+)
 from quality import seams
 
 RATE = 24_000
@@ -104,22 +112,37 @@ def test_a_short_segment_is_one_window_without_context() -> None:
     assert plan_windows(0, SCHEDULE, FAST) == ()
 
 
+def test_the_first_core_holds_the_leading_pause_besides_its_frames_of_speech() -> None:
+    # a 400-frame segment whose pad before the first phoneme lasts 15 frames: the first core
+    # holds 11 of them (all but the 4 of the margin) and 24 more; the ladder goes on from 24
+    windows = plan_windows(400, SCHEDULE, SLOW, pause=15)
+    assert windows[:3] == (Window(0, 35, 0, 12), Window(35, 83, 12, 12), Window(83, 179, 12, 12))
+    assert windows[-1].end == 400
+    assert lead_in(15, SCHEDULE) == 11
+    assert lead_in(4, SCHEDULE) == 0  # a pause no longer than the margin adds nothing
+    assert plan_windows(50, SCHEDULE, FAST, pause=15) == (Window(0, 50, 0, 0),)  # 35 + 15 < 24
+    # a later segment's first window, as large as its lead lets it be, holds its pause too
+    assert plan_windows(400, SCHEDULE, FAST, lead_s=1.0, pause=15)[0] == Window(0, 107, 0, 12)
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     st.integers(1, 2_000),
     st.sampled_from([FAST, SLOW, Speed(0.05, 0.004, 0.025)]),
     st.integers(1, 40),
     st.integers(0, 20),
+    st.integers(0, 30),
 )
 def test_cores_tile_the_segment_and_context_stays_inside_it(
-    frames: int, speed: Speed, first: int, context: int
+    frames: int, speed: Speed, first: int, context: int, pause: int
 ) -> None:
     schedule = Schedule(first=first, largest=first * 8, context=context, crossfade=0)
-    windows = plan_windows(frames, schedule, speed)
+    windows = plan_windows(frames, schedule, speed, pause=pause)
     assert windows[0].start == 0
     assert windows[-1].end == frames
     for before, after in itertools.pairwise(windows):
         assert before.end == after.start
+    pad = lead_in(pause, schedule)
     for window in windows:
         start, end = window.decoded
         assert 0 <= start < window.start + 1
@@ -127,7 +150,8 @@ def test_cores_tile_the_segment_and_context_stays_inside_it(
         assert window.left == min(context, window.start)
         assert window.right == min(context, frames - window.end)
         assert window.end - window.start >= min(first, frames)
-        assert window.end - window.start in schedule.sizes or window is windows[-1]
+        size = window.end - window.start - (pad if window is windows[0] else 0)
+        assert size in schedule.sizes or window is windows[-1]
 
 
 # --- the seams ---------------------------------------------------------------------------------
