@@ -323,9 +323,9 @@ def test_a_window_with_carried_statistics_differs_from_it_with_its_own_and_is_fi
     assert features.carry.seen is not None
     assert features.carry.seen.frames == 24
     after = front.frames - second.end
-    carried = features.carry.carried(after)
-    assert carried is not None
-    assert carried.frames == min(PRIOR_FRAMES, after) + 24
+    stats = features.carry.carried(after)
+    assert stats is not None
+    assert stats.frames == min(PRIOR_FRAMES, after) + 24
     last = features.carry.carried(0)  # the last window: the segment's own frames alone
     assert last is features.carry.seen
     after_first = engine.decode(front, second, CancelToken())
