@@ -32,7 +32,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.bench_gateway import ANSWER, FIRST_MS, TPS
+from bench.bench_gateway import ANSWER, FIRST_MS, TPS, engine_seconds
 from bench.harness import ReplyResult, one_reply
 from bench.harness import stack as stack  # bench_quality takes it from here
 
@@ -91,15 +91,6 @@ async def conversation(
             # hear the whole reply, then think
             listened = max(0.0, started + result.play_end_s - time.perf_counter())
             await asyncio.sleep(listened + rng.uniform(1.0, 3.0))
-
-
-def engine_seconds(model_url: str) -> float:
-    """`model_server_engine_seconds_total`: the engine time spent so far."""
-    text = httpx.get(f"{model_url}/metrics", timeout=10).text
-    for line in text.splitlines():
-        if line.startswith("model_server_engine_seconds_total "):
-            return float(line.split()[1])
-    raise RuntimeError("the model server reports no model_server_engine_seconds_total")
 
 
 def one_batch_s(model_url: str) -> float:
