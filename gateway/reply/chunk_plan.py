@@ -280,13 +280,6 @@ class ChunkPlan:
         """Whether a chunk has gone to the engine."""
         return bool(self._sent)
 
-    def slack_s(self, now: float) -> float | None:
-        """How much later than planned this reply's synthesis could run and still play with
-        no gap, as far as its text known tells (None: nothing left to synthesize): the least
-        spare time of `spare_profile`."""
-        profile = self.spare_profile(now)
-        return min(spare for spare, _ in profile) if profile else None
-
     def spare_profile(self, now: float) -> tuple[tuple[float, float], ...]:
         """For each chunk still to come, as far as its text known tells, in order: how much
         later it could be ready and still play with no gap, and the seconds of synthesis from

@@ -4,7 +4,7 @@ which one takes a new reply, or a refusal with how long to wait.
 A reply is taken only if its first audio can come within the budget (the chosen server's backlog
 plus the first chunk's own synthesis) and taking it leaves the work there on time: segments
 queued there with less slack than its first chunk's cost would be made late under EDF, and each
-reply this gateway runs there must have spare time in its playback (`ChunkPlan.slack_s`, from
+reply this gateway runs there must have spare time in its playback (`ChunkPlan.spare_profile`, from
 the text it still has to voice) for what the new reply costs it: its share of the new first
 chunk, and the slowdown of all it has left to synthesize now that one more reply shares the
 cores (`LoadReport.slowdown`, from the speeds the server learned for calls alone and side by
