@@ -278,6 +278,12 @@ class NormStats:
         return cls(sums, squares, frames) if frames > 0 else None
 
 
+def prior_weight(prior_frames: float, after: int) -> float:
+    """How much the prior weighs for a window with `after` frames of its segment still to come
+    after it: as many as they are, at most `prior_frames` (none for the last window)."""
+    return max(0.0, min(prior_frames, float(after)))
+
+
 def voice_prior(
     directory: Path,
     voice: str,

@@ -51,6 +51,7 @@ from model_server.engines.base import (
 from model_server.engines.carried_norms import (
     CALIBRATION_PHONEMES,
     PRIOR_FRAMES,
+    prior_weight,
     voice_prior,
 )
 from model_server.engines.weights import default_cache_dir
@@ -121,8 +122,7 @@ class Carry:
         """The statistics a window is normalised by, beside its own core's: the cores' before
         it and the prior, standing in for the `after` frames still to come after it, weighing
         as many as they are, at most its own weight (the onnx engine's rule: `_Segment`)."""
-        weight = 0.0 if self.prior is None else min(self.prior.frames, float(after))
-        if self.prior is None or weight <= 0:
+        if self.prior is None or (weight := prior_weight(self.prior.frames, after)) <= 0:
             return self.seen
         prior = self.prior.scaled(weight)
         return prior if self.seen is None else prior.plus(self.seen)

@@ -39,6 +39,7 @@ from model_server.engines.carried_norms import (
     CORE_LEFT,
     PRIOR_FRAMES,
     NormStats,
+    prior_weight,
     squares_output,
     sum_output,
     voice_prior,
@@ -300,7 +301,7 @@ class _Segment:
         before it and the prior, standing in for the frames still to come after it (`after`),
         weighing as many of them as it does, at most its own weight. So the last window is
         normalised by the whole segment's statistics, as one call is."""
-        weight = min(self.prior.frames, float(after))
+        weight = prior_weight(self.prior.frames, after)
         if weight <= 0:
             return self.seen
         return self.prior.scaled(weight).plus(self.seen)
