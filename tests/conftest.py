@@ -15,10 +15,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from model_server.app import create_app
 from model_server.config import Settings
 from tests.support.fakes import FAKE_SETTINGS, FakeEngine, serve_fake
-from tests.support.servers import RunningServer, serve
+from tests.support.servers import RunningServer, serve, serve_real_model
 
 __all__ = ["FAKE_SETTINGS"]  # where the suite has always imported it from
 
@@ -32,10 +31,7 @@ os.environ["MODEL_SERVER_ENGLISH_VOICES"] = "off"
 @pytest.fixture(scope="session")
 def model_server() -> Iterator[RunningServer]:
     """The real model server: real Kokoro-82M int8 weights on onnxruntime, real espeak G2P."""
-    app = create_app(Settings(workers=2, english_voices="off"))
-    with serve(app) as running:
-        assert app.state.service.settled.wait(timeout=120), "model did not load"
-        assert app.state.service.ready, app.state.service.failure
+    with serve_real_model(Settings(workers=2, english_voices="off")) as running:
         yield running
 
 

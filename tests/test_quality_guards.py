@@ -22,13 +22,12 @@ import httpx
 import pytest
 
 from kokoro_contract.formats import FORMATS
-from model_server.app import create_app
 from model_server.config import Settings
 from quality import corpus, judges
 from quality.baseline import Baseline
 from quality.wer import total, word_errors
 from tests.support.gateway_client import sse_post
-from tests.support.servers import RunningServer, serve
+from tests.support.servers import RunningServer, serve_real_model
 
 pytestmark = pytest.mark.real_model
 
@@ -54,10 +53,7 @@ async def batch(server: RunningServer, text: str) -> bytes:
 @pytest.fixture(scope="module")
 def one_call_server() -> Iterator[RunningServer]:
     """A model server that voices each segment in one engine call (`--progressive off`)."""
-    app = create_app(Settings(workers=1, english_voices="off", progressive=False))
-    with serve(app) as running:
-        assert app.state.service.settled.wait(timeout=120), "model did not load"
-        assert app.state.service.ready, app.state.service.failure
+    with serve_real_model(Settings(workers=1, english_voices="off", progressive=False)) as running:
         yield running
 
 

@@ -102,3 +102,16 @@ def serve(app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> Iterator[Runn
     with _serving((app, options), (internal, {"lifespan": "off"})) as served:
         [(server, port), (_, internal_port)] = served
         yield RunningServer(app, port, server, internal_port)
+
+
+@contextlib.contextmanager
+def serve_real_model(settings: Any) -> Iterator[RunningServer]:
+    """A model server with the real Kokoro-82M (`model_server.config.Settings`), served once it
+    has loaded."""
+    from model_server.app import create_app
+
+    app = create_app(settings)
+    with serve(app) as running:
+        assert app.state.service.settled.wait(timeout=120), "model did not load"
+        assert app.state.service.ready, app.state.service.failure
+        yield running
