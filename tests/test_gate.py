@@ -100,9 +100,16 @@ async def test_an_llm_answer_is_charged_its_tokens_when_it_ends(
             admitted.text_chars = lambda: 41  # the answer so far
             assert gate.token_rate.used("web", gate.clock()) == 0
         assert gate.token_rate.used("web", gate.clock()) == 11  # 4 characters a token
+        # settled as the reply ends (before its agent_end is out), then closed: charged once
+        async with gate.start(WEB, prompt=True) as admitted:
+            admitted.text_chars = lambda: 8
+            admitted.settle()
+            assert gate.token_rate.used("web", gate.clock()) == 13
+            admitted.text_chars = lambda: 800  # nothing after the settlement counts
+        assert gate.token_rate.used("web", gate.clock()) == 13
         async with gate.start(WEB, prompt=False) as admitted:
             admitted.text_chars = lambda: 400  # text the client gave: no tokens
-        assert gate.token_rate.used("web", gate.clock()) == 11
+        assert gate.token_rate.used("web", gate.clock()) == 13
 
 
 async def test_a_reply_is_alone_only_when_its_server_has_nothing_else_to_do(

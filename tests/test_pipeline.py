@@ -145,6 +145,39 @@ async def test_an_unexpected_failure_ends_the_reply_with_a_generic_error() -> No
     assert isinstance(events[-1], AgentEnd)
 
 
+async def test_the_reply_settles_before_its_end_reaches_the_client() -> None:
+    """`on_end` (the gate charging an LLM answer's tokens) runs before `agent_end` is out:
+    a client that sends its next request as it reads the end finds the charge made. Also on a
+    reply that failed."""
+    for fail in (False, True):
+        source = GatedSource(["Hello there."], [])
+        source.gate.set()
+        out: asyncio.Queue[Event | None] = asyncio.Queue()
+        spec = ReplySpec("u1", Mode.BIDI, FORMATS["pcm"], None, 1.0)
+        transport = MemoryTransport(fail=fail)
+        seen_when_settled: list[int] = []
+
+        def settle(
+            q: asyncio.Queue[Event | None] = out, seen: list[int] = seen_when_settled
+        ) -> None:
+            seen.append(q.qsize())
+
+        reply = Reply(
+            spec,
+            source,
+            create_encoder(spec.format),
+            transport,
+            transport,
+            out,
+            on_end=settle,
+        )
+        await reply.run()
+        events = drain(out)
+        assert isinstance(events[-1], AgentEnd)
+        # called once, when everything but agent_end (and the closing None) was out
+        assert seen_when_settled == [len(events) - 1]
+
+
 class HeldStream:
     """A TTS stream whose chunks' audio come only when the test lets each one through, each
     reported complete (as the model server's `synthesis_complete`) after its audio."""

@@ -25,7 +25,7 @@ import contextlib
 import enum
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -128,10 +128,13 @@ class Reply:
         plan: Plan | None = None,
         max_s: float | None = None,
         text_stall_s: float | None = None,
+        on_end: Callable[[], None] | None = None,
     ) -> None:
         """`plan` cuts the text (a `SentencePlan` when None). A reply still running after
         `max_s` seconds ends with `reply_too_long`; a source that sends nothing for
-        `text_stall_s` (an LLM stalled mid-answer) with `llm_timeout`."""
+        `text_stall_s` (an LLM stalled mid-answer) with `llm_timeout`. `on_end` is called
+        once the reply is over and before `agent_end` is emitted, so what it settles (the
+        client's quotas) is settled before the client can send its next request."""
         self.spec = spec
         self.source = source
         self.encoder = encoder
@@ -147,6 +150,7 @@ class Reply:
         self.spoken: list[str] = []  # the text as it came
         self.max_s = max_s
         self.text_stall_s = text_stall_s
+        self.on_end = on_end
         self._held: list[Piece] = []  # audio waiting for playback to start
         # the queues that wake the processors when a chunk is done (sooner than estimated)
         self._wakes: list[asyncio.Queue[Any]] = []
@@ -201,6 +205,8 @@ class Reply:
         if self.error is not None:
             await self.out.put(self.error)
         stop_reason = getattr(self.source, "stop_reason", None)  # Bedrock's messageStop
+        if self.on_end is not None:
+            self.on_end()
         await self.out.put(AgentEnd(self.metrics.as_dict(), stop_reason))
         await self.out.put(None)
 

@@ -4,8 +4,9 @@
 a WebSocket brings the connection's), checks that the client has no reply of that id playing
 and registers it (so a cancel can find it), charges the per-minute rate, waits for admission
 (the model server that can serve it in time, or a refusal) and reserves its place there; on
-every exit it gives all of it back, in one place (`Admitted.close`), and charges an LLM
-answer's tokens. A refusal at any step gives back what the steps before it took.
+every exit it gives all of it back, in one place (`Admitted.close`). An LLM answer's tokens
+are charged as the reply ends (`Admitted.settle`), before the client reads its end. A refusal
+at any step gives back what the steps before it took.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ class Admitted:
         self.text_chars: Callable[[], int] = lambda: 0  # the answer's text so far (the reply's)
         self._placement: PooledTransport | None = None
         self._releases: list[Callable[[], None]] = []
+        self._charges: list[Callable[[], None]] = []  # what the reply used, charged once
+        self._settled = False
         self._closed = False
 
     @property
@@ -68,11 +71,23 @@ class Admitted:
         if self._placement is not None:
             self._placement.track(plan)
 
+    def settle(self) -> None:
+        """Charge the client what the reply used (an LLM answer's tokens), once: the reply
+        calls this as it ends, before its `agent_end` reaches the client, so the client's
+        next request already counts it; `close` does it for a reply that stopped short."""
+        if self._settled:
+            return
+        self._settled = True
+        for charge in self._charges:
+            charge()
+
     def close(self) -> None:
-        """Give back everything the reply holds (once; any later call does nothing)."""
+        """Settle and give back everything the reply holds (once; any later call does
+        nothing)."""
         if self._closed:
             return
         self._closed = True
+        self.settle()
         if self.live is not None and not self.live.heard.done():
             self.live.heard.set_result(None)  # a cancel waiting for it hears nothing more
         for release in reversed(self._releases):
@@ -157,7 +172,7 @@ class Gate:
                 admitted._releases.append(lambda: self._unregister(key, live))
             self._charge_rates(client, prompt)
             if prompt:
-                admitted._releases.append(lambda: self._charge_tokens(admitted))
+                admitted._charges.append(lambda: self._charge_tokens(admitted))
             admitted.transports = await self._route(admitted)
         except BaseException:
             admitted.close()

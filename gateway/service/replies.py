@@ -165,6 +165,7 @@ class ReplyFactory:
             plan,
             max_s=self.settings.max_reply_s,
             text_stall_s=stall,
+            on_end=admitted.settle,
         )
         admitted.text_chars = lambda: reply.metrics.text_chars
         # a plan with deadlines gives admission its spare time; the sentences plan has none
