@@ -52,6 +52,14 @@ async def read_sse(response: httpx.Response) -> SSEReply:
     return reply
 
 
+async def read_reply(response: httpx.Response) -> SSEReply:
+    """`read_sse`, asserting the reply ran to its `agent_end`; where it did not, the failure
+    shows what came instead (the status and the start of the body)."""
+    reply = await read_sse(response)
+    assert reply.names[-1:] == ["agent_end"], (response.status_code, reply.raw[:300])
+    return reply
+
+
 async def sse_get(base_url: str, params: dict[str, Any]) -> SSEReply:
     async with (
         httpx.AsyncClient(base_url=base_url, timeout=15) as http,
