@@ -10,7 +10,10 @@ not mistaken for a seam):
   percentile of steps elsewhere (a hard cut between two decodings: 1.3-1.8; speech: below 1);
 - `hf`: the high-frequency energy (the first difference, which rises 6 dB per octave) in the
   span around the seam over the 90th percentile of the same over spans of equal length
-  elsewhere at a similar level (within 6 dB);
+  elsewhere at a similar level (within 6 dB), and over no less than `HF_FLOOR`: in a pause the
+  spans of a similar level hold only the decoder's noise floor, 60 dB down, and a seam there
+  measured 3-6 times them over the quality corpus with peaks below 0.001 (what a click in a
+  pause does, a step, `jump` measures);
 - `level_db`: the change in RMS level across the seam (`level_s` either side), in dB, against
   the 95th percentile of the same change at other points.
 """
@@ -24,6 +27,10 @@ import numpy as np
 import numpy.typing as npt
 
 Samples = npt.NDArray[np.float32]
+
+# the first difference's energy of a full-band signal 50 dB below full scale (an 8 kHz tone
+# of amplitude 10^(-50/20) has about this much): HF below it is a pause's, whatever its ratio
+HF_FLOOR = 2e-5
 
 
 @dataclass(frozen=True)
@@ -98,5 +105,5 @@ def seams(
         here_level = _rms(x[here_start : here_start + 2 * span].astype(np.float32))
         similar = others & (np.abs(20 * np.log10((level + 1e-5) / (here_level + 1e-5))) < 6)
         ref_hf = float(np.quantile(hf[similar] if similar.any() else hf, 0.9))
-        out.append(Seam(a, jump, here_hf / (ref_hf or 1e-12), level_change(a) / typical_level))
+        out.append(Seam(a, jump, here_hf / max(ref_hf, HF_FLOOR), level_change(a) / typical_level))
     return SeamReport(tuple(out))

@@ -295,3 +295,17 @@ def test_the_seam_detector_finds_a_click_and_a_level_step_and_passes_a_smooth_jo
     stepped = audio.copy()
     stepped[RATE:] *= 0.4  # 8 dB down from one sample to the next
     assert seams.seams(stepped, [RATE]).worst_level_db > 2
+
+
+def test_in_a_pause_the_seam_detector_hears_a_click_but_not_the_noise_floor() -> None:
+    rng = np.random.default_rng(0)
+    t = np.arange(RATE // 2) / RATE
+    pause = (3e-4 * np.sin(2 * np.pi * 100 * t)).astype(np.float32)  # 70 dB down: a hum
+    pause[RATE // 4 : RATE // 4 + 200] = rng.normal(0, 3e-4, 200).astype(np.float32)  # hiss
+    audio = np.concatenate([_voice(1.0), pause, _voice(1.0)])
+    at = RATE + RATE // 4 + 100
+    # as bright as white noise against a hum of its level, but 70 dB down: nothing to hear
+    assert seams.seams(audio, [at]).worst_hf < 1
+    clicked = audio.copy()
+    clicked[at : at + 3] = 0.2  # a click in the pause: a step
+    assert seams.seams(clicked, [at]).worst_jump > 2
