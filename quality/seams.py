@@ -11,9 +11,9 @@ not mistaken for a seam):
 - `hf`: the high-frequency energy (the first difference, which rises 6 dB per octave) in the
   span around the seam over the 90th percentile of the same over spans of equal length
   elsewhere at a similar level (within 6 dB), and over no less than `HF_FLOOR`: in a pause the
-  spans of a similar level hold only the decoder's noise floor, 60 dB down, and a seam there
-  measured 3-6 times them over the quality corpus with peaks below 0.001 (what a click in a
-  pause does, a step, `jump` measures);
+  spans of a similar level hold only the decoder's noise floor, 60 dB down, and seams there
+  measured 3-6 times them over the quality corpus with peaks below 0.001 (a click in a pause
+  is a step, which `jump` measures);
 - `level_db`: the change in RMS level across the seam (`level_s` either side), in dB, against
   the 95th percentile of the same change at other points.
 """

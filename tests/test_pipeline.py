@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 
 from gateway.encoders import create_encoder
 from gateway.params import Mode
@@ -80,11 +80,15 @@ class MemoryTransport:
 
 
 def make_reply(
-    mode: Mode, source: GatedSource, transport: MemoryTransport
+    mode: Mode,
+    source: GatedSource,
+    transport: MemoryTransport,
+    on_end: Callable[[], None] | None = None,
 ) -> tuple[Reply, asyncio.Queue[Event | None]]:
     out: asyncio.Queue[Event | None] = asyncio.Queue()
     spec = ReplySpec("u1", mode, FORMATS["pcm"], None, 1.0)
-    return Reply(spec, source, create_encoder(spec.format), transport, transport, out), out
+    encoder = create_encoder(spec.format)
+    return Reply(spec, source, encoder, transport, transport, out, on_end=on_end), out
 
 
 def drain(out: asyncio.Queue[Event | None]) -> list[Event]:
@@ -145,37 +149,30 @@ async def test_an_unexpected_failure_ends_the_reply_with_a_generic_error() -> No
     assert isinstance(events[-1], AgentEnd)
 
 
+async def _settled_at(fail: bool) -> tuple[list[Event], list[int]]:
+    """A reply's events, and how many were out each time its `on_end` was called."""
+    source = GatedSource(["Hello there."], [])
+    source.gate.set()
+    out_when_settled: list[int] = []
+    reply, out = make_reply(
+        Mode.BIDI,
+        source,
+        MemoryTransport(fail=fail),
+        on_end=lambda: out_when_settled.append(out.qsize()),
+    )
+    await reply.run()
+    return drain(out), out_when_settled
+
+
 async def test_the_reply_settles_before_its_end_reaches_the_client() -> None:
     """`on_end` (the gate charging an LLM answer's tokens) runs before `agent_end` is out:
     a client that sends its next request as it reads the end finds the charge made. Also on a
     reply that failed."""
     for fail in (False, True):
-        source = GatedSource(["Hello there."], [])
-        source.gate.set()
-        out: asyncio.Queue[Event | None] = asyncio.Queue()
-        spec = ReplySpec("u1", Mode.BIDI, FORMATS["pcm"], None, 1.0)
-        transport = MemoryTransport(fail=fail)
-        seen_when_settled: list[int] = []
-
-        def settle(
-            q: asyncio.Queue[Event | None] = out, seen: list[int] = seen_when_settled
-        ) -> None:
-            seen.append(q.qsize())
-
-        reply = Reply(
-            spec,
-            source,
-            create_encoder(spec.format),
-            transport,
-            transport,
-            out,
-            on_end=settle,
-        )
-        await reply.run()
-        events = drain(out)
+        events, out_when_settled = await _settled_at(fail)
         assert isinstance(events[-1], AgentEnd)
         # called once, when everything but agent_end (and the closing None) was out
-        assert seen_when_settled == [len(events) - 1]
+        assert out_when_settled == [len(events) - 1]
 
 
 class HeldStream:
