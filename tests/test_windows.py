@@ -350,6 +350,24 @@ def test_the_seam_detector_finds_a_click_and_a_level_step_and_passes_a_smooth_jo
     assert seams.seams(stepped, [RATE]).worst_level_db > 2
 
 
+def test_in_a_fricative_the_seam_detector_hears_a_click_but_not_the_hiss() -> None:
+    rng = np.random.default_rng(1)
+    audio = _voice(2.0)
+    hiss = slice(RATE // 2, RATE // 2 + RATE // 10)  # 100 ms of an /s/, 20 dB under the voice
+    audio[hiss] = rng.normal(0, 0.1 * float(np.std(audio)), RATE // 10).astype(np.float32)
+    at = RATE // 2 + RATE // 20  # in its middle
+    # far brighter than the voiced spans of its level, no brighter than the hiss around it
+    assert seams.seams(audio, [at]).worst_hf < 1.5
+    clicked = audio.copy()
+    clicked[at : at + 2] += float(np.abs(audio).max())  # a click in it, as loud as the voice
+    assert seams.seams(clicked, [at]).worst_hf > 2
+    assert seams.seams(clicked, [at]).worst_jump > 2
+    faint = audio.copy()
+    faint[at : at + 2] += 0.5 * float(np.abs(audio).max())  # half as loud: lost in the hiss's
+    assert seams.seams(faint, [at]).worst_hf < 2  # brightness, but a step all the same
+    assert seams.seams(faint, [at]).worst_jump > 2
+
+
 def test_in_a_pause_the_seam_detector_hears_a_click_but_not_the_noise_floor() -> None:
     rng = np.random.default_rng(0)
     t = np.arange(RATE // 2) / RATE
