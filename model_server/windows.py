@@ -18,9 +18,8 @@ playback (or too little audio is ahead yet to pay for a window's context) the wa
 playback can run without a gap stays short. A remainder shorter than `first` goes into the
 window before it. A first segment's first window is smaller than `first` (down to
 `Schedule.smallest`) when, at the measured speed, every window after it is still decoded before
-the audio ahead of it has played, with a margin (`Schedule.gapless`, `keeps_ahead`): a short
-segment, or a fast engine, speaks sooner; a long segment on a slow one keeps `first`. Worked
-out for a 430-frame
+the audio ahead of it has played (`Schedule.gapless`): a short segment, or a fast engine, speaks
+sooner, and a long segment on a slow one keeps `first` (`gapless`). Worked out for a 430-frame
 (10.8 s) sentence at RTF 0.5 with 12 frames of context (24, 48, 96, 192, 70 frames): gapless
 playback could start 1.35 s after the request, at 1.22x the decoder compute of one call
 (with 6 frames, 1.11x); with the rest in one window after the first, 5.1 s at 1.06x; one
