@@ -90,11 +90,8 @@ class Schedule:
     margin: float = 0.5  # a window fits when its decoding takes at most this much of the lead
     lead_margin: int = 4  # frames of the leading pause that count as the first window's speech
     # a reply's first window may be as small as this (at most `first`, in steps of `step`)
-    # when each window after it is decoded within `gapless` of the audio ahead of it. The
-    # corpus's sentences, first windows of 12 / 16 / 20 / 24 frames: the seam after it
-    # measured HF 3.15 / 1.70 / 1.06 / 0.97 at worst (one call at those points: 0.14 at
-    # 12's, 1.70 at 16's), so 16
-    smallest: int = 16
+    # when each window after it is decoded within `gapless` of the audio ahead of it
+    smallest: int = 12
     step: int = 2
     gapless: float = 0.9
 
