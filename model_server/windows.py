@@ -16,10 +16,7 @@ decoding, at the measured speed, fits in the time before the listener needs its 
 context's share of the compute shrinks window by window, and where synthesis is slower than
 playback (or too little audio is ahead yet to pay for a window's context) the wait before
 playback can run without a gap stays short. A remainder shorter than `first` goes into the
-window before it. A first segment's first window is smaller than `first` (down to
-`Schedule.smallest`) when, at the measured speed, every window after it is still decoded before
-the audio ahead of it has played (`Schedule.gapless`): a short segment, or a fast engine, speaks
-sooner, and a long segment on a slow one keeps `first` (`gapless`). Worked out for a 430-frame
+window before it. Worked out for a 430-frame
 (10.8 s) sentence at RTF 0.5 with 12 frames of context (24, 48, 96, 192, 70 frames): gapless
 playback could start 1.35 s after the request, at 1.22x the decoder compute of one call
 (with 6 frames, 1.11x); with the rest in one window after the first, 5.1 s at 1.06x; one
@@ -89,17 +86,10 @@ class Schedule:
     crossfade: int = 3
     margin: float = 0.5  # a window fits when its decoding takes at most this much of the lead
     lead_margin: int = 4  # frames of the leading pause that count as the first window's speech
-    # a reply's first window may be as small as this (at most `first`, in steps of `step`)
-    # when each window after it is decoded within `gapless` of the audio ahead of it
-    smallest: int = 12
-    step: int = 2
-    gapless: float = 0.9
 
     def __post_init__(self) -> None:
-        if not 0 < self.first <= self.largest or self.smallest <= 0:
-            raise ValueError("window sizes must be 0 < first <= largest and 0 < smallest")
-        if self.step < 1 or not 0 < self.gapless <= 1:
-            raise ValueError("step must be >= 1 and 0 < gapless <= 1")
+        if not 0 < self.first <= self.largest:
+            raise ValueError("window sizes must be 0 < first <= largest")
         if not 0 <= self.crossfade <= self.context:
             raise ValueError("the crossfade lies inside the context: 0 <= crossfade <= context")
         if self.lead_margin < 0:
@@ -141,40 +131,7 @@ def plan_windows(
     first window starts (0 or less: at once, as for a reply's first segment; a later segment
     has the audio before it to play first, and so may start with a larger window); `pause`:
     the frames of the pad before its first phoneme, which the first core holds besides its
-    size (`lead_in`). Needed at once, the first window is the smallest size from
-    `schedule.smallest` up to `schedule.first` after which the playback keeps ahead
-    (`keeps_ahead`), else `first`."""
-    if lead_s <= 0:
-        for first in range(min(schedule.smallest, schedule.first), schedule.first, schedule.step):
-            windows = _plan(frames, schedule, speed, lead_s, pause, first)
-            if keeps_ahead(windows, schedule, speed, pause):
-                return windows
-    return _plan(frames, schedule, speed, lead_s, pause, schedule.first)
-
-
-def keeps_ahead(
-    windows: tuple[Window, ...], schedule: Schedule, speed: Speed, pause: int = 0
-) -> bool:
-    """Whether, at `speed`, each window after the first is decoded within `schedule.gapless`
-    of the audio before it, counted from when the first window's audio starts to play: its
-    core less the part of the pause the trim cuts (`lead_in`), and every later core whole."""
-    ready = 0.0  # seconds after the first audio that the next window is decoded
-    ahead = 0.0  # seconds of audio before it
-    for number, window in enumerate(windows):
-        if number:
-            ready += speed.seconds(window.frames)
-            if ready > schedule.gapless * ahead:
-                return False
-        cut = lead_in(pause, schedule) if number == 0 else 0
-        ahead += (window.end - window.start - cut) * speed.frame_s
-    return True
-
-
-def _plan(
-    frames: int, schedule: Schedule, speed: Speed, lead_s: float, pause: int, first: int
-) -> tuple[Window, ...]:
-    """`plan_windows` with a first window of `first` frames (besides the lead-in) when one is
-    needed at once."""
+    size (`lead_in`)."""
 
     def window(start: int, core: int) -> Window:
         if frames - (start + core) < schedule.first:
@@ -197,10 +154,9 @@ def _plan(
         # at least twice the one before (the first: `first`), so the context's share shrinks
         # and the wait before playback can run without a gap stays short even when synthesis
         # falls behind; larger when the speed says a larger one is ready in time
-        grown = min(schedule.largest, 2 * size) if windows else first
+        grown = min(schedule.largest, 2 * size) if windows else schedule.first
         size = max(fitting[-1] if fitting else 0, grown)
         chosen = window(start, size + pad)
-        size = max(size, schedule.first)  # a smaller first: the ladder goes on from `first`
         ahead = max(0.0, ahead - speed.seconds(chosen.frames))
         ahead += (chosen.end - chosen.start) * speed.frame_s
         windows.append(chosen)

@@ -22,7 +22,6 @@ from model_server.windows import (
     Speed,
     Window,
     crossfade_weights,
-    keeps_ahead,
     lead_in,
     plan_windows,
 )
@@ -31,9 +30,7 @@ from quality import seams
 RATE = 24_000
 FAST = Speed(per_call=0.0, per_frame=0.001, frame_s=0.025)  # RTF 0.04: any window fits
 SLOW = Speed(per_call=0.0, per_frame=0.0125, frame_s=0.025)  # RTF 0.5
-# a first window of `first` frames always (the smaller ones: SHRINKING)
-SCHEDULE = Schedule(first=24, largest=96, context=12, crossfade=3, smallest=24)
-SHRINKING = Schedule(first=24, largest=96, context=12, crossfade=3, smallest=12, gapless=0.9)
+SCHEDULE = Schedule(first=24, largest=96, context=12, crossfade=3)
 
 # --- the schedule ------------------------------------------------------------------------------
 
@@ -51,10 +48,6 @@ def test_a_bad_schedule_is_refused() -> None:
         Schedule(first=48, largest=24)
     with pytest.raises(ValueError, match="inside the context"):
         Schedule(context=2, crossfade=3)  # the crossfade lies inside the context
-    with pytest.raises(ValueError, match="window sizes"):
-        Schedule(smallest=0)
-    with pytest.raises(ValueError, match="gapless"):
-        Schedule(gapless=1.5)
 
 
 def test_fast_decoding_gets_a_small_first_window_then_the_largest() -> None:
@@ -132,60 +125,18 @@ def test_the_first_core_holds_the_leading_pause_besides_its_frames_of_speech() -
     assert plan_windows(400, SCHEDULE, FAST, lead_s=1.0, pause=15)[0] == Window(0, 107, 0, 12)
 
 
-def test_a_first_window_is_smaller_when_the_windows_after_it_keep_ahead_of_playback() -> None:
-    # RTF 0.2, 60 frames: after 12 frames (0.3 s, 0.27 s of it at 0.9) the other 48 decode 60
-    # frames in 0.3 s, late; after 14 (0.315 s) they decode 58 in 0.29 s, in time
-    medium = Speed(per_call=0.0, per_frame=0.005, frame_s=0.025)
-    assert plan_windows(60, SHRINKING, medium) == (Window(0, 14, 0, 12), Window(14, 60, 12, 0))
-    assert keeps_ahead(plan_windows(60, SHRINKING, medium), SHRINKING, medium)
-    assert not keeps_ahead((Window(0, 12, 0, 12), Window(12, 60, 12, 0)), SHRINKING, medium)
-    # fast: the smallest, and the ladder goes on from `first` (48, then the largest that fits)
-    assert plan_windows(400, SHRINKING, FAST)[:3] == (
-        Window(0, 12, 0, 12),
-        Window(12, 108, 12, 12),
-        Window(108, 204, 12, 12),
-    )
-    # slow: no smaller one keeps ahead, nor does `first`, which is taken all the same
-    assert plan_windows(400, SHRINKING, SLOW) == plan_windows(400, SCHEDULE, SLOW)
-    # a later segment, with audio before it, starts as large as its lead lets it
-    assert plan_windows(400, SHRINKING, FAST, lead_s=1.0) == plan_windows(
-        400, SCHEDULE, FAST, lead_s=1.0
-    )
-
-
-def test_keeping_ahead_counts_the_first_audio_without_the_pause_the_trim_cuts() -> None:
-    # a 15-frame pause: 11 frames of the first core are cut; its audio is its other 24 frames
-    # (0.6 s, 0.54 s at 0.9), and the second window's 72 frames are decoded in 0.36 s
-    medium = Speed(per_call=0.0, per_frame=0.005, frame_s=0.025)
-    windows = (Window(0, 35, 0, 12), Window(35, 83, 12, 12), Window(83, 100, 12, 0))
-    assert keeps_ahead(windows, SHRINKING, medium, pause=15)
-    # with a 30-frame pause and a cost per call: 0.56 s to decode it, after 0.225 s of speech
-    costly = Speed(per_call=0.2, per_frame=0.005, frame_s=0.025)
-    assert not keeps_ahead(windows, SHRINKING, costly, pause=30)
-    assert keeps_ahead(windows[:1], SHRINKING, SLOW)  # one window: nothing to wait for
-    # a short segment with its pause: a first core of 12 + 11 frames, whose 12 of speech
-    # (0.3 s, 0.27 s at 0.9) cover the other 37 (49 decoded, 0.245 s)
-    assert plan_windows(60, SHRINKING, medium, pause=15) == (
-        Window(0, 23, 0, 12),
-        Window(23, 60, 12, 0),
-    )
-
-
 @settings(max_examples=200, deadline=None)
 @given(
     st.integers(1, 2_000),
     st.sampled_from([FAST, SLOW, Speed(0.05, 0.004, 0.025)]),
     st.integers(1, 40),
-    st.integers(1, 40),
     st.integers(0, 20),
     st.integers(0, 30),
 )
 def test_cores_tile_the_segment_and_context_stays_inside_it(
-    frames: int, speed: Speed, first: int, smallest: int, context: int, pause: int
+    frames: int, speed: Speed, first: int, context: int, pause: int
 ) -> None:
-    schedule = Schedule(
-        first=first, largest=first * 8, context=context, crossfade=0, smallest=smallest
-    )
+    schedule = Schedule(first=first, largest=first * 8, context=context, crossfade=0)
     windows = plan_windows(frames, schedule, speed, pause=pause)
     assert windows[0].start == 0
     assert windows[-1].end == frames
@@ -198,13 +149,9 @@ def test_cores_tile_the_segment_and_context_stays_inside_it(
         assert window.end <= end <= frames
         assert window.left == min(context, window.start)
         assert window.right == min(context, frames - window.end)
+        assert window.end - window.start >= min(first, frames)
         size = window.end - window.start - (pad if window is windows[0] else 0)
-        if window is windows[0]:  # `first` or smaller, as small as keeps ahead
-            smaller = range(min(smallest, first), first, schedule.step)
-            assert size in (*smaller, *schedule.sizes) or len(windows) == 1
-        else:  # a remainder shorter than `first` goes into the window before
-            assert window.end - window.start >= first
-            assert size in schedule.sizes or window is windows[-1]
+        assert size in schedule.sizes or window is windows[-1]
 
 
 # --- the seams ---------------------------------------------------------------------------------
