@@ -111,8 +111,8 @@ def seams(
         similar = others & (np.abs(20 * np.log10((level + 1e-5) / (here_level + 1e-5))) < 6)
         ref_hf = float(np.quantile(hf[similar] if similar.any() else hf, 0.9))
         # the spans around it that do not overlap its own
-        around = others & (np.abs(starts - here_start) >= 2 * span)
-        around &= np.abs(starts - here_start) <= local
+        distance = np.abs(starts - here_start)
+        around = others & (distance >= 2 * span) & (distance <= local)
         local_hf = float(np.median(hf[around])) if around.any() else 0.0
         out.append(
             Seam(
