@@ -47,15 +47,20 @@ def plan_config(settings: Settings) -> PlanConfig:
     )
 
 
+def chunker_config(settings: Settings) -> ChunkerConfig:
+    """The `sentences` plan's chunker."""
+    return ChunkerConfig(
+        first_min_words=settings.first_min_words, first_max_words=settings.first_max_words
+    )
+
+
 class ReplyFactory:
     def __init__(self, settings: Settings, metrics: GatewayMetrics, runtime: Runtime) -> None:
         self.settings = settings
         self.metrics = metrics
         self.runtime = runtime
         self.voices = VoiceCatalog(runtime.voices, parse_table(settings.openai_voices))
-        self.chunker = ChunkerConfig(
-            first_min_words=settings.first_min_words, first_max_words=settings.first_max_words
-        )
+        self.chunker = chunker_config(settings)
         self.plan = plan_config(settings)
         # what every reply's plan learns and reads (they share the engine): seconds per chunk
         # against its characters, as the model server reports them (prior: int8 ONNX on 2

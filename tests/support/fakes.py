@@ -100,6 +100,28 @@ def expected_pcm_bytes(text: str, speed: float = 1.0) -> int:
     return 2 * (n + tail) if n else 0
 
 
+def paced_reply_bytes(text: str) -> int:
+    """PCM bytes of a reply of `text` from the echo source (its tokens) under the gateway's
+    `sentences` plan (its default chunker) and the fake engine: each chunk the plan cuts,
+    split by the model server into its sentences (none packed: the plan sets no deadline),
+    each segment voiced once. The same every run, unlike under the `playback` plan, whose
+    chunks (and so segments) follow the machine's speed."""
+    from gateway.config import Settings as GatewaySettings
+    from gateway.reply.chunk_plan import SentencePlan
+    from gateway.service.replies import chunker_config
+    from gateway.sources.echo import tokens
+    from model_server.text.split import split_phonemes
+
+    plan = SentencePlan(chunker_config(GatewaySettings()))
+    chunks = [c.text for token in tokens(text) for c in plan.push(token, 0.0)]
+    chunks += [c.text for c in plan.flush(0.0)]
+    return sum(
+        expected_pcm_bytes(segment)
+        for chunk in chunks
+        for segment in split_phonemes(IdentityG2P()(chunk), FakeEngine.max_phonemes)
+    )
+
+
 class FakeProgressiveEngine(FakeEngine):
     """The fake engine in two passes, like the onnx engine's progressive ones: `front` (one
     frame per phoneme) and `decode` over any window of frames, which gives exactly those
