@@ -16,7 +16,12 @@ decoding, at the measured speed, fits in the time before the listener needs its 
 context's share of the compute shrinks window by window, and where synthesis is slower than
 playback (or too little audio is ahead yet to pay for a window's context) the wait before
 playback can run without a gap stays short. A remainder shorter than `first` goes into the
-window before it. Worked out for a 430-frame
+window before it. A first segment's first window is smaller than `first` (down to
+`Schedule.smallest`) when, at the speed the schedule is designed for (`Schedule.design`, the
+int8 graph on 2 CPU cores), every window after it is still decoded before the audio ahead of
+it has played (`keeps_ahead`): a short segment speaks sooner, a long one keeps `first`. That
+choice reads the segment alone, never the learned speed, so the same text gives the same
+windows, and the same bytes, however busy the machine is. Worked out for a 430-frame
 (10.8 s) sentence at RTF 0.5 with 12 frames of context (24, 48, 96, 192, 70 frames): gapless
 playback could start 1.35 s after the request, at 1.22x the decoder compute of one call
 (with 6 frames, 1.11x); with the rest in one window after the first, 5.1 s at 1.06x; one
@@ -86,10 +91,21 @@ class Schedule:
     crossfade: int = 3
     margin: float = 0.5  # a window fits when its decoding takes at most this much of the lead
     lead_margin: int = 4  # frames of the leading pause that count as the first window's speech
+    # a reply's first window may be as small as `smallest` (in steps of `step`, below
+    # `first`) when each window after it is decoded within `gapless` of the audio ahead of it
+    # at the design speed: `per_call` + `per_frame` x frames seconds, as measured in process
+    # for the int8 decoder on 2 cores. A 12-frame first window's seam measured HF 3.15 over
+    # the corpus (one call 0.14 there), 16's 1.70 (one call 1.70)
+    smallest: int = 16
+    step: int = 2
+    gapless: float = 0.9
+    design: tuple[float, float] = (0.045, 0.0118)
 
     def __post_init__(self) -> None:
-        if not 0 < self.first <= self.largest:
-            raise ValueError("window sizes must be 0 < first <= largest")
+        if not 0 < self.first <= self.largest or self.smallest <= 0:
+            raise ValueError("window sizes must be 0 < first <= largest and 0 < smallest")
+        if self.step < 1 or not 0 < self.gapless <= 1:
+            raise ValueError("step must be >= 1 and 0 < gapless <= 1")
         if not 0 <= self.crossfade <= self.context:
             raise ValueError("the crossfade lies inside the context: 0 <= crossfade <= context")
         if self.lead_margin < 0:
@@ -131,7 +147,44 @@ def plan_windows(
     first window starts (0 or less: at once, as for a reply's first segment; a later segment
     has the audio before it to play first, and so may start with a larger window); `pause`:
     the frames of the pad before its first phoneme, which the first core holds besides its
-    size (`lead_in`)."""
+    size (`lead_in`). Needed at once, the first window is the smallest size from
+    `schedule.smallest` up to `schedule.first` after which the playback keeps ahead at the
+    design speed (`keeps_ahead`), else `first`."""
+    first = schedule.first
+    if lead_s <= 0:
+        design = Speed(*schedule.design, speed.frame_s)
+        for size in range(min(schedule.smallest, schedule.first), schedule.first, schedule.step):
+            if keeps_ahead(
+                _plan(frames, schedule, design, 0.0, pause, size), schedule, design, pause
+            ):
+                first = size
+                break
+    return _plan(frames, schedule, speed, lead_s, pause, first)
+
+
+def keeps_ahead(
+    windows: tuple[Window, ...], schedule: Schedule, speed: Speed, pause: int = 0
+) -> bool:
+    """Whether, at `speed`, each window after the first is decoded within `schedule.gapless`
+    of the audio before it, counted from when the first window's audio starts to play: its
+    core less the part of the pause the trim cuts (`lead_in`), and every later core whole."""
+    ready = 0.0  # seconds after the first audio that the next window is decoded
+    ahead = 0.0  # seconds of audio before it
+    for number, window in enumerate(windows):
+        if number:
+            ready += speed.seconds(window.frames)
+            if ready > schedule.gapless * ahead:
+                return False
+        cut = lead_in(pause, schedule) if number == 0 else 0
+        ahead += (window.end - window.start - cut) * speed.frame_s
+    return True
+
+
+def _plan(
+    frames: int, schedule: Schedule, speed: Speed, lead_s: float, pause: int, first: int
+) -> tuple[Window, ...]:
+    """`plan_windows` with a first window of `first` frames (besides the lead-in) when one is
+    needed at once."""
 
     def window(start: int, core: int) -> Window:
         if frames - (start + core) < schedule.first:
@@ -154,9 +207,10 @@ def plan_windows(
         # at least twice the one before (the first: `first`), so the context's share shrinks
         # and the wait before playback can run without a gap stays short even when synthesis
         # falls behind; larger when the speed says a larger one is ready in time
-        grown = min(schedule.largest, 2 * size) if windows else schedule.first
+        grown = min(schedule.largest, 2 * size) if windows else first
         size = max(fitting[-1] if fitting else 0, grown)
         chosen = window(start, size + pad)
+        size = max(size, schedule.first)  # a smaller first: the ladder goes on from `first`
         ahead = max(0.0, ahead - speed.seconds(chosen.frames))
         ahead += (chosen.end - chosen.start) * speed.frame_s
         windows.append(chosen)

@@ -22,6 +22,7 @@ from model_server.windows import (
     Speed,
     Window,
     crossfade_weights,
+    keeps_ahead,
     lead_in,
     plan_windows,
 )
@@ -125,6 +126,36 @@ def test_the_first_core_holds_the_leading_pause_besides_its_frames_of_speech() -
     assert plan_windows(400, SCHEDULE, FAST, lead_s=1.0, pause=15)[0] == Window(0, 107, 0, 12)
 
 
+def test_a_short_first_segment_opens_with_a_smaller_window_whatever_the_learned_speed() -> None:
+    """A first segment of "Hello there." (62 frames, a 15-frame pause): after 22 frames of
+    speech the rest (29, 35 decoded) is ready, at the design speed (45 ms + 11.8 ms a frame:
+    0.46 s), within 90 % of the 0.55 s ahead of it; after 20 it is not (0.48 s of 0.45 s). So
+    it opens with 22, at any learned speed: the same text gives the same windows. A long
+    segment keeps 24; a later one (audio before it) is planned as before."""
+    schedule = Schedule()
+    assert (schedule.smallest, schedule.first, schedule.design) == (16, 24, (0.045, 0.0118))
+    design = Speed(*schedule.design, 0.025)
+    hello = (Window(0, 33, 0, 6), Window(33, 62, 6, 0))
+    assert keeps_ahead(hello, schedule, design, pause=15)
+    assert not keeps_ahead((Window(0, 31, 0, 6), Window(31, 62, 6, 0)), schedule, design, 15)
+    for learned in (FAST, SLOW, Speed(0.3, 0.05, 0.025)):
+        assert plan_windows(62, schedule, learned, pause=15) == hello
+        assert plan_windows(430, schedule, learned, pause=15)[0] == Window(0, 35, 0, 6)
+    assert plan_windows(62, schedule, SLOW, lead_s=0.5, pause=15)[0] == Window(0, 35, 0, 6)
+    # a fast design (a GPU's) opens every first segment with the smallest
+    quick = Schedule(design=(0.01, 0.0005))
+    assert plan_windows(430, quick, SLOW, pause=15)[0] == Window(0, 27, 0, 6)
+
+
+def test_keeps_ahead_counts_from_the_first_audio_less_the_trimmed_pause() -> None:
+    schedule = Schedule(gapless=1.0)
+    one_a_frame = Speed(0.0, 0.025, 0.025)  # decoding takes as long as playing
+    # 10 frames of audio ahead (14 less the 4 of the pause the trim cuts): 10 decoded fit
+    assert keeps_ahead((Window(0, 14, 0, 0), Window(14, 24, 0, 0)), schedule, one_a_frame, 8)
+    assert not keeps_ahead((Window(0, 14, 0, 0), Window(14, 25, 0, 0)), schedule, one_a_frame, 8)
+    assert keeps_ahead((Window(0, 30, 0, 0),), schedule, one_a_frame)  # one window: no wait
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     st.integers(1, 2_000),
@@ -143,15 +174,21 @@ def test_cores_tile_the_segment_and_context_stays_inside_it(
     for before, after in itertools.pairwise(windows):
         assert before.end == after.start
     pad = lead_in(pause, schedule)
+    smallest = min(schedule.smallest, first)  # a first window may be smaller than `first`
     for window in windows:
         start, end = window.decoded
         assert 0 <= start < window.start + 1
         assert window.end <= end <= frames
         assert window.left == min(context, window.start)
         assert window.right == min(context, frames - window.end)
-        assert window.end - window.start >= min(first, frames)
-        size = window.end - window.start - (pad if window is windows[0] else 0)
-        assert size in schedule.sizes or window is windows[-1]
+        opening = window is windows[0]
+        assert window.end - window.start >= min(smallest if opening else first, frames)
+        size = window.end - window.start - (pad if opening else 0)
+        assert (
+            size in schedule.sizes
+            or window is windows[-1]
+            or (opening and smallest <= size < first and (size - smallest) % schedule.step == 0)
+        )
 
 
 # --- the seams ---------------------------------------------------------------------------------
