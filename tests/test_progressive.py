@@ -40,28 +40,66 @@ def test_the_split_graphs_are_made_once_beside_the_timed_variant_and_recorded(
     tmp_path: Path,
 ) -> None:
     timed = weights.timed_path(weights.assemble_model(tmp_path))
-    front, decoder = weights.split_models(timed, tmp_path / "elsewhere")
-    assert (front.name, decoder.name) == (
+    parts = weights.split_models(timed, tmp_path / "elsewhere")
+    assert [p.name for p in parts] == [
         "kokoro-v1.0.int8.front.onnx",
-        "kokoro-v1.0.int8.decoder.onnx",
-    )
-    assert front.parent == decoder.parent == tmp_path / "elsewhere"  # made where asked
+        "kokoro-v1.0.int8.body.onnx",
+        "kokoro-v1.0.int8.generator.onnx",
+    ]
+    assert {p.parent for p in parts} == {tmp_path / "elsewhere"}  # made where asked
     source = hashlib.sha256(timed.read_bytes()).hexdigest()
-    for path in (front, decoder):
+    for path in parts:
         record = orjson.loads(path.with_name(f"{path.name}.json").read_bytes())
         assert record["source"] == timed.name
         assert record["source_sha256"] == source
         assert record["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
-        assert record["cut_at"] == list(weights.DECODER_INPUTS)
-    mtimes = [p.stat().st_mtime_ns for p in (front, decoder)]
-    assert weights.split_models(timed, tmp_path / "elsewhere") == (front, decoder)
-    assert [p.stat().st_mtime_ns for p in (front, decoder)] == mtimes  # reused, not rebuilt
-    with decoder.open("r+b") as f:  # corrupt: made again
+        assert record["cut_at"] == [*weights.DECODER_INPUTS, weights.GENERATOR_INPUT]
+        assert record["carried_norms"] == NORMS
+    mtimes = [p.stat().st_mtime_ns for p in parts]
+    assert weights.split_models(timed, tmp_path / "elsewhere") == parts
+    assert [p.stat().st_mtime_ns for p in parts] == mtimes  # reused, not rebuilt
+    generator = parts[2]
+    with generator.open("r+b") as f:  # corrupt: made again
         f.seek(4000)
         f.write(b"\x00" * 64)
     weights.split_models(timed, tmp_path / "elsewhere")
-    record = orjson.loads(decoder.with_name(f"{decoder.name}.json").read_bytes())
-    assert record["sha256"] == hashlib.sha256(decoder.read_bytes()).hexdigest()
+    record = orjson.loads(generator.with_name(f"{generator.name}.json").read_bytes())
+    assert record["sha256"] == hashlib.sha256(generator.read_bytes()).hexdigest()
+    # a cache made before the generator's cut (two halves' records) is made again
+    body = parts[1]
+    old = orjson.loads(body.with_name(f"{body.name}.json").read_bytes())
+    old["cut_at"] = list(weights.DECODER_INPUTS)
+    body.with_name(f"{body.name}.json").write_bytes(orjson.dumps(old))
+    weights.split_models(timed, tmp_path / "elsewhere")
+    remade = orjson.loads(body.with_name(f"{body.name}.json").read_bytes())
+    assert remade["cut_at"] == [*weights.DECODER_INPUTS, weights.GENERATOR_INPUT]
+
+
+def test_the_body_and_the_generator_take_what_their_own_norms_read(tmp_path: Path) -> None:
+    """The decoder's norms are numbered over the whole decoder; each part takes the carried
+    inputs of its own and gives their core sums: together, every norm once."""
+    import onnx
+
+    timed = weights.timed_path(weights.assemble_model(tmp_path))
+    _, body, generator = (onnx.load(str(p)) for p in weights.split_models(timed, tmp_path))
+    body_in = {i.name for i in body.graph.input}
+    body_out = [o.name for o in body.graph.output]
+    gen_in = {i.name for i in generator.graph.input}
+    gen_out = [o.name for o in generator.graph.output]
+    assert body_out[0] == weights.GENERATOR_INPUT
+    assert gen_out[0] == "audio"
+    assert set(weights.BODY_INPUTS) <= body_in
+    assert weights.HARMONICS not in body_in
+    assert set(weights.GENERATOR_INPUTS) <= gen_in
+    assert weights.FEATURES not in gen_in
+    body_norms = {int(n.split("/")[1]) for n in body_in if n.endswith("/sum")}
+    gen_norms = {int(n.split("/")[1]) for n in gen_in if n.endswith("/sum")}
+    assert body_norms
+    assert gen_norms
+    assert not body_norms & gen_norms
+    assert body_norms | gen_norms == set(range(NORMS))
+    assert {int(n.split("/")[1]) for n in body_out[1:]} == body_norms
+    assert {int(n.split("/")[1]) for n in gen_out[1:]} == gen_norms
 
 
 def test_the_graph_halves_in_sequence_are_the_whole_graph_sample_for_sample(

@@ -95,7 +95,7 @@ async def test_each_window_leaves_as_its_own_binary_frame_and_the_audio_is_the_w
     assert engine.windows == []  # off: one engine call per segment, no windows
     assert engine.calls == [LONG]
     assert len(windows) >= 2
-    assert windows[0] == (0, 24 + 6)  # the first window: 24 frames and its right context
+    assert windows[0] == (0, 24 + 3)  # the first window: 24 frames and its right context
     audio_frames = [f for f in progressive if isinstance(f, bytes)]
     assert len(audio_frames) == len(windows)  # one binary frame per window
     assert len([f for f in whole if isinstance(f, bytes)]) == 1

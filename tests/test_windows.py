@@ -31,7 +31,7 @@ from quality import seams
 RATE = 24_000
 FAST = Speed(per_call=0.0, per_frame=0.001, frame_s=0.025)  # RTF 0.04: any window fits
 SLOW = Speed(per_call=0.0, per_frame=0.0125, frame_s=0.025)  # RTF 0.5
-SCHEDULE = Schedule(first=24, largest=96, context=12, crossfade=3)
+SCHEDULE = Schedule(first=24, largest=96, context=12, body_context=0, crossfade=3)
 
 # --- the schedule ------------------------------------------------------------------------------
 
@@ -83,7 +83,7 @@ def test_each_window_is_at_least_twice_the_one_before() -> None:
     )
     sizes = [w.end - w.start for w in plan_windows(1_000, SCHEDULE, SLOW)]
     assert sizes == [24, 48, *[96] * 9, 64]  # up to the largest, 96 here
-    wider = Schedule(first=24, largest=192, context=12, crossfade=3)
+    wider = Schedule(first=24, largest=192, context=12, body_context=0, crossfade=3)
     assert [w.end - w.start for w in plan_windows(430, wider, SLOW)] == [24, 48, 96, 192, 70]
 
 
@@ -127,24 +127,26 @@ def test_the_first_core_holds_the_leading_pause_besides_its_frames_of_speech() -
 
 
 def test_a_short_first_segment_opens_with_a_smaller_window_whatever_the_learned_speed() -> None:
-    """A first segment of "Hello there." (62 frames, a 15-frame pause): after 22 frames of
-    speech the rest (29, 35 decoded) is ready, at the design speed (45 ms + 11.8 ms a frame:
-    0.46 s), within 90 % of the 0.55 s ahead of it; after 20 it is not (0.48 s of 0.45 s). So
-    it opens with 22, at any learned speed: the same text gives the same windows. A long
-    segment keeps 24; a later one (audio before it) is planned as before."""
+    """A first segment of "Hello there." (62 frames, a 15-frame pause): after 20 frames of
+    speech the rest (31, 34 decoded with 3 of context) is ready, at the design speed (45 ms +
+    11.8 ms a frame: 0.446 s), within 90 % of the 0.50 s ahead of it; after 18 it is not
+    (0.47 s of 0.41 s). So it opens with 20, at any learned speed: the same text gives the same
+    windows. A long segment keeps 24; a later one (audio before it) is planned as before. The
+    body sees 10 frames where the segment has them."""
     schedule = Schedule()
     assert (schedule.smallest, schedule.first, schedule.design) == (16, 24, (0.045, 0.0118))
+    assert (schedule.context, schedule.body_context) == (3, 10)
     design = Speed(*schedule.design, 0.025)
-    hello = (Window(0, 33, 0, 6), Window(33, 62, 6, 0))
+    hello = (Window(0, 31, 0, 3, 0, 10), Window(31, 62, 3, 0, 10, 0))
     assert keeps_ahead(hello, schedule, design, pause=15)
-    assert not keeps_ahead((Window(0, 31, 0, 6), Window(31, 62, 6, 0)), schedule, design, 15)
+    assert not keeps_ahead((Window(0, 29, 0, 3), Window(29, 62, 3, 0)), schedule, design, 15)
     for learned in (FAST, SLOW, Speed(0.3, 0.05, 0.025)):
         assert plan_windows(62, schedule, learned, pause=15) == hello
-        assert plan_windows(430, schedule, learned, pause=15)[0] == Window(0, 35, 0, 6)
-    assert plan_windows(62, schedule, SLOW, lead_s=0.5, pause=15)[0] == Window(0, 35, 0, 6)
+        assert plan_windows(430, schedule, learned, pause=15)[0] == Window(0, 35, 0, 3, 0, 10)
+    assert plan_windows(62, schedule, SLOW, lead_s=0.5, pause=15)[0] == Window(0, 35, 0, 3, 0, 10)
     # a fast design (a GPU's) opens every first segment with the smallest
     quick = Schedule(design=(0.01, 0.0005))
-    assert plan_windows(430, quick, SLOW, pause=15)[0] == Window(0, 27, 0, 6)
+    assert plan_windows(430, quick, SLOW, pause=15)[0] == Window(0, 27, 0, 3, 0, 10)
 
 
 def test_keeps_ahead_counts_from_the_first_audio_less_the_trimmed_pause() -> None:
@@ -163,11 +165,14 @@ def test_keeps_ahead_counts_from_the_first_audio_less_the_trimmed_pause() -> Non
     st.integers(1, 40),
     st.integers(0, 20),
     st.integers(0, 30),
+    st.integers(0, 20),
 )
 def test_cores_tile_the_segment_and_context_stays_inside_it(
-    frames: int, speed: Speed, first: int, context: int, pause: int
+    frames: int, speed: Speed, first: int, context: int, pause: int, body: int
 ) -> None:
-    schedule = Schedule(first=first, largest=first * 8, context=context, crossfade=0)
+    schedule = Schedule(
+        first=first, largest=first * 8, context=context, body_context=body, crossfade=0
+    )
     windows = plan_windows(frames, schedule, speed, pause=pause)
     assert windows[0].start == 0
     assert windows[-1].end == frames
@@ -181,6 +186,10 @@ def test_cores_tile_the_segment_and_context_stays_inside_it(
         assert window.end <= end <= frames
         assert window.left == min(context, window.start)
         assert window.right == min(context, frames - window.end)
+        # the body sees at least what the generator does, as far as the segment goes
+        body_start, body_end = window.body
+        assert body_start == window.start - min(max(context, body), window.start)
+        assert body_end == window.end + min(max(context, body), frames - window.end)
         opening = window is windows[0]
         assert window.end - window.start >= min(smallest if opening else first, frames)
         size = window.end - window.start - (pad if opening else 0)

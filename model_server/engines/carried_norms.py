@@ -46,6 +46,7 @@ CALIBRATION_PHONEMES = (
 )
 
 PRIOR = "carried/prior_frames"  # frames carried in (N at frame rate), float [1]
+FRAMES = "carried/frames"  # the frames the window decodes, float [1]
 CORE_LEFT = "carried/core_left"  # where the window's core starts, in its frames, float [1]
 CORE_FRAMES = "carried/core_frames"  # the core's frames, float [1]
 
@@ -66,11 +67,12 @@ def squares_output(k: int) -> str:
     return f"carried/{k}/core_squares"
 
 
-def carry_statistics(model: Any, frames_input: str) -> int:
+def carry_statistics(model: Any) -> int:
     """Rewrite the onnx decoder graph `model` so that its instance norms take carried
-    statistics (the module's docstring); `frames_input` is an input whose last axis counts the
-    window's frames. Returns how many norms it found; `ValueError` when the graph has none of
-    the shape Kokoro's export gives (ReduceMean over time, Sub, the mean of the squares)."""
+    statistics (the module's docstring); a new input, `FRAMES`, counts the frames the window
+    decodes (each norm's rate is its length over them). Returns how many norms it found;
+    `ValueError` when the graph has none of the shape Kokoro's export gives (ReduceMean over
+    time, Sub, the mean of the squares)."""
     from onnx import TensorProto, helper, numpy_helper
 
     graph = model.graph
@@ -120,9 +122,11 @@ def carry_statistics(model: Any, frames_input: str) -> int:
         shape = add("Shape", [tensor], f"{name}/shape")
         return add("Cast", [add("Gather", [shape, "carried/two"], f"{name}/n64")], name, to=1)
 
-    frames = length(frames_input, "carried/frames")
-    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1]) for n in (PRIOR, CORE_LEFT)]
-    inputs.append(helper.make_tensor_value_info(CORE_FRAMES, TensorProto.FLOAT, [1]))
+    frames = FRAMES
+    inputs = [
+        helper.make_tensor_value_info(n, TensorProto.FLOAT, [1])
+        for n in (PRIOR, CORE_LEFT, CORE_FRAMES, FRAMES)
+    ]
     outputs = []
     renamed: dict[str, str] = {}
     axis = "carried/time_axis"
@@ -226,10 +230,11 @@ class NormStats:
         return cls((zero,) * norms, (zero,) * norms, 0.0)
 
     @classmethod
-    def from_outputs(cls, outputs: list[Any], frames: float) -> NormStats:
-        """From a run's outputs after the audio: sum and squares of each norm, in order."""
-        sums = tuple(np.asarray(a, np.float32) for a in outputs[0::2])
-        squares = tuple(np.asarray(a, np.float32) for a in outputs[1::2])
+    def from_outputs(cls, outputs: dict[str, Any], norms: int, frames: float) -> NormStats:
+        """From the runs' outputs by name: each norm's core sums (`sum_output`,
+        `squares_output`), whichever part of the decoder gave them."""
+        sums = tuple(np.asarray(outputs[sum_output(k)], np.float32) for k in range(norms))
+        squares = tuple(np.asarray(outputs[squares_output(k)], np.float32) for k in range(norms))
         return cls(sums, squares, frames)
 
     def plus(self, other: NormStats) -> NormStats:

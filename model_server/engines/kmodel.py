@@ -319,16 +319,27 @@ class TorchEngine:
         )
 
     def decode(self, front: Front, window: Window, cancel: CancelToken) -> FloatAudio:
-        """The audio of `window.decoded`: the decoder over those frames of the front pass's
-        features and those samples of its harmonic source, each norm normalising by the
+        """The audio of `window.decoded`: the decoder's body over the frames `window.body` of
+        the front pass's features, its generator over the frames `window.decoded` of the body's
+        output and those samples of the harmonic source, each norm normalising by the
         segment's statistics so far (`torch_norms`), then carrying the core's on."""
         from model_server.engines.torch_norms import Run, carrying
 
         start, end = window.decoded
-        if not 0 <= start <= window.start < window.end <= end <= front.frames:
+        body_start, body_end = window.body
+        if (
+            not 0
+            <= body_start
+            <= start
+            <= window.start
+            < window.end
+            <= end
+            <= body_end
+            <= (front.frames)
+        ):
             raise SynthesisFailed(
-                f"frames [{start}, {end}) around [{window.start}, {window.end}) "
-                f"of a segment of {front.frames}"
+                f"frames [{body_start}, {body_end}) and [{start}, {end}) around "
+                f"[{window.start}, {window.end}) of a segment of {front.frames}"
             )
         features = front.features
         if not isinstance(features, Features):
@@ -343,18 +354,29 @@ class TorchEngine:
             raise SynthesisCancelled()
         n = front.frame_samples
         carried_in = carry.carried(front.frames - window.end)
-        run = Run(carried_in, end - start, window.left, window.end - window.start, self._norms)
+        core_frames = window.end - window.start
+        body_run = Run(
+            carried_in, body_end - body_start, window.start - body_start, core_frames, self._norms
+        )
+        run = body_run.moved(end - start, window.left)  # the generator's norms
         try:
-            with self._inference(), carrying(run):
-                audio = _decode_frames(
-                    self._model,
-                    features.asr[:, :, start:end],
-                    features.f0[:, 2 * start : 2 * end],
-                    features.n[:, 2 * start : 2 * end],
-                    features.style,
-                    features.harmonics[:, start * n : end * n],
-                    cancel,
-                )
+            with self._inference():
+                with carrying(body_run):
+                    x = _decode_body(
+                        self._model,
+                        features.asr[:, :, body_start:body_end],
+                        features.f0[:, 2 * body_start : 2 * body_end],
+                        features.n[:, 2 * body_start : 2 * body_end],
+                        features.style,
+                    )
+                with carrying(run):
+                    audio = _generate(
+                        self._model,
+                        x[:, :, 2 * (start - body_start) : 2 * (end - body_start)],
+                        features.style,
+                        features.harmonics[:, start * n : end * n],
+                        cancel,
+                    )
                 core = run.core()
                 # queued before the audio's copy: when that is here, these are computed too
                 seen = core if carry.seen is None else carry.seen.plus(core)
@@ -457,14 +479,10 @@ def _front_pass(
     return Features(asr, f0, n, ref_s[:, :128], source, carry), pred_dur
 
 
-def _decode_frames(
-    model: Any, asr: Any, f0: Any, n: Any, s: Any, harmonics: Any, cancel: CancelToken
-) -> Any:
-    """`Decoder.forward` over some frames, the harmonic source given (`Generator.forward` less
-    its source): audio of shape (1, 1, samples). Stops between the generator's stages when
-    `cancel` fires."""
+def _decode_body(model: Any, asr: Any, f0: Any, n: Any, s: Any) -> Any:
+    """`Decoder.forward` over some frames up to its generator (the frame-rate layers): the
+    generator's input, of shape (1, channels, 2 x frames)."""
     import torch
-    import torch.nn.functional as F
 
     decoder = model.decoder
     f0_down = decoder.F0_conv(f0.unsqueeze(1))
@@ -478,7 +496,16 @@ def _decode_frames(
         x = block(x, s)
         if block.upsample_type != "none":
             res = False
-    gen = decoder.generator
+    return x
+
+
+def _generate(model: Any, x: Any, s: Any, harmonics: Any, cancel: CancelToken) -> Any:
+    """`Generator.forward` over the body's output `x`, the harmonic source given (less its
+    source): audio of shape (1, 1, samples). Stops between its stages when `cancel` fires."""
+    import torch
+    import torch.nn.functional as F
+
+    gen = model.decoder.generator
     spec, phase = gen.stft.transform(harmonics)
     har = torch.cat([spec, phase], dim=1)
     for i in range(gen.num_upsamples):

@@ -2,12 +2,14 @@
 
 It runs the model's timed variant (`weights.timed_model`): the same audio, and the frames the
 model gave each phoneme beside it, for word timings. For progressive synthesis it also runs the
-variant's two halves (`weights.split_models`): `front` over a whole segment (about 4 % of a
-call), then `decode` over its windows in order, the harmonic source sliced from the front
-pass's so the phase of every window is the whole segment's, and the instance norms' statistics
-carried from window to window beside the voice's prior, which weighs less as fewer frames are
-left to come (`carried_norms`: computed once per voice over a reference text, and kept in the
-cache directory)."""
+variant's parts (`weights.split_models`): `front` over a whole segment (about 4 % of a call),
+then `decode` over its windows in order, each window in two runs: the decoder's body (its
+frame-rate layers, about 5 % of the decoder) over the window with `Window.body`'s wider
+context, then the generator over `Window.decoded` from the body's output, the harmonic source
+sliced from the front pass's so the phase of every window is the whole segment's. The instance
+norms' statistics are carried from window to window beside the voice's prior, which weighs
+less as fewer frames are left to come (`carried_norms`: computed once per voice over a
+reference text, and kept in the cache directory)."""
 
 from __future__ import annotations
 
@@ -37,18 +39,20 @@ from model_server.engines.carried_norms import (
     CALIBRATION_PHONEMES,
     CORE_FRAMES,
     CORE_LEFT,
+    FRAMES,
     PRIOR_FRAMES,
     NormStats,
     prior_weight,
-    squares_output,
-    sum_output,
     voice_prior,
 )
 from model_server.engines.weights import (
+    BODY_INPUTS,
     DECODER_INPUTS,
     DURATIONS_OUTPUT,
     F0,
     FEATURES,
+    GENERATOR_INPUT,
+    GENERATOR_INPUTS,
     HARMONICS,
     NOISE,
     assemble_model,
@@ -80,8 +84,15 @@ class OnnxOptions:
 
 
 # how each decoder input is sliced for a window of frames [start, end): its axis and the
-# elements per frame (F0 and N run at twice the frame rate, the harmonic source at 600)
-_PER_FRAME = {FEATURES: (2, 1), F0: (1, 2), NOISE: (1, 2), HARMONICS: (1, SAMPLES_PER_FRAME)}
+# elements per frame (F0, N and the body's output run at twice the frame rate, the harmonic
+# source at 600)
+_PER_FRAME = {
+    FEATURES: (2, 1),
+    F0: (1, 2),
+    NOISE: (1, 2),
+    HARMONICS: (1, SAMPLES_PER_FRAME),
+    GENERATOR_INPUT: (2, 2),
+}
 
 
 class OnnxEngine:
@@ -94,23 +105,20 @@ class OnnxEngine:
         alone = options.intra_op_threads or (os.cpu_count() or 1)
         shared = options.shared_threads or alone
         self._whole = self._sessions(model, alone, shared, options.spinning)
-        self._split: tuple[Sessions, Sessions] | None = None
-        self._decoder_outputs: list[str] = []
+        self._split: tuple[Sessions, Sessions, Sessions] | None = None  # front, body, generator
+        self._norms = 0
         self._priors: dict[str, NormStats] = {}
         self._prior_lock = threading.Lock()  # one calibration at a time
         self._prior_key = ""
         self._prior_dir = cache_dir / "norm-priors"
         if options.progressive:
-            front, decoder = split_models(model, cache_dir)
-            self._split = (
-                self._sessions(front, alone, shared, options.spinning),
-                self._sessions(decoder, alone, shared, options.spinning),
+            parts = split_models(model, cache_dir)
+            front, body, generator = (
+                self._sessions(p, alone, shared, options.spinning) for p in parts
             )
-            norms = sum(1 for i in self._split[1].alone.get_inputs() if i.name.endswith("/sum"))
-            self._decoder_outputs = ["audio"]
-            for k in range(norms):
-                self._decoder_outputs += [sum_output(k), squares_output(k)]
-            self._prior_key = recorded_sha256(decoder)
+            self._split = (front, body, generator)
+            self._norms = sum(1 for n in body.inputs | generator.inputs if n.endswith("/sum"))
+            self._prior_key = ":".join(recorded_sha256(p) for p in parts[1:])
         self._running = 0
         self._lock = threading.Lock()
         self._vocab = load_vocab()
@@ -132,7 +140,12 @@ class OnnxEngine:
     @classmethod
     def _sessions(cls, model: Path, alone: int, shared: int, spinning: bool) -> Sessions:
         first = cls._session(model, alone, spinning)
-        return Sessions(first, first if shared == alone else cls._session(model, shared, False))
+        return Sessions(
+            first,
+            first if shared == alone else cls._session(model, shared, False),
+            frozenset(i.name for i in first.get_inputs()),
+            tuple(o.name for o in first.get_outputs()),
+        )
 
     @staticmethod
     def _session(model: Path, threads: int, spinning: bool) -> ort.InferenceSession:
@@ -156,7 +169,7 @@ class OnnxEngine:
         tokens, feed = self._feed(phonemes, voice, speed)
         if not tokens:
             return Timed(np.zeros(0, np.float32), np.zeros(len(phonemes) + 2, np.int64), 1)
-        audio, durations = self._run(self._whole, ["audio", DURATIONS_OUTPUT], feed, cancel)
+        audio, durations = self._run(self._whole, feed, cancel, ["audio", DURATIONS_OUTPUT])
         return Timed(
             np.asarray(audio, dtype=np.float32).ravel(),
             char_durations(phonemes, self._vocab, durations),
@@ -178,7 +191,7 @@ class OnnxEngine:
             empty = _Segment({}, prior, NormStats.none(len(prior.sums)))
             return Front(0, np.zeros(len(phonemes) + 2, np.int64), SAMPLES_PER_FRAME, empty)
         outputs = [*DECODER_INPUTS, DURATIONS_OUTPUT]
-        *features, durations = self._run(self._split[0], outputs, feed, cancel)
+        *features, durations = self._run(self._split[0], feed, cancel, outputs)
         frames = int(np.asarray(durations).sum())
         return Front(
             frames,
@@ -198,25 +211,49 @@ class OnnxEngine:
         if not isinstance(segment, _Segment):
             raise SynthesisFailed("a front pass of another engine")
         start, end = window.decoded
-        if not 0 <= start <= window.start < window.end <= end <= front.frames:
+        body_start, body_end = window.body
+        if (
+            not 0
+            <= body_start
+            <= start
+            <= window.start
+            < window.end
+            <= end
+            <= body_end
+            <= (front.frames)
+        ):
             raise SynthesisFailed(
-                f"frames [{start}, {end}) around [{window.start}, {window.end}) "
-                f"of a segment of {front.frames}"
+                f"frames [{body_start}, {body_end}) and [{start}, {end}) around "
+                f"[{window.start}, {window.end}) of a segment of {front.frames}"
             )
         if window.start != segment.next_start:
             raise SynthesisFailed(
                 f"a window at frame {window.start}: this segment's next starts at "
                 f"{segment.next_start} (its windows are decoded in order)"
             )
-        feed = {name: _window(name, segment.tensors[name], start, end) for name in DECODER_INPUTS}
-        feed |= segment.carried(front.frames - window.end).feed()
+        _, body, generator = self._split
+        carried = segment.carried(front.frames - window.end).feed()
+        carried[CORE_FRAMES] = np.array([window.end - window.start], np.float32)
+        feed = {
+            name: _window(name, segment.tensors[name], body_start, body_end) for name in BODY_INPUTS
+        }
+        feed[CORE_LEFT] = np.array([window.start - body_start], np.float32)
+        feed[FRAMES] = np.array([body_end - body_start], np.float32)
+        outputs = dict(zip(body.outputs, self._run(body, carried | feed, cancel), strict=True))
+        from_body = _window(
+            GENERATOR_INPUT, outputs.pop(GENERATOR_INPUT), start - body_start, end - body_start
+        )
+        feed = {
+            name: _window(name, segment.tensors[name], start, end) for name in GENERATOR_INPUTS[1:]
+        }
+        feed[GENERATOR_INPUT] = from_body
         feed[CORE_LEFT] = np.array([window.left], np.float32)
-        feed[CORE_FRAMES] = np.array([window.end - window.start], np.float32)
-        audio, *sums = self._run(self._split[1], self._decoder_outputs, feed, cancel)
-        out = np.asarray(audio, dtype=np.float32).ravel()
+        feed[FRAMES] = np.array([end - start], np.float32)
+        outputs |= zip(generator.outputs, self._run(generator, carried | feed, cancel), strict=True)
+        out = np.asarray(outputs.pop("audio"), dtype=np.float32).ravel()
         if out.size != window.frames * SAMPLES_PER_FRAME:
             raise SynthesisFailed(f"{out.size} samples for {window.frames} frames")
-        core = NormStats.from_outputs(sums, window.end - window.start)
+        core = NormStats.from_outputs(outputs, self._norms, window.end - window.start)
         segment.seen = segment.seen.plus(core)
         segment.next_start = window.end
         return out
@@ -229,7 +266,7 @@ class OnnxEngine:
             known = self._priors.get(voice)
             if known is not None:
                 return known
-            norms = (len(self._decoder_outputs) - 1) // 2
+            norms = self._norms
             stats = voice_prior(
                 self._prior_dir,
                 voice,
@@ -265,8 +302,14 @@ class OnnxEngine:
         }
 
     def _run(
-        self, sessions: Sessions, outputs: list[str], feed: dict[str, Any], cancel: CancelToken
+        self,
+        sessions: Sessions,
+        feed: dict[str, Any],
+        cancel: CancelToken,
+        outputs: list[str] | None = None,
     ) -> list[Any]:
+        """`outputs` (default: all the graph's, in order) of one run over the inputs of `feed`
+        that the graph has."""
         run_options = ort.RunOptions()
         cancel.on_cancel(lambda: setattr(run_options, "terminate", True))
         if cancel.cancelled:
@@ -275,7 +318,8 @@ class OnnxEngine:
             session = sessions.alone if self._running == 0 else sessions.shared
             self._running += 1
         try:
-            return list(session.run(outputs, feed, run_options))
+            wanted = {k: v for k, v in feed.items() if k in sessions.inputs}
+            return list(session.run(outputs or list(sessions.outputs), wanted, run_options))
         except Exception as exc:
             if cancel.cancelled:
                 raise SynthesisCancelled() from exc
@@ -309,10 +353,13 @@ class _Segment:
 
 @dataclass(frozen=True)
 class Sessions:
-    """One graph's sessions: for a call that runs alone, and for one beside another."""
+    """One graph's sessions: for a call that runs alone, and for one beside another; the
+    graph's input names and its outputs in order."""
 
     alone: ort.InferenceSession
     shared: ort.InferenceSession
+    inputs: frozenset[str]
+    outputs: tuple[str, ...]
 
 
 def _window(name: str, tensor: Any, start: int, end: int) -> Any:

@@ -90,6 +90,13 @@ class Run:
         self.sums = [None] * self.norms
         self.squares = [None] * self.norms
 
+    def moved(self, frames: int, core_left: int) -> Run:
+        """The same pass over another span of frames (the generator's, after the body's): its
+        norms read the same statistics and record into the same sums."""
+        run = Run(self.carried, frames, core_left, self.core_frames, self.norms)
+        run.sums, run.squares = self.sums, self.squares
+        return run
+
     def core(self) -> Carried:
         """The sums over the window's core that every norm recorded."""
         missing = [k for k, s in enumerate(self.sums) if s is None]

