@@ -48,6 +48,19 @@ class Front:
     features: Any
 
 
+def check_window(window: Window, frames: int) -> None:
+    """`SynthesisFailed` unless `window`'s spans lie inside a segment of `frames` frames, each
+    inside the next: its core, the generator's (`decoded`), the body's."""
+    start, end = window.decoded
+    body_start, body_end = window.body
+    inside = 0 <= body_start <= start <= window.start < window.end <= end <= body_end <= frames
+    if not inside:
+        raise SynthesisFailed(
+            f"frames [{body_start}, {body_end}) and [{start}, {end}) around "
+            f"[{window.start}, {window.end}) of a segment of {frames}"
+        )
+
+
 class CancelToken:
     """Set from the event loop, read (or hooked) by the engine's worker thread."""
 

@@ -45,6 +45,7 @@ from model_server.engines.base import (
     Front,
     Timed,
     char_durations,
+    check_window,
     style_row,
     tokenize,
 )
@@ -325,22 +326,9 @@ class TorchEngine:
         segment's statistics so far (`torch_norms`), then carrying the core's on."""
         from model_server.engines.torch_norms import Run, carrying
 
+        check_window(window, front.frames)
         start, end = window.decoded
         body_start, body_end = window.body
-        if (
-            not 0
-            <= body_start
-            <= start
-            <= window.start
-            < window.end
-            <= end
-            <= body_end
-            <= (front.frames)
-        ):
-            raise SynthesisFailed(
-                f"frames [{body_start}, {body_end}) and [{start}, {end}) around "
-                f"[{window.start}, {window.end}) of a segment of {front.frames}"
-            )
         features = front.features
         if not isinstance(features, Features):
             raise SynthesisFailed(f"not a torch front pass: {type(features).__name__}")

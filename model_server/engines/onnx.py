@@ -32,6 +32,7 @@ from model_server.engines.base import (
     Front,
     Timed,
     char_durations,
+    check_window,
     style_row,
     tokenize,
 )
@@ -210,22 +211,9 @@ class OnnxEngine:
         segment = front.features
         if not isinstance(segment, _Segment):
             raise SynthesisFailed("a front pass of another engine")
+        check_window(window, front.frames)
         start, end = window.decoded
         body_start, body_end = window.body
-        if (
-            not 0
-            <= body_start
-            <= start
-            <= window.start
-            < window.end
-            <= end
-            <= body_end
-            <= (front.frames)
-        ):
-            raise SynthesisFailed(
-                f"frames [{body_start}, {body_end}) and [{start}, {end}) around "
-                f"[{window.start}, {window.end}) of a segment of {front.frames}"
-            )
         if window.start != segment.next_start:
             raise SynthesisFailed(
                 f"a window at frame {window.start}: this segment's next starts at "
