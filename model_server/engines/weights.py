@@ -12,12 +12,14 @@ new graph output and changes nothing else, so its audio is the original's, sampl
 (tests/test_word_timings.py checks it on a table of sentences). Its own sha256 and the
 original's are recorded beside it (`.json`), and checked on every start like the original's.
 
-For progressive synthesis the timed variant is cut in two (`split_models`), once, beside it and
-recorded the same way: a *front* graph (tokens, style, speed -> the decoder's inputs and the
-durations) and a *decoder* graph (those -> audio). The cut is after the harmonic source
-(`m_source`, a cumulative sum of F0 over the whole chunk), so the front pass computes the
-source for the whole chunk and a window of the decoder gets its slice of it, its phase right.
-Run in sequence the two give the whole graph's audio, sample for sample (tests/test_progressive.py).
+For progressive synthesis the timed variant is cut in three (`split_models`), once, beside it
+and recorded the same way: a *front* graph (tokens, style, speed -> the decoder's inputs and the
+durations), the decoder's *body* (its frame-rate layers -> the generator's input) and its
+*generator* (that, the style and the harmonic source -> audio). The first cut is after the
+harmonic source (`m_source`, a cumulative sum of F0 over the whole chunk), so the front pass
+computes the source for the whole chunk and a window of the decoder gets its slice of it, its
+phase right. Run in sequence the three give the whole graph's audio, sample for sample
+(tests/test_progressive.py).
 """
 
 from __future__ import annotations
@@ -232,8 +234,10 @@ def split_paths(timed: Path) -> tuple[Path, Path, Path]:
     """Where the three parts of the timed variant go: `NAME.front.onnx`, `NAME.body.onnx`,
     `NAME.generator.onnx`."""
     stem = timed.stem.removesuffix(".timed")
-    return tuple(  # type: ignore[return-value]
-        timed.with_name(f"{stem}.{part}{timed.suffix}") for part in ("front", "body", "generator")
+    return (
+        timed.with_name(f"{stem}.front{timed.suffix}"),
+        timed.with_name(f"{stem}.body{timed.suffix}"),
+        timed.with_name(f"{stem}.generator{timed.suffix}"),
     )
 
 
@@ -241,16 +245,17 @@ def split_models(timed: Path, cache_dir: Path) -> tuple[Path, Path, Path]:
     """The front, body and generator graphs of the timed variant `timed`: beside it when they
     were made there and still check (their records name `timed`'s sha256), else made once in
     `cache_dir`. The decoder's instance norms take carried statistics
-    (`carried_norms.carry_statistics`), numbered over the whole decoder: the body has the first
-    ones, the generator the rest. `ModelUnavailable` when the graph lacks the tensors of the
+    (`carried_norms.carry_statistics`), numbered over the whole decoder before the cut: each
+    part keeps its norms' numbers. `ModelUnavailable` when the graph lacks the tensors of the
     cuts."""
     source_sha256 = _sha256_file(timed)
     beside = split_paths(timed)
     if all(_split_ok(p, source_sha256) for p in beside):
         return beside
-    wanted = tuple(cache_dir / p.name for p in beside)
+    front_path, body_path, generator_path = (cache_dir / p.name for p in beside)
+    wanted = (front_path, body_path, generator_path)
     if all(_split_ok(p, source_sha256) for p in wanted):
-        return wanted  # type: ignore[return-value]
+        return wanted
     import onnx
     from onnx.utils import Extractor
 
@@ -275,7 +280,7 @@ def split_models(timed: Path, cache_dir: Path) -> tuple[Path, Path, Path]:
     made = {"cut_at": [*DECODER_INPUTS, GENERATOR_INPUT], "carried_norms": norms}
     for graph, path in zip((front, body, generator), wanted, strict=True):
         _save_recorded(graph, path, timed.name, source_sha256, made)
-    return wanted  # type: ignore[return-value]
+    return wanted
 
 
 def _cut_at_generator(decoder: onnx.ModelProto) -> tuple[onnx.ModelProto, onnx.ModelProto]:
