@@ -205,6 +205,9 @@ class Synthesizer:
         lead = deadline - self.scheduler.clock()
         pause = int(front.durations[0]) if front.durations.size else 0  # the pad before it
         windows = plan_windows(front.frames, self.schedule, speed, lead, pause)
+        if log.isEnabledFor(logging.DEBUG):  # which windows a segment's lead gave
+            spans = [(w.start, w.end) for w in windows]
+            log.debug("segment of %d frames, lead %.2f s: windows %s", front.frames, lead, spans)
         joiner = Joiner(front.frame_samples, self.schedule.crossfade)
         trim = StreamTrim(self.trim)
         decoded: list[npt.NDArray[np.float32]] = []
