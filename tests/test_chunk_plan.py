@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.reply.chunk_plan import Chunk, ChunkPlan, EarlyAudio, PlanConfig, SpeechRate
+from gateway.reply.chunk_plan import (
+    Chunk,
+    ChunkPlan,
+    EarlyAudio,
+    PlanConfig,
+    SpeechRate,
+    window_spans,
+)
 from gateway.reply.chunker import ChunkerConfig, IncrementalSentenceChunker
 from gateway.sources.echo import tokens
 from kokoro_contract.speed import SpeedModel
@@ -332,8 +339,40 @@ def test_a_progressive_engine_gets_fewer_calls_and_an_earlier_first_deadline() -
     (first,) = alone.push(TWO_SENTENCES, 0.0)
     assert first.text == "Sure, I can help you"
     assert first.deadline_ms == pytest.approx(0.25 * 1000)
+    # its windows double after the first (`window_spans`), so the sentences after the first
+    # chunk keep ahead of playback as if its first frames held them whole: the same chunks,
+    # three where the same engine speaking each chunk at once takes six
     covered = [c for _, c in paced(progressive_plan(early_s=30.0), ANSWER)]
-    assert len(covered) < len(progressive)  # chunks as large as the first frames cover
+    assert [c.text for c in covered] == [c.text for c in progressive]
+    assert [c.text for c in progressive] == [
+        "Sure, I can help you",
+        "with that right away. Your order shipped yesterday from our warehouse in Portland. "
+        "It should arrive by Thursday afternoon.",
+        "You will get a tracking link by email within the hour. Is there anything else I can "
+        "do for you today?",
+    ]
+    assert len(whole) == 6
+
+
+def test_a_progressive_chunk_is_expected_in_windows_that_double() -> None:
+    # a first window of 0.6 s, then 1.2, 2.4, 4.8 (the largest), 4.8, and the 2.2 s left
+    ends = [end for _, end in window_spans(16.0, 0.6, 4.8)]
+    assert ends == pytest.approx([0.6, 1.8, 4.2, 9.0, 13.8, 16.0])
+    # what is left after a window, when shorter than the first, goes into it
+    assert [end for _, end in window_spans(1.43, 0.6, 4.8)] == pytest.approx([0.6, 1.43])
+    assert window_spans(1.0, 0.6, 4.8) == [(0.0, 1.0)]
+    assert window_spans(2.0, 5.0, 4.8) == [(0.0, 2.0)]  # a first frame with all of it
+
+
+def test_a_progressive_engine_slower_than_half_of_playback_gets_smaller_chunks() -> None:
+    # 45 ms a character against 14 characters a second: 0.63 s of synthesis a second of
+    # audio, slower than windows that double can follow from a short lead, so the chunks
+    # after the first stay small while the listener's buffer grows
+    fast = [c for _, c in paced(progressive_plan(), ANSWER)]
+    slower = [c for _, c in paced(progressive_plan(fixed_speed(b=0.045)), ANSWER)]
+    assert " ".join(c.text for c in slower) == ANSWER
+    assert [len(c.text) for c in slower[1:4]] == [21, 28, 31]
+    assert len(slower) > len(fast)
 
 
 def test_under_load_the_hold_comes_back_for_a_progressive_engine() -> None:

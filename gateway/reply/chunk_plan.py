@@ -17,16 +17,18 @@ before it should be finished (so the engine never waits for the plan, and the de
 what the model server has reported so far); a reply never has more than one chunk waiting
 behind the one being synthesized.
 
-A chunk's audio is ready in two steps: its first frame (its first window on a progressive
+A chunk's audio is ready in steps: its first frame (its first window on a progressive
 server, its first segment on one whose unit of output is the chunk) `first_s` after its
-synthesis starts, and the rest by the end of its synthesis (`synth_s`). The plan learns both
-times and how much audio a first frame holds (`completed`), and asks of every chunk that its
-first audio be ready, with a margin, when the audio before it runs out, and the end of its
-synthesis, with a margin on the rest, before its first frame's audio has played. With an
-engine whose unit is the chunk and a chunk of one segment the two are one moment and the plan
-is what it always was; with a progressive engine the first audio of a chunk is early, and the
-plan holds the first audio only as long as the rest of the chunks need to follow it, and cuts
-chunks only as large as can follow in time (under load, smaller again).
+synthesis starts, and the rest by the end of its synthesis (`synth_s`), window by window on a
+progressive server (`window_spans`: each window twice the one before, as the server's are).
+The plan learns both times and how much audio a first frame holds (`completed`), and asks of
+every chunk that its first audio be ready, with a margin, when the audio before it runs out,
+and each later window, with a margin on the synthesis up to it, before the audio before it
+has played. With an engine whose unit is the chunk and a chunk of one segment the first audio
+is all of it and the plan is what it always was; with a progressive engine the first audio of
+a chunk is early, and the plan holds the first audio only as long as the rest of the chunks
+need to follow it, and cuts chunks as large as their windows can follow in time (under load,
+smaller again).
 
 Time is the caller's clock in seconds (`now`); nothing here reads a clock or sleeps. `wake_at()`
 says when the plan wants `tick()` called if no text or audio arrives first.
@@ -70,6 +72,11 @@ class PlanConfig:
     # the first audio is held, at most this long after it is ready, until the sentences
     # known so far can follow it without a gap; 0: played as soon as it is ready
     first_hold_s: float = 1.0
+    # a progressive model server's windows, as the plan expects them (`window_spans`): the
+    # first holds what a first chunk's first frame held (`EarlyAudio`), each after it twice
+    # the one before, up to this much audio (the model server's `Schedule.largest`, 192
+    # frames of 25 ms)
+    largest_window_s: float = 4.8
 
 
 @dataclass
@@ -103,6 +110,24 @@ class EarlyAudio:
     def of(self, audio_s: float) -> float:
         """How much of a chunk of `audio_s` comes with its first audio."""
         return audio_s if self.seconds is None else min(audio_s, self.seconds)
+
+
+def window_spans(audio_s: float, first_s: float, largest_s: float) -> list[tuple[float, float]]:
+    """Where a progressive model server's windows of a chunk of `audio_s` seconds begin and
+    end, in seconds of its audio, as the plan expects them: the first holds `first_s`, each
+    after it twice the one before up to `largest_s`, and what is left after a window, when
+    shorter than the first, goes into it (as the server's window ladder does,
+    `model_server.windows`). One span when the first holds it all (an engine whose unit of
+    output is the chunk)."""
+    spans: list[tuple[float, float]] = []
+    begin, size = 0.0, max(first_s, 1e-3)
+    while begin < audio_s:
+        end = begin + size
+        if audio_s - end < first_s:
+            end = audio_s
+        spans.append((begin, end))
+        begin, size = end, max(size, min(largest_s, 2 * size))
+    return spans or [(0.0, audio_s)]
 
 
 @dataclass(frozen=True)
@@ -170,8 +195,9 @@ class ChunkPlan:
     speed: SpeedModel = field(default_factory=lambda: SpeedModel(0.35, 0.032))
     speech: SpeechRate = field(default_factory=SpeechRate)  # shared across replies, learned
     speed_factor: float = 1.0  # reply speed: audio is this much shorter
-    # seconds from a chunk's synthesis start to its first audio, learned the same way; None:
-    # the same as its whole synthesis (an engine whose unit of output is the chunk)
+    # seconds from a chunk's synthesis start to its first audio, learned the same way, and
+    # read once `early` shows the server speaks progressively; until then (or None) the same
+    # as its whole synthesis (an engine whose unit of output is the chunk)
     first_speed: SpeedModel | None = None
     early: EarlyAudio | None = None  # how much audio a chunk's first frame holds (learned)
     # the reply's model server had nothing else to do when it took the reply: its first chunk
@@ -353,7 +379,7 @@ class ChunkPlan:
     def _keeps_up(self, start: float, now: float) -> bool:
         """Whether playback from `start` has no gap, as far as the text known tells."""
         first = self._sent[0]
-        if start + self._early(first.audio_s) - first.finish < self._rest_margin(first.chars):
+        if self._rest_spare(first.first, first.finish, start, first.audio_s) < 0:
             return False  # the first chunk itself would run out before it is synthesized
         before = first.audio_s
         for sent in self._sent[1:]:
@@ -414,9 +440,11 @@ class ChunkPlan:
         return self.speed.estimate(chars)
 
     def _first_s(self, chars: int) -> float:
-        """Seconds from a chunk's synthesis start to its first audio (at most the whole)."""
+        """Seconds from a chunk's synthesis start to its first audio (at most the whole): the
+        whole until the model server has shown it speaks progressively (`early`), whose first
+        audio hardly grows with the chunk (`first_speed`'s prior is that shape)."""
         whole = self._synth_s(chars)
-        if self.first_speed is None:
+        if self.first_speed is None or self.early is None or self.early.seconds is None:
             return whole
         return min(whole, self.first_speed.estimate(chars))
 
@@ -425,18 +453,30 @@ class ChunkPlan:
 
     def _spare(self, chars: int, first: float, finish: float, at: float, audio_s: float) -> float:
         """How much later a chunk of `chars` could be ready and still play from `at` with no
-        gap: its first audio (ready at `first`) before it is needed, and the rest of it
-        (synthesized by `finish`) before its first frame's audio has played, each with its
-        margin."""
+        gap: its first audio (ready at `first`) before it is needed, with its margin, and
+        each of its later windows before the audio before it has played (`_rest_spare`)."""
         first_margin = self.config.margin_s + self.config.margin_share * self._first_s(chars)
-        rest_at = at + self._early(audio_s)
-        return min(at - first - first_margin, rest_at - finish - self._rest_margin(chars))
+        return min(at - first - first_margin, self._rest_spare(first, finish, at, audio_s))
 
-    def _rest_margin(self, chars: int) -> float:
-        """The margin for the rest of a chunk after its first audio: none when it all comes
-        at once (then only the first audio's margin counts, as it always did)."""
-        rest = max(0.0, self._synth_s(chars) - self._first_s(chars))
-        return min(self.config.margin_s, rest) + self.config.margin_share * rest
+    def _rest_spare(self, first: float, finish: float, at: float, audio_s: float) -> float:
+        """How much later the rest of a chunk, after its first audio (ready at `first`), could
+        be synthesized (by `finish`) and still play from `at` with no gap: each window after
+        the first (`window_spans`) ready before the audio before it has played, the synthesis
+        from `first` to `finish` spread over the audio after the first window, each with a
+        margin: `margin_s` (at most the synthesis before it) and `margin_share` of it.
+        Unbounded when the first audio is all of it."""
+        cfg = self.config
+        spans = window_spans(audio_s, self._early(audio_s), cfg.largest_window_s)
+        if len(spans) == 1:
+            return float("inf")
+        opened = spans[0][1]
+        rest = max(0.0, finish - first)
+        spare = float("inf")
+        for begin, end in spans[1:]:
+            done = rest * (end - opened) / (audio_s - opened)
+            margin = min(cfg.margin_s, done) + cfg.margin_share * done
+            spare = min(spare, at + begin - first - done - margin)
+        return spare
 
     def _audio_s(self, chars: int) -> float:
         return chars / (self.speech.chars_per_s * self.speed_factor)
