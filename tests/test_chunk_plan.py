@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.reply.chunk_plan import (
+    FIRST_WINDOW_AUDIO_S,
     Chunk,
     ChunkPlan,
     EarlyAudio,
@@ -406,3 +407,19 @@ def test_what_a_progressive_server_shows_is_learned() -> None:
     assert early.seconds == pytest.approx(0.6)
     assert early.of(2.0) == pytest.approx(0.6)
     assert early.of(0.4) == 0.4  # a chunk shorter than a first frame: all of it
+
+
+def test_a_server_that_says_it_speaks_progressively_is_planned_for_from_its_first_reply() -> None:
+    told = EarlyAudio()
+    told.assume()  # what the server's load report says (`Admitted.progressive`)
+    assert told.seconds == FIRST_WINDOW_AUDIO_S
+    first = SpeedModel(prior_a=0.25, prior_b=0.0)
+    plan = ChunkPlan(PlanConfig(), fixed_speed(), SpeechRate(14.0, weight=0), 1.0, first, told)
+    unknown = ChunkPlan(
+        PlanConfig(), fixed_speed(), SpeechRate(14.0, weight=0), 1.0, first, EarlyAudio()
+    )
+    assert len([c for _, c in paced(plan, ANSWER)]) < len([c for _, c in paced(unknown, ANSWER)])
+    told.observe(0.2, 2.0)  # then what its first chunks show
+    assert told.seconds == pytest.approx(0.55 + 0.3 * (0.2 - 0.55))
+    told.assume()  # and a later reply's report changes nothing learned
+    assert told.seconds == pytest.approx(0.445)

@@ -265,6 +265,31 @@ async def test_the_load_report_says_what_a_new_reply_s_start_costs(
     assert off["first_window_s"] is None
 
 
+async def test_a_gateway_reply_knows_its_server_speaks_progressively(
+    progressive_server: RunningServer, whole_server: RunningServer
+) -> None:
+    """From that load report (`Admitted.progressive`): its chunk plan expects windows from
+    the gateway's first reply on (`EarlyAudio.assume`)."""
+    from gateway.access.keys import Client
+    from gateway.config import Settings as GatewaySettings
+    from gateway.metrics import GatewayMetrics
+    from gateway.service.gate import Gate
+    from gateway.service.runtime import Runtime
+
+    told = []
+    for server in (progressive_server, whole_server):
+        config = GatewaySettings(model_server_url=server.http_url, admission=False)
+        runtime = Runtime(config, first_slack_s=1.0)
+        try:
+            async with Gate(config, GatewayMetrics(), runtime).start(
+                Client("web"), prompt=False
+            ) as admitted:
+                told.append(admitted.progressive)
+        finally:
+            await runtime.aclose()
+    assert told == [True, False]
+
+
 def test_progressive_is_a_setting_on_by_default() -> None:
     from model_server.config import parse_settings
 

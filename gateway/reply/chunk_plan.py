@@ -48,6 +48,9 @@ from gateway.reply.chunker import (
 from kokoro_contract.speed import SpeedModel
 
 HOLD_STEP_S = 0.05  # how finely the start of playback is chosen
+# the audio of a progressive model server's first window of a reply, trimmed: 0.55-0.63 s over
+# the quality corpus (model_server/windows.py), 0.63 s through the stack here
+FIRST_WINDOW_AUDIO_S = 0.55
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,12 @@ class EarlyAudio:
         if 0.0 < first_s < chunk_s - 0.001:
             seen = self.seconds
             self.seconds = first_s if seen is None else seen + self.weight * (first_s - seen)
+
+    def assume(self, seconds: float = FIRST_WINDOW_AUDIO_S) -> None:
+        """A model server that says it speaks progressively: until a first chunk shows how
+        much its first frame holds, take `seconds`."""
+        if self.seconds is None:
+            self.seconds = seconds
 
     def of(self, audio_s: float) -> float:
         """How much of a chunk of `audio_s` comes with its first audio."""

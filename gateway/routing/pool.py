@@ -241,6 +241,9 @@ class PooledTransport:
         # nothing else to do there when it took the reply: no reply of this gateway's, and
         # (as its last load report says) no engine call running or waiting
         self.alone = first.replies == 0 and (load is None or load.busy == load.waiting == 0)
+        # it speaks progressively (its load report prices a first window): a chunk's first
+        # audio comes before its last
+        self.progressive = load is not None and load.first_window_s is not None
         first.replies += 1  # reserved from admission on, until `release`
         first.starting += 1  # starting (a typical reply's work ahead) until its plan is tracked
         self._starting = True

@@ -66,6 +66,12 @@ class Admitted:
         cannot tell: SageMaker routes by itself)."""
         return self._placement is not None and self._placement.alone
 
+    @property
+    def progressive(self) -> bool:
+        """The model server admission chose says it speaks progressively (False where the
+        gateway cannot tell: SageMaker routes by itself)."""
+        return self._placement is not None and self._placement.progressive
+
     def track(self, plan: InProgress | None) -> None:
         """The reply's playback plan: admission reads its spare time from now on."""
         if self._placement is not None:

@@ -149,6 +149,8 @@ class ReplyFactory:
         self.metrics.replies.labels(spec.mode, spec.format.name).inc()
         plan: Plan
         if self.settings.chunk_plan == "playback":
+            if admitted.progressive:  # its first reply already planned for windows
+                self.early.assume()
             plan = ChunkPlan(
                 self.plan,
                 self.speed,
