@@ -265,29 +265,28 @@ async def test_the_load_report_says_what_a_new_reply_s_start_costs(
     assert off["first_window_s"] is None
 
 
-async def test_a_gateway_reply_knows_its_server_speaks_progressively(
+async def test_a_gateway_plans_for_windows_from_its_first_reply_when_told(
     progressive_server: RunningServer, whole_server: RunningServer
 ) -> None:
-    """From that load report (`Admitted.progressive`): its chunk plan expects windows from
-    the gateway's first reply on (`EarlyAudio.assume`)."""
-    from gateway.access.keys import Client
+    """From that load report (`Admitted.progressive`), a gateway's first reply already plans
+    for windows (`EarlyAudio.assume`); one in front of `--progressive off` learns nothing. A
+    reply of one window shows nothing either way, so what the plan holds is what it was told."""
+    from gateway.app import create_app as create_gateway
     from gateway.config import Settings as GatewaySettings
-    from gateway.metrics import GatewayMetrics
-    from gateway.service.gate import Gate
-    from gateway.service.runtime import Runtime
+    from gateway.reply.chunk_plan import FIRST_WINDOW_AUDIO_S
+    from tests.support.servers import serve
 
     told = []
     for server in (progressive_server, whole_server):
-        config = GatewaySettings(model_server_url=server.http_url, admission=False)
-        runtime = Runtime(config, first_slack_s=1.0)
-        try:
-            async with Gate(config, GatewayMetrics(), runtime).start(
-                Client("web"), prompt=False
-            ) as admitted:
-                told.append(admitted.progressive)
-        finally:
-            await runtime.aclose()
-    assert told == [True, False]
+        app = create_gateway(GatewaySettings(model_server_url=server.http_url))
+        with serve(app) as gateway:
+            async with httpx.AsyncClient(base_url=gateway.http_url, timeout=30) as http:
+                body = {"text": "Hi there.", "format": "pcm", "mode": "bidi"}
+                reply = await http.post("/v1/speak", json=body)
+        assert b"event: audio_chunk" in reply.content
+        assert b"event: agent_end" in reply.content
+        told.append(app.state.service.replies.early.seconds)
+    assert told == [FIRST_WINDOW_AUDIO_S, None]
 
 
 def test_progressive_is_a_setting_on_by_default() -> None:
