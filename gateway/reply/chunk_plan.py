@@ -48,6 +48,7 @@ from gateway.reply.chunker import (
 from kokoro_contract.speed import SpeedModel
 
 HOLD_STEP_S = 0.05  # how finely the start of playback is chosen
+TIE_S = 1e-9  # a spare this small is none: sums of seconds in floating point land beside 0
 # the audio of a progressive model server's first window of a reply, trimmed: 0.55-0.63 s over
 # the quality corpus (model_server/windows.py), 0.63 s through the stack here
 FIRST_WINDOW_AUDIO_S = 0.55
@@ -67,6 +68,11 @@ class PlanConfig:
     max_group_s: float = 2.5
     margin_s: float = 0.4  # a chunk should be ready this long before the listener needs it...
     margin_share: float = 0.25  # ...plus this share of its synthesis: estimates err by a share
+    # the fixed part of that margin, `margin_s`, covers a chunk's start too (the engine's queue,
+    # its front pass, the wire), and so the later windows of a chunk whose first audio may be
+    # late by as much; once a first chunk's first audio is here, its later windows follow it
+    # on an engine already at work, and only this much, plus the share, is kept for them
+    ready_margin_s: float = 0.1
     lead_s: float = 0.15  # send the next chunk this long before the one before it is done
     # the first chunk is needed when it could be ready plus this: under load, a new reply's
     # first chunk waits this long rather than make a reply in progress late (a reply whose
@@ -380,22 +386,23 @@ class ChunkPlan:
         ready, with its margins (`_spare`), before the audio before them runs out."""
         first = self._sent[0].first
         latest = first + self.config.first_hold_s
-        start = first
-        while start < latest and not self._keeps_up(start, now):
-            start += HOLD_STEP_S
+        step = 0
+        while (start := first + step * HOLD_STEP_S) < latest and not self._keeps_up(start, now):
+            step += 1  # counted, not summed: the steps land where they are written
         return min(start, latest)
 
     def _keeps_up(self, start: float, now: float) -> bool:
         """Whether playback from `start` has no gap, as far as the text known tells."""
         first = self._sent[0]
-        if self._rest_spare(first.first, first.finish, start, first.audio_s) < 0:
+        fixed = self.config.ready_margin_s if self._first_ready is not None else None
+        if self._rest_spare(first.first, first.finish, start, first.audio_s, fixed) < -TIE_S:
             return False  # the first chunk itself would run out before it is synthesized
         before = first.audio_s
         for sent in self._sent[1:]:
             at = start + before
             if (
                 not sent.done
-                and self._spare(sent.chars, sent.first, sent.finish, at, sent.audio_s) < 0
+                and self._spare(sent.chars, sent.first, sent.finish, at, sent.audio_s) < -TIE_S
             ):
                 return False
             before += sent.audio_s
@@ -406,7 +413,7 @@ class ChunkPlan:
             audio = self._audio_s(len(head))
             first_at = ready + self._first_s(len(head))
             ready += self._synth_s(len(head))
-            if self._spare(len(head), first_at, ready, start + before, audio) < 0:
+            if self._spare(len(head), first_at, ready, start + before, audio) < -TIE_S:
                 return False
             before += audio
             if tail:
@@ -467,14 +474,17 @@ class ChunkPlan:
         first_margin = self.config.margin_s + self.config.margin_share * self._first_s(chars)
         return min(at - first - first_margin, self._rest_spare(first, finish, at, audio_s))
 
-    def _rest_spare(self, first: float, finish: float, at: float, audio_s: float) -> float:
+    def _rest_spare(
+        self, first: float, finish: float, at: float, audio_s: float, fixed: float | None = None
+    ) -> float:
         """How much later the rest of a chunk, after its first audio (ready at `first`), could
         be synthesized (by `finish`) and still play from `at` with no gap: each window after
         the first (`window_spans`) ready before the audio before it has played, the synthesis
         from `first` to `finish` spread over the audio after the first window, each with a
-        margin: `margin_s` (at most the synthesis before it) and `margin_share` of it.
-        Unbounded when the first audio is all of it."""
+        margin: `fixed` (`margin_s` when None; at most the synthesis before it) and
+        `margin_share` of it. Unbounded when the first audio is all of it."""
         cfg = self.config
+        fixed = cfg.margin_s if fixed is None else fixed
         spans = window_spans(audio_s, self._early(audio_s), cfg.largest_window_s)
         if len(spans) == 1:
             return float("inf")
@@ -483,7 +493,7 @@ class ChunkPlan:
         spare = float("inf")
         for begin, end in spans[1:]:
             done = rest * (end - opened) / (audio_s - opened)
-            margin = min(cfg.margin_s, done) + cfg.margin_share * done
+            margin = min(fixed, done) + cfg.margin_share * done
             spare = min(spare, at + begin - first - done - margin)
         return spare
 
