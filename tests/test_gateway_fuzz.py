@@ -18,7 +18,7 @@ import httpx
 import orjson
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from schemathesis import Case
 from schemathesis.checks import not_a_server_error
@@ -143,7 +143,8 @@ def gateway(fake_server: RunningServer) -> Iterator[RunningServer]:
 def answer_of(ws: ClientConnection, step: Step) -> list[dict[str, Any]]:
     """Send `step` and read what it brings back, as the pure parser predicts: an invalid frame
     one error with its code; a speak a whole reply up to `agent_end` (a speak that waits for
-    the client's own text is given a flush) or one error when it is refused."""
+    the client's own text is given a flush) or one error when it is refused (and then one
+    `no_open_utterance` for that flush)."""
     ws.send(step.frame)
     message = parse_client_message(step.frame if isinstance(step.frame, str) else None)
     if isinstance(message, Invalid):
@@ -155,11 +156,16 @@ def answer_of(ws: ClientConnection, step: Step) -> list[dict[str, Any]]:
         expected = "nothing_to_cancel" if isinstance(message, Cancel) else "no_open_utterance"
         assert event["code"] == expected, event
         return [event]
-    if message.params.text is None and message.params.prompt is None:
+    client_text = message.params.text is None and message.params.prompt is None
+    if client_text:
         ws.send('{"type": "flush"}')  # the client's own text: none
     events = read_until(ws, lambda e: e["type"] == "agent_end" or e.get("utterance_id") is None)
     if events[0]["type"] == "error":  # refused before it started (its text, its voice)
         assert len(events) == 1
+        if client_text:  # and so the flush found no utterance open (docs/protocols.md)
+            (stray,) = read_until(ws, lambda e: e["type"] == "error")
+            assert stray["code"] == "no_open_utterance", stray
+            events.append(stray)
     return events
 
 
@@ -200,6 +206,8 @@ def check_reply(body: bytes) -> None:
 
 @FUZZ
 @given(steps=SESSIONS)
+# a speak for the client's own text, refused: the flush sent after it is answered too
+@example(steps=[Step('{"type": "speak", "voice": "nobody"}', speaks=True), Step('{"type": "x"}')])
 def test_websocket_sessions_survive_any_frames(
     gateway: RunningServer, fake_server: RunningServer, steps: list[Step]
 ) -> None:
