@@ -400,9 +400,13 @@ def test_what_a_progressive_server_shows_is_learned() -> None:
     assert first.estimate(31) < 0.5 * fixed_speed().estimate(31)
     (second,) = plan.flush(1.1)
     assert second.text == "I am fine."
-    # a later chunk's first frame is as large as its lead let the server make it: not learned
-    plan.completed(1, audio_s=1.0, now=1.9, synth_s=0.8, first_s=0.2, early_s=0.6)
+    # a later chunk's first window is as large as its lead let the server make it: neither
+    # its first audio's time nor its first frame is learned
+    learned = first.estimate(31)
+    plan.completed(1, audio_s=1.0, now=1.9, synth_s=0.8, first_s=0.7, early_s=0.6)
     assert early.seconds is None
+    assert first.calls == 1
+    assert first.estimate(31) == pytest.approx(learned)
     # the next reply's first chunk, whose first frame held 0.6 s of its 2 s, is
     after = ChunkPlan(PlanConfig(), fixed_speed(), SpeechRate(14.0, weight=0), 1.0, first, early)
     after.push("Hello there, how are you today? I am fine. ", 0.0)

@@ -301,12 +301,14 @@ class ChunkPlan:
         self.speech.observe(sent.chars, audio_s, self.speed_factor)
         if synth_s is not None:
             self.speed.observe(sent.chars, synth_s)
-        if first_s is not None and self.first_speed is not None:
+        # a first chunk's first audio and first frame only: a later chunk's first window is as
+        # large as its lead lets the server make it (seconds, not the fraction of one a reply
+        # opens with), so its first audio is as late as its deadline allows; learned from it,
+        # the plan would expect every chunk's first audio that late and cut the chunks after
+        # the first smaller than they need be, and release a first chunk too soon
+        if index == 0 and first_s is not None and self.first_speed is not None:
             self.first_speed.observe(sent.chars, min(first_s, synth_s or first_s))
-        # a first chunk's first frame only: a later chunk's is as large as its lead lets the
-        # server make it (seconds, not the fraction of one a reply opens with, its leading
-        # silence trimmed), and would teach the plan to release a first chunk too soon
-        if early_s is not None and self.early is not None and index == 0:
+        if index == 0 and early_s is not None and self.early is not None:
             self.early.observe(early_s, audio_s)
         before = sent
         for later in self._sent[index + 1 :]:  # the ones behind it start when it is done
