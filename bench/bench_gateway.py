@@ -11,7 +11,10 @@ of the time from sending the request to receiving the first audio event. Also pr
   model server directly, for the same (unpaced) text;
 - the answer given at once (unpaced, bidi): its last audio and the model server's engine
   seconds for it (`model_server_engine_seconds_total`), each against one raw onnxruntime call of
-  the whole answer (the registry's graph, the same threads and voice), alternating.
+  the whole answer (the registry's graph, the same threads and voice), alternating; and the
+  chunks the gateway cut it into, as raw calls one after another, against the same one call
+  (what the cutting alone costs, whatever the engine) and against the engine seconds (what the
+  engine costs beyond raw calls of the same chunks).
 """
 
 from __future__ import annotations
@@ -45,23 +48,38 @@ async def gateway_ttfa(base: str, params: dict[str, object]) -> float:
     return (await gateway_audio(base, params))[0]
 
 
-async def gateway_audio(base: str, params: dict[str, object]) -> tuple[float, float]:
-    """(first audio, last audio) of one reply over SSE, seconds from sending the request."""
+async def gateway_audio(base: str, params: dict[str, object]) -> tuple[float, float, Any]:
+    """(first audio, last audio, `agent_end`'s metrics) of one reply over SSE, seconds from
+    sending the request."""
     async with httpx.AsyncClient(base_url=base, timeout=120) as http:
         started = time.perf_counter()
         async with http.stream("POST", "/v1/speak", json=params) as r:
             decoder = SSEDecoder()
-            first = last = None
+            first = last = metrics = None
             async for chunk in r.aiter_raw():
                 for event in decoder.push(chunk):
                     if event.event == "audio_chunk":
                         last = time.perf_counter() - started
                         first = last if first is None else first
+                    if event.event == "agent_end":
+                        metrics = orjson.loads(event.data)["metrics"]
                     if event.event == "error":
                         raise RuntimeError(event.data)
         assert first is not None
         assert last is not None
-        return first, last
+        return first, last, metrics
+
+
+def cut_as(text: str, chars: list[int]) -> list[str]:
+    """`text` cut into chunks of `chars` characters, a space between one and the next (the
+    gateway's `chunk_chars`)."""
+    pieces, at = [], 0
+    for n in chars:
+        pieces.append(text[at : at + n])
+        at += n + 1
+    if " ".join(pieces) != text:
+        raise RuntimeError(f"chunks of {chars} characters are not the text")
+    return pieces
 
 
 def engine_seconds(model_base: str) -> float:
@@ -79,15 +97,22 @@ async def at_once(
     whole: list[float] = []
     last: list[float] = []
     engine: list[float] = []
+    cut: list[float] = []  # raw calls of the chunks as the gateway cut them
+    cuts: list[str] = []
+    await asyncio.to_thread(raw, ANSWER)  # a session's first run is slower: not counted
     for _ in range(runs):
         whole.append(await asyncio.to_thread(raw, ANSWER))
         before = engine_seconds(model_base)
         params: dict[str, object] = {"text": ANSWER, "format": fmt, "voice": voice, "mode": "bidi"}
-        last.append((await gateway_audio(gateway, params))[1])
+        _, end, metrics = await gateway_audio(gateway, params)
+        last.append(end)
         engine.append(engine_seconds(model_base) - before)
+        chunks = cut_as(ANSWER, metrics["chunk_chars"])
+        cuts.append(" | ".join(str(len(c)) for c in chunks))
+        cut.append(sum([await asyncio.to_thread(raw, chunk) for chunk in chunks]))
 
-    def ratio(values: list[float]) -> str:
-        ratios = [v / w for v, w in zip(values, whole, strict=True)]
+    def ratio(values: list[float], against: list[float] = whole) -> str:
+        ratios = [v / w for v, w in zip(values, against, strict=True)]
         spread = f"[{min(ratios):.2f}-{max(ratios):.2f}]"
         median = statistics.median(values) * 1000
         return f"{median:.0f} ms, {statistics.median(ratios):.2f}x {spread}"
@@ -96,6 +121,9 @@ async def at_once(
         ("given at once: one raw onnxruntime call", f"{statistics.median(whole) * 1000:.0f} ms"),
         ("given at once, bidi: last audio (/ raw)", ratio(last)),
         ("given at once, bidi: engine time (/ raw)", ratio(engine)),
+        ("given at once, bidi: its chunks' characters", ", ".join(sorted(set(cuts)))),
+        ("given at once: raw calls of its chunks (/ raw)", ratio(cut)),
+        ("given at once, bidi: engine time (/ raw calls of its chunks)", ratio(engine, cut)),
     ]
 
 

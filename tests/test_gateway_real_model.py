@@ -60,6 +60,10 @@ async def test_sse_three_sentences_in_mp3(gateway_server: RunningServer) -> None
     # "Hello there." first; the rest grouped as the listener's buffer allows
     assert 2 <= metrics["chunks"] <= 3
     assert len(metrics["chunk_times_ms"]) == metrics["chunks"]
+    # the chunks as cut: the whole text, a space between each and the next
+    assert len(metrics["chunk_chars"]) == metrics["chunks"]
+    assert sum(metrics["chunk_chars"]) + metrics["chunks"] - 1 == len(THREE)
+    assert metrics["chunk_chars"][0] == len("Hello there.")
     # each chunk's audio, in order, adds up to the whole reply
     assert len(metrics["chunk_audio_s"]) == metrics["chunks"]
     assert sum(metrics["chunk_audio_s"]) == pytest.approx(end["duration_s"], abs=0.005)

@@ -85,6 +85,7 @@ class ReplyMetrics:
     audio_bytes: int = 0  # encoded bytes sent to the client
     pcm_bytes: int = 0
     chunk_times_ms: list[float] = field(default_factory=list)
+    chunk_chars: list[int] = field(default_factory=list)  # each text chunk's characters
     chunk_audio_s: list[float] = field(default_factory=list)  # how long each chunk plays
 
     def since_start_ms(self) -> float:
@@ -98,6 +99,7 @@ class ReplyMetrics:
             "text_chars": self.text_chars,
             "chunks": self.chunks_sent,
             "chunk_times_ms": self.chunk_times_ms,
+            "chunk_chars": self.chunk_chars,
             "chunk_audio_s": self.chunk_audio_s,
             "audio_bytes": self.audio_bytes,
             "duration_s": round(pcm_duration_s(self.pcm_bytes), 3),
@@ -232,7 +234,7 @@ class Reply:
             text = "".join([delta async for delta in deltas])
         if not text.strip():
             return
-        self._chunk_released()
+        self._chunk_released(len(text))
         spec = self.spec
         pieces: _Items[Piece] = self._queue(QUEUE_PIECES)
         synthesis = self.batch.synthesize(text, spec.voice, spec.speed, spec.timestamps)
@@ -306,14 +308,15 @@ class Reply:
             else:
                 chunks = plan.push(delta, loop.time())
             for chunk in chunks:
-                self._chunk_released()
+                self._chunk_released(len(chunk.text))
                 await tts.send(chunk.text, chunk.deadline_ms)
         await tts.end_input()
 
-    def _chunk_released(self) -> None:
+    def _chunk_released(self, chars: int) -> None:
         self.metrics.chunks_sent += 1
         at = self.metrics.since_start_ms()
         self.metrics.chunk_times_ms.append(at)
+        self.metrics.chunk_chars.append(chars)
         if self.metrics.first_chunk_ms is None:
             self.metrics.first_chunk_ms = at
 
