@@ -13,10 +13,9 @@ of the time from sending the request to receiving the first audio event. Also pr
   shows here, which the cut of its first chunk moves); its last audio and the model server's
   engine seconds for it (`model_server_engine_seconds_total`), each against one raw
   onnxruntime call of the whole answer (the registry's graph, the same threads and voice),
-  alternating; and the
-  chunks the gateway cut it into, as raw calls one after another, against the same one call
-  (what the cutting alone costs, whatever the engine) and against the engine seconds (what the
-  engine costs beyond raw calls of the same chunks).
+  alternating; and the chunks the gateway cut it into, as raw calls one after another, against
+  the same one call (what the cutting alone costs, whatever the engine) and against the engine
+  seconds (what the engine costs beyond raw calls of the same chunks).
 """
 
 from __future__ import annotations
