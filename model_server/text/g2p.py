@@ -30,15 +30,9 @@ class _WordCountNoise(logging.Filter):
         return not str(record.msg).startswith("words count mismatch")
 
 
-_WORD_COUNT_NOISE = _WordCountNoise()
-
-
-def _quiet_word_counts() -> None:
-    """On phonemizer's logger, whose level and handlers each backend it builds resets, but
-    not its filters."""
-    phonemizer_log = logging.getLogger("phonemizer")
-    if _WORD_COUNT_NOISE not in phonemizer_log.filters:
-        phonemizer_log.addFilter(_WORD_COUNT_NOISE)
+# on phonemizer's logger, whose level and handlers each backend it builds resets, but not its
+# filters: once, for every backend misaki builds
+logging.getLogger("phonemizer").addFilter(_WordCountNoise())
 
 
 class G2P(Protocol):
@@ -63,7 +57,6 @@ class EspeakG2P:
         from misaki.espeak import EspeakFallback  # sets espeak-ng's library and data paths
 
         self._espeak = EspeakFallback(british=british)
-        _quiet_word_counts()
         self._lock = threading.Lock()
 
     def __call__(self, text: str) -> str:
@@ -82,7 +75,6 @@ class LexiconG2P:
         from misaki.espeak import EspeakFallback
 
         self._g2p = en.G2P(trf=False, british=british, fallback=EspeakFallback(british=british))
-        _quiet_word_counts()
         self._lock = threading.Lock()
 
     def __call__(self, text: str) -> str:
