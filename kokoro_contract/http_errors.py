@@ -38,6 +38,8 @@ def install_error_handlers(app: FastAPI, on_error: Callable[[str], None] | None 
 
     @app.exception_handler(ServiceError)
     async def service_error(request: Request, exc: ServiceError) -> JSONResponse:
+        if exc.detail:  # an upstream's address and answer: for the operator only
+            log.warning("%s %s: %s", request.method, request.url.path, exc.detail)
         return answer(exc.status, exc.code, exc.message, exc.retryable, exc.retry_after_s)
 
     @app.exception_handler(HTTPException)

@@ -227,3 +227,52 @@ async def test_a_batch_call_is_never_retried_after_its_audio_has_started() -> No
     assert 0 < len(pcm) < WHOLE  # what was heard: cut short, not repeated from elsewhere
     assert engines["chosen"].calls[:1] == SENTENCES[:1]
     assert engines["other"].calls == []
+
+
+# --- voices, with no load to go on ----------------------------------------------------------------
+
+
+async def test_voices_come_from_a_server_whose_load_probe_times_out() -> None:
+    """The page's voice picker asks no load: a model server whose every `/load` probe times
+    out (a fault in the probe client's transport) still gives its voices, and the first server
+    that answers does when another is gone; new replies, which need a load, are refused."""
+
+    def no_load(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("no answer in time", request=request)
+
+    gone = f"http://127.0.0.1:{free_port()}"
+    with fake_model_server(FakeEngine()) as server:
+        settings = GatewaySettings(model_server_url=f"{gone},{server.http_url}")
+        with serve(create_gateway(settings)) as gw:
+            servers = pool_of(gw)
+            await servers.probe.aclose()
+            servers.probe = httpx.AsyncClient(transport=httpx.MockTransport(no_load))
+            async with httpx.AsyncClient(base_url=gw.http_url) as http:
+                voices = await http.get("/v1/voices")
+                refused = await http.get("/v1/speak/sse", params={"text": "Hi.", "format": "pcm"})
+    assert voices.status_code == 200
+    assert [v["name"] for v in voices.json()["voices"]] == ["af_test", "jf_alpha"]
+    assert refused.status_code == 503
+    assert refused.json()["error"]["code"] == "tts_unavailable"
+
+
+async def test_voices_from_no_server_that_answers_are_a_clear_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The client is told the model server is unreachable, never where it is: its address
+    goes to the gateway's log only."""
+    gone = f"http://127.0.0.1:{free_port()}"
+    with serve(create_gateway(GatewaySettings(model_server_url=gone))) as gw:
+        async with httpx.AsyncClient(base_url=gw.http_url) as http:
+            failed = await http.get("/v1/voices")
+            assert (await http.get("/v1/voices")).json() == failed.json()  # asked again
+    assert failed.status_code == 502
+    assert failed.json()["error"] == {
+        "code": "tts_error",
+        "message": "the model server is unreachable",
+        "retryable": True,
+    }
+    assert gone not in failed.text
+    logged = [r.getMessage() for r in caplog.records if r.name == "kokoro_contract.http_errors"]
+    assert len(logged) == 2
+    assert all(m.startswith(f"GET /v1/voices: model server at {gone} unreachable") for m in logged)

@@ -375,3 +375,43 @@ async def test_a_server_slow_to_report_its_load_keeps_its_last_answer() -> None:
             assert answers == []
         finally:
             await servers.aclose()
+
+
+async def test_a_server_not_heard_from_yet_is_given_longer_to_report_its_load() -> None:
+    """Until a server has answered `/load` once (a gateway just started, its first probe
+    opening a connection), a probe waits `first_probe_s`; after, the probe client's short
+    timeout, and an answer of a moment ago covers a slow one. A first probe that times out
+    even so is a server down (the timeouts each probe was given are read from the requests)."""
+    body = {
+        "workers": 2,
+        "busy": 0,
+        "waiting": 0,
+        "backlog_s": 0.0,
+        "min_slack_s": None,
+        "seconds_per_call": 0.35,
+        "seconds_per_phoneme": 0.028,
+    }
+    answers: list[str] = ["timeout", "ok", "ok"]
+    waited: list[float] = []
+
+    def load(request: httpx.Request) -> httpx.Response:
+        waited.append(request.extensions["timeout"]["read"])
+        if answers.pop(0) == "timeout":
+            raise httpx.ReadTimeout("no answer in time", request=request)
+        return httpx.Response(200, json=body)
+
+    url = "http://127.0.0.1:9"  # never dialled: the probe client answers
+    async with httpx.AsyncClient() as client:
+        probe = httpx.AsyncClient(transport=httpx.MockTransport(load), timeout=httpx.Timeout(0.5))
+        servers = pool.ModelServerPool([url], client, probe=probe, load_ttl_s=0.0)
+        try:
+            down = await servers.pick(3.0)  # no answer in 2 s: down, as before
+            assert isinstance(down, Refusal)
+            assert down.code == "tts_unavailable"
+            assert isinstance(await servers.pick(3.0), pool.Upstream)  # asked again: it answers
+            assert isinstance(await servers.pick(3.0), pool.Upstream)
+        finally:
+            await servers.aclose()
+    assert servers.first_probe_s == 2.0
+    assert waited == [2.0, 2.0, 0.5]
+    assert answers == []

@@ -4,9 +4,10 @@ up, and fails over to another when its server cannot be reached before any audio
 `--model-server-url` takes several URLs (comma-separated), and a host name that resolves to
 several addresses (a Kubernetes headless Service) counts as several servers; names are resolved
 again every `resolve_every_s`. Each server's load (`GET /load`) is fetched on demand, at most
-every `load_ttl_s`, with a short timeout on a client of its own; one that cannot be reached, or
-answers wrongly, is skipped for `down_for_s` and tried again after; one that is only slow to
-answer keeps the load it gave within `stale_load_s`.
+every `load_ttl_s`, with a short timeout on a client of its own (a longer one, `first_probe_s`,
+until the server has answered once); one that cannot be reached, or answers wrongly, is skipped
+for `down_for_s` and tried again after; one that is only slow to answer keeps the load it gave
+within `stale_load_s`. Voices are asked of any server that answers, no load needed.
 
 A new reply that no server can take now, for a reason time clears (a reply in progress needs its
 spare time, one is about to end), may wait up to `wait_s` for one that can, while its first audio
@@ -23,6 +24,7 @@ import socket
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -52,6 +54,7 @@ class Upstream:
     replies: int = 0  # replies this gateway runs on it now (admitted and not yet ended)
     plans: list[InProgress] = field(default_factory=list)  # the playback plans of those
     starting: int = 0  # replies admitted whose plan is not tracked yet (nothing sent)
+    answered: bool = False  # its /load answered once (until then a probe waits longer)
 
     def spare(self, now: float) -> tuple[Profile, ...]:
         """The spare profile of each reply under way there with work left."""
@@ -79,6 +82,7 @@ class ModelServerPool:
     )
     load_ttl_s: float = 0.25
     stale_load_s: float = 5.0  # a load probe that times out reuses an answer this recent
+    first_probe_s: float = 2.0  # a load probe of a server not heard from yet waits this
     down_for_s: float = 2.0
     resolve_every_s: float = 10.0
     tts_timeout_s: float | None = None  # a stream silent this long past due: tts_timeout
@@ -128,11 +132,16 @@ class ModelServerPool:
         fresh = upstream.load is not None and now - upstream.fetched_at < self.load_ttl_s
         if not upstream.up or fresh:
             return
+        # a server not heard from yet has no answer of before to fall back on, and its first
+        # probe opens a connection: it is given longer, so a gateway just started does not
+        # take a busy server for down (and refuse its first replies) over one slow answer
+        timeout = httpx.USE_CLIENT_DEFAULT if upstream.answered else self.first_probe_s
         try:
-            response = await self.probe.get(upstream.url + "/load")
+            response = await self.probe.get(upstream.url + "/load", timeout=timeout)
             response.raise_for_status()
             upstream.load = LoadReport.from_json(response.json())
             upstream.fetched_at = now
+            upstream.answered = True
         except httpx.TimeoutException:
             # slow to answer, not gone: a server that answered a moment ago keeps its last
             # load (a busy machine can be slow for a moment); one that has not is down
@@ -209,6 +218,20 @@ class ModelServerPool:
         ]
         chosen = choose(candidates, budget_s)
         return chosen if isinstance(chosen, Refusal) else self._upstreams[chosen.name]
+
+    async def voices(self) -> dict[str, Any]:
+        """The voices of the first server that answers, those not marked down first. Every
+        server offers the same voices, so no load is asked: a picker's list never waits on a
+        load probe, nor fails because one was slow."""
+        async with self._lock:
+            await self._resolve()
+        failure = TTSError("model server unreachable: no address for it")
+        for upstream in sorted(self.upstreams, key=lambda u: not u.up):
+            try:
+                return await upstream.transport.voices()
+            except TTSError as exc:
+                failure = exc
+        raise failure
 
     def transport_for(self, first: Upstream, budget: RetryBudget | None = None) -> PooledTransport:
         return PooledTransport(self, first, budget)

@@ -11,9 +11,7 @@ import httpx
 from aiobotocore.session import get_session
 
 from gateway.config import Settings
-from gateway.errors import TTSError
 from gateway.retry import RetryPolicy
-from gateway.routing.admission import Refusal
 from gateway.routing.pool import ModelServerPool
 from gateway.transports.base import BatchTransport, BidiTransport
 from gateway.transports.sagemaker_bidi import SageMakerBidiTransport
@@ -125,8 +123,5 @@ class Runtime:
 
     async def voices(self) -> dict[str, Any]:
         if self.pool is not None:
-            chosen = await self.pool.pick(None)
-            if isinstance(chosen, Refusal):
-                raise TTSError(f"model server unreachable: {chosen.reason}")
-            return await chosen.transport.voices()
+            return await self.pool.voices()
         return {"default": self.settings.default_voice, "voices": []}

@@ -100,7 +100,10 @@ class ModelServerTransport:
                 ],
             )
         except (OSError, WebSocketException, TimeoutError) as exc:
-            raise TTSError(f"model server at {self.base_url} unreachable: {exc}") from exc
+            raise TTSError(
+                "the model server is unreachable",
+                detail=f"model server at {self.base_url} unreachable: {exc}",
+            ) from exc
 
         async def send_frame(frame: str) -> None:
             try:
@@ -151,7 +154,10 @@ class ModelServerTransport:
         try:
             r = await self._client.get(self.base_url + "/voices", timeout=5.0)
         except httpx.HTTPError as exc:
-            raise TTSError(f"model server at {self.base_url} unreachable: {exc}") from exc
+            raise TTSError(
+                "the model server is unreachable",
+                detail=f"model server at {self.base_url} unreachable: {exc}",
+            ) from exc
         if r.status_code != 200:
             raise _http_error(r.status_code, r.content)
         result: dict[str, Any] = r.json()
