@@ -337,25 +337,27 @@ async def test_an_ask_that_waits_too_long_or_leaves_reserves_nothing(
         assert not unavailable.deferrable
 
 
+IDLE_LOAD = {  # what GET /load says of an idle server with two workers
+    "workers": 2,
+    "busy": 0,
+    "waiting": 0,
+    "backlog_s": 0.0,
+    "min_slack_s": None,
+    "seconds_per_call": 0.35,
+    "seconds_per_phoneme": 0.028,
+}
+
+
 async def test_a_server_slow_to_report_its_load_keeps_its_last_answer() -> None:
     """A load probe that times out is a busy moment, not a server gone, if it answered lately
     (a fault injected in the probe client's transport)."""
-    body = {
-        "workers": 2,
-        "busy": 0,
-        "waiting": 0,
-        "backlog_s": 0.0,
-        "min_slack_s": None,
-        "seconds_per_call": 0.35,
-        "seconds_per_phoneme": 0.028,
-    }
     answers: list[str] = ["ok", "timeout", "timeout"]
 
     def load(request: httpx.Request) -> httpx.Response:
         assert request.url.path == "/load"
         if answers.pop(0) == "timeout":
             raise httpx.ReadTimeout("no answer in time", request=request)
-        return httpx.Response(200, json=body)
+        return httpx.Response(200, json=IDLE_LOAD)
 
     url = "http://127.0.0.1:9"  # never dialled: the probe client answers
     async with httpx.AsyncClient() as client:
@@ -382,15 +384,6 @@ async def test_a_server_not_heard_from_yet_is_given_longer_to_report_its_load() 
     opening a connection), a probe waits `first_probe_s`; after, the probe client's short
     timeout, and an answer of a moment ago covers a slow one. A first probe that times out
     even so is a server down (the timeouts each probe was given are read from the requests)."""
-    body = {
-        "workers": 2,
-        "busy": 0,
-        "waiting": 0,
-        "backlog_s": 0.0,
-        "min_slack_s": None,
-        "seconds_per_call": 0.35,
-        "seconds_per_phoneme": 0.028,
-    }
     answers: list[str] = ["timeout", "ok", "ok"]
     waited: list[float] = []
 
@@ -398,7 +391,7 @@ async def test_a_server_not_heard_from_yet_is_given_longer_to_report_its_load() 
         waited.append(request.extensions["timeout"]["read"])
         if answers.pop(0) == "timeout":
             raise httpx.ReadTimeout("no answer in time", request=request)
-        return httpx.Response(200, json=body)
+        return httpx.Response(200, json=IDLE_LOAD)
 
     url = "http://127.0.0.1:9"  # never dialled: the probe client answers
     async with httpx.AsyncClient() as client:
