@@ -64,9 +64,10 @@ def sagemaker_error(exc: Exception, endpoint: str) -> TTSError:
     validation = "Validation" in f"{code} {message}"
     hint = " (check GATEWAY_SAGEMAKER_ENDPOINT and GATEWAY_AWS_REGION)" if validation else ""
     return TTSError(
-        f"SageMaker {code} on endpoint {endpoint!r}: {message}{hint}",
+        f"SageMaker answered {code}",
         code=f"tts_{code}",
         retryable=retryable(code),
+        detail=f"SageMaker {code} on endpoint {endpoint!r}: {message}{hint}",
     )
 
 

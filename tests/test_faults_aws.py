@@ -226,13 +226,20 @@ async def test_bidi_persistent_model_stream_error_before_audio(sagemaker: SageMa
     assert audio_parts(script) == 0
 
 
-async def test_bidi_model_stream_error_after_audio_ends_the_reply(sagemaker: SageMaker) -> None:
+async def test_bidi_model_stream_error_after_audio_ends_the_reply(
+    sagemaker: SageMaker, caplog: pytest.LogCaptureFixture
+) -> None:
     script = sagemaker.bidi
     script.model_error_after = 1  # the first audio part goes back, then the stream breaks
     before = await tts_retries(sagemaker.gateway)
     reply = await speak(sagemaker.gateway, "bidi", LONG_TEXT)
     pcm = assert_retryable_error_after_audio(reply, "tts_ModelStreamError")
-    assert "injected ModelStreamError" in reply.one("error")["message"]
+    # the client reads the code; what the service said, and of which endpoint, the log does
+    assert reply.one("error")["message"] == "SageMaker answered ModelStreamError"
+    logged = [r.getMessage() for r in caplog.records if r.name == "gateway.reply.pipeline"]
+    assert [m.split(": ", 1)[1] for m in logged] == [
+        "SageMaker ModelStreamError on endpoint 'kokoro-tts': injected ModelStreamError"
+    ]
     assert synthesized(script)[0] == "Hello there."
     assert len(pcm) == audio_parts(script) == expected_pcm_bytes("Hello there.")
     assert script.streams == 1  # never retried: the listener has heard part of it

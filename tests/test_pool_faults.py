@@ -224,6 +224,8 @@ async def test_a_batch_call_is_never_retried_after_its_audio_has_started() -> No
             assert transport.upstream is chosen  # it stayed where its audio came from
         pcm = b"".join(heard)
     assert failed.value.retryable  # the caller may try again; the pool did not, silently
+    assert failed.value.message == "the model server's stream failed"  # not where it is:
+    assert f"model server at {proxy.http_url} failed" in str(failed.value.detail)  # the log's
     assert 0 < len(pcm) < WHOLE  # what was heard: cut short, not repeated from elsewhere
     assert engines["chosen"].calls[:1] == SENTENCES[:1]
     assert engines["other"].calls == []

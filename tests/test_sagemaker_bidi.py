@@ -18,6 +18,7 @@ from gateway.transports.base import TimedWords
 from gateway.transports.sagemaker_bidi import SageMakerBidiTransport
 from tests.support.fakes import expected_pcm_bytes
 from tests.support.servers import RunningServer, serve
+from tests.test_sagemaker_stream import assert_names_the_setting_for_the_log_only
 
 BIDI = "/invocations-bidirectional-stream"
 
@@ -77,9 +78,10 @@ async def test_unknown_endpoint_names_the_setting(
 ) -> None:
     seam = SeamTransport(fake_server.ws_url + BIDI, BidiScript())
     transport = SageMakerBidiTransport("no-such-endpoint", "us-east-1", http_transport=seam)
-    with pytest.raises(TTSError, match="GATEWAY_SAGEMAKER_ENDPOINT"):
+    with pytest.raises(TTSError) as failure:
         await speak(transport, ["Hello there."])
     await transport.close()
+    assert_names_the_setting_for_the_log_only(failure.value)
 
 
 async def test_a_container_close_reaches_the_caller_as_model_stream_error(

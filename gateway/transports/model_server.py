@@ -141,7 +141,10 @@ class ModelServerTransport:
                 async for chunk in response.aiter_raw():
                     yield chunk
         except httpx.HTTPError as exc:
-            raise TTSError(f"model server at {self.base_url} failed: {exc}") from exc
+            raise TTSError(
+                "the model server's stream failed",
+                detail=f"model server at {self.base_url} failed: {exc}",
+            ) from exc
 
     async def ready(self) -> bool:
         try:

@@ -41,7 +41,9 @@ class SageMakerStreamTransport:
         except ClientError as exc:
             raise sagemaker_error(exc, self.endpoint_name) from exc
         except BotoCoreError as exc:
-            raise TTSError(f"SageMaker unreachable: {exc}") from exc
+            raise TTSError(
+                "SageMaker is unreachable", detail=f"SageMaker unreachable: {exc}"
+            ) from exc
         events = response["Body"]
         captioned: list[bytes] = []  # with timestamps: one JSON answer, in parts
         try:
@@ -58,6 +60,8 @@ class SageMakerStreamTransport:
         except ClientError as exc:  # ModelStreamError / InternalStreamFailure mid-stream
             raise sagemaker_error(exc, self.endpoint_name) from exc
         except BotoCoreError as exc:
-            raise TTSError(f"SageMaker stream failed: {exc}") from exc
+            raise TTSError(
+                "SageMaker's stream failed", detail=f"SageMaker stream failed: {exc}"
+            ) from exc
         finally:
             events.close()
