@@ -14,6 +14,9 @@ Faults, as the service sends them (`StreamScript`):
 - mid-stream, an exception message in the event stream after some bytes of audio (0: before
   any): `ModelStreamError` (with its `ErrorCode`) or `InternalStreamFailure`, on every stream
   or on the first `stream_error_times` ones.
+
+A container's answer that breaks off (the model server cuts a stream whose synthesis failed
+after its headers) is a `ModelStreamError` too, as the service reports it.
 """
 
 from __future__ import annotations
@@ -117,28 +120,36 @@ def create_sagemaker_stream_emulator(
                         ErrorCode=str(r.status_code),
                     )
                     return
-                async for chunk in r.aiter_raw():
-                    pending += chunk
-                    while pending:
-                        size = min(len(pending), rng.randint(1, s.max_part))
-                        for limit, kind in (
-                            (model_error_after, "ModelStreamError"),
-                            (internal_failure_after, "InternalStreamFailure"),
-                        ):
-                            if limit is not None and sent + size > limit:
-                                extra = (
-                                    {"ErrorCode": s.model_error_code}
-                                    if kind == "ModelStreamError"
-                                    else {}
-                                )
-                                yield exception(
-                                    kind, f"injected {kind}", message_key="Message", **extra
-                                )
-                                return
-                        part, pending = pending[:size], pending[size:]
-                        s.parts.append(len(part))
-                        sent += len(part)
-                        yield payload_part(part)
+                try:
+                    async for chunk in r.aiter_raw():
+                        pending += chunk
+                        while pending:
+                            size = min(len(pending), rng.randint(1, s.max_part))
+                            for limit, kind in (
+                                (model_error_after, "ModelStreamError"),
+                                (internal_failure_after, "InternalStreamFailure"),
+                            ):
+                                if limit is not None and sent + size > limit:
+                                    extra = (
+                                        {"ErrorCode": s.model_error_code}
+                                        if kind == "ModelStreamError"
+                                        else {}
+                                    )
+                                    yield exception(
+                                        kind, f"injected {kind}", message_key="Message", **extra
+                                    )
+                                    return
+                            part, pending = pending[:size], pending[size:]
+                            s.parts.append(len(part))
+                            sent += len(part)
+                            yield payload_part(part)
+                except httpx.HTTPError as exc:  # the container's answer broke off
+                    yield exception(
+                        "ModelStreamError",
+                        f"the model container's stream broke off: {type(exc).__name__}",
+                        message_key="Message",
+                        ErrorCode="StreamBroken",
+                    )
 
         return StreamingResponse(
             stream(),

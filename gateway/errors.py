@@ -26,6 +26,24 @@ class TTSError(UpstreamError):
     code = "tts_error"
 
 
+# a model server's errors about itself, not the request (an engine's exception, a model file's
+# path, a body that is not its JSON): the client reads the code, the log the message
+MODEL_SERVER_SIDE = frozenset({"synthesis_failed", "internal_error", "stuck", "not_ready", "error"})
+
+
+def model_server_error(code: str, message: str, retryable: bool) -> TTSError:
+    """A model server's error answer (an HTTP body or a session's error frame) as the reply's:
+    its message for the client when it is about the request (a voice, the text), else the log's."""
+    if code in MODEL_SERVER_SIDE:
+        return TTSError(
+            f"the model server answered {code}",
+            code=f"tts_{code}",
+            retryable=retryable,
+            detail=f"model server: {message}",
+        )
+    return TTSError(f"model server: {message}", code=f"tts_{code}", retryable=retryable)
+
+
 class LLMError(UpstreamError):
     code = "llm_error"
 

@@ -16,7 +16,7 @@ from gateway.app import create_app as create_gateway
 from gateway.config import Settings as GatewaySettings
 from gateway.sources.sse import SSEDecoder
 from model_server.drain import wait_drained
-from tests.support.fakes import FakeEngine
+from tests.support.fakes import FailingEngine, FakeEngine, serve_fake
 from tests.support.gateway_client import metric, split_audio_frame, sse_get, sse_post
 from tests.support.openai_stub import create_stub, llm_gateway_settings
 from tests.support.servers import RunningServer, serve
@@ -168,6 +168,49 @@ async def test_tts_error_ends_the_reply_with_an_error_event(fake_server: Running
         # the next request works
         ok = await sse_post(gw.http_url, {"text": "Hi there.", "format": "pcm"})
         assert "error" not in ok.names
+
+
+FAILED_ON_THE_WIRE = {
+    # the session's error frame names the error: the client reads its code
+    "bidi": ("tts_synthesis_failed", "the model server answered synthesis_failed"),
+    # a streamed POST /invocations has sent its 200 when the engine fails: the model server
+    # cuts the stream, which the gateway reads as broken (tried again: it never had audio)
+    "batch": ("tts_error", "the model server's stream failed"),
+}
+
+
+@pytest.mark.parametrize("mode", ["bidi", "batch"])
+async def test_a_model_server_failing_in_itself_tells_the_client_no_more_than_that(
+    mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The model server's error about itself (its engine's exception, a file's path) reaches the
+    client as a code and a plain message, never a short answer that looks whole; what failed,
+    only the logs. (An error about the request, an unknown voice, keeps its message: above.)"""
+    with (
+        caplog.at_level(logging.WARNING),
+        serve_fake(engine := FailingEngine()) as server,
+        serve(create_gateway(GatewaySettings(model_server_url=server.http_url))) as gw,
+    ):
+        reply = await sse_post(gw.http_url, {"text": "Hi there.", "format": "pcm", "mode": mode})
+    assert reply.names[-3:] == ["audio_stream_end", "error", "agent_end"]
+    assert not reply.audio_chunks()
+    error = reply.one("error")
+    assert (error["code"], error["message"]) == FAILED_ON_THE_WIRE[mode]
+    assert "/opt/ml" not in str(reply.events)
+    said = FailingEngine.failure
+    logged = [r.getMessage() for r in caplog.records if r.name == "gateway.reply.pipeline"]
+    (line,) = logged
+    if mode == "bidi":
+        assert line.endswith(f": model server: {said}")
+    else:
+        assert line.endswith(
+            "failed: peer closed connection without sending complete message body"
+            " (incomplete chunked read)"
+        )
+        cut = [r.getMessage() for r in caplog.records if r.name == "model_server.routes.http"]
+        assert len(cut) == len(engine.calls)  # each try cut, none answered short
+        assert all(m.endswith(f" cut short: {said}") for m in cut)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]  # and no traceback
 
 
 async def test_websocket_bad_input_keeps_the_session(gateway_on_fake: RunningServer) -> None:

@@ -1,11 +1,13 @@
 """POST /invocations against SageMaker's limits: a non-streamed request that could not finish
-within the invocation's time is refused before any synthesis, and a request whose client goes
-away stops at the engine's next step (on both the streamed and the whole-body paths)."""
+within the invocation's time is refused before any synthesis, a request whose client goes
+away stops at the engine's next step (on both the streamed and the whole-body paths), and a
+streamed answer whose synthesis fails is cut, never ended as if whole."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from contextlib import AbstractContextManager
 from typing import Any
@@ -13,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.fakes import FakeEngine, serve_fake
+from tests.support.fakes import FailingEngine, FakeEngine, expected_pcm_bytes, serve_fake
 from tests.support.servers import RunningServer
 
 FIVE = "First one. Second one. Third one. Fourth one. Fifth one."
@@ -85,3 +87,42 @@ async def test_a_client_that_leaves_stops_its_synthesis(
             again = await http.post("/invocations", json={"text": "Still here.", "stream": stream})
             assert again.status_code == 200
             assert len(again.content) > 0
+
+
+async def read_streamed(http: httpx.AsyncClient, body: dict[str, Any], into: bytearray) -> None:
+    """A streamed answer's body, read into `into` as it comes (kept when it breaks off)."""
+    async with http.stream("POST", "/invocations", json=body) as streamed:
+        assert streamed.status_code == 200
+        async for part in streamed.aiter_raw():
+            into += part
+
+
+async def test_a_synthesis_failing_after_the_headers_cuts_the_stream(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A streamed answer whose third segment fails: the first two segments' audio, then the
+    connection drops before the body's end (SageMaker tells its caller `ModelStreamError`), never
+    a clean end that would pass for the whole answer; the whole-body path answers 500 with the
+    error's code. The server logs why in one line, no traceback, and serves the next request."""
+    engine = FailingEngine(fails_on="Third")
+    uvicorn_log = logging.getLogger("uvicorn.error")  # its records stop at "uvicorn": read here
+    with contextlib.ExitStack() as stack, model_server(engine) as server:
+        uvicorn_log.addHandler(caplog.handler)  # (once uvicorn has set its own handlers)
+        stack.callback(uvicorn_log.removeHandler, caplog.handler)
+        async with httpx.AsyncClient(base_url=server.http_url, timeout=30) as http:
+            received = bytearray()
+            with pytest.raises(httpx.RemoteProtocolError, match="incomplete chunked read"):
+                await read_streamed(http, {"text": FIVE, "stream": True}, received)
+            assert engine.calls == ["First one.", "Second one.", "Third one."]
+            assert len(received) == expected_pcm_bytes("First one.") + expected_pcm_bytes(
+                "Second one."
+            )
+            whole = await http.post("/invocations", json={"text": FIVE})
+            assert whole.status_code == 500
+            assert whole.json()["error"]["code"] == "synthesis_failed"
+            assert (await http.post("/invocations", json={"text": "Fine."})).status_code == 200
+    logged = [r for r in caplog.records if r.name.startswith(("model_server", "uvicorn"))]
+    assert [r.getMessage().split(" ", 2)[2] for r in logged if "cut short" in r.getMessage()] == [
+        f"cut short: {FailingEngine.failure}"
+    ]
+    assert not [r for r in logged if r.levelno >= logging.ERROR or r.exc_info]

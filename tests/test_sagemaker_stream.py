@@ -16,7 +16,7 @@ from emulators.sagemaker_stream import StreamScript, create_sagemaker_stream_emu
 from gateway.errors import TTSError
 from gateway.transports.base import TimedWords
 from gateway.transports.sagemaker_stream import SageMakerStreamTransport
-from tests.support.fakes import expected_pcm_bytes
+from tests.support.fakes import FailingEngine, expected_pcm_bytes, serve_fake
 from tests.support.servers import RunningServer, serve
 
 TEXT = "Hello there. It has three sentences."
@@ -116,6 +116,28 @@ async def test_stream_errors_become_tts_errors(
     assert 0 < len(received) <= 2000
     setattr(script, field, None)
     assert len(await collect(transport, TEXT)) > 2000  # the next request works
+
+
+async def test_a_container_stream_cut_short_is_a_model_stream_error(
+    make_transport: MakeTransport,
+) -> None:
+    """The model server cuts a stream whose synthesis failed after its headers (its second
+    sentence here): the caller reads the first sentence's audio, then `ModelStreamError`,
+    as SageMaker reports a container's broken answer; never a short answer that looks whole."""
+    engine = FailingEngine(fails_on="three")
+    with (
+        serve_fake(engine) as server,
+        serve(create_sagemaker_stream_emulator(server.http_url)) as emulator,
+    ):
+        transport = await make_transport(emulator)
+        received = bytearray()
+        with pytest.raises(TTSError) as failure:
+            await collect(transport, TEXT, received)
+    assert (failure.value.code, failure.value.retryable) == ("tts_ModelStreamError", True)
+    assert failure.value.message == "SageMaker answered ModelStreamError"
+    assert "stream broke off" in str(failure.value.detail)
+    assert engine.calls == ["Hello there.", "It has three sentences."]
+    assert len(received) == expected_pcm_bytes("Hello there.")
 
 
 def assert_names_the_setting_for_the_log_only(failure: TTSError) -> None:

@@ -13,7 +13,7 @@ import itertools
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-from gateway.errors import TTSError
+from gateway.errors import TTSError, model_server_error
 from gateway.transports.base import Completed, OnComplete, Piece, TimedWords
 from kokoro_contract import protocol
 from kokoro_contract.audio import pcm_duration_s
@@ -127,11 +127,7 @@ class FramedTTSStream:
                     self._first_at.pop(rid, None)
                     self._first_bytes.pop(rid, None)
                 case ErrorMsg(code=code, message=message):
-                    raise TTSError(
-                        f"model server: {message}",
-                        code=f"tts_{code}",
-                        retryable=code in RETRYABLE_CODES,
-                    )
+                    raise model_server_error(code, message, code in RETRYABLE_CODES)
                 case _:
                     pass  # synthesis_start, and control types this side does not know
 

@@ -13,7 +13,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosedError, WebSocketException
 
 from gateway.aio import cancel_and_wait
-from gateway.errors import TTSError
+from gateway.errors import TTSError, model_server_error
 from gateway.transports.base import OnComplete, Piece
 from gateway.transports.captioned import captioned_pieces
 from gateway.transports.framed_stream import FramedTTSStream
@@ -173,4 +173,4 @@ def _http_error(status: int, body: bytes) -> TTSError:
         code, message = error["code"], error["message"]
     except (orjson.JSONDecodeError, KeyError, TypeError):
         code, message = "error", body[:200].decode(errors="replace")
-    return TTSError(f"model server: {message}", code=f"tts_{code}", retryable=status >= 500)
+    return model_server_error(code, message, retryable=status >= 500)

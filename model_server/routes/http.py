@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kokoro_contract import formats
@@ -26,6 +26,7 @@ from kokoro_contract.protocol import (
     validate_synthesis,
 )
 from model_server import openapi
+from model_server.routes.cut_stream import CutStreamingResponse, StreamCut
 from model_server.service import ModelService
 from model_server.synthesis import Chunk
 
@@ -158,10 +159,11 @@ async def invocations(request: Request) -> Response:
             try:
                 async for pcm in loaded.synthesizer.stream(synth, key, received, plan):
                     yield pcm
-            except ServiceError as exc:  # headers are gone: end the stream, log why
-                log.warning("request %s ended early: %s", synth.request_id, exc.message)
+            except ServiceError as exc:  # headers are gone: cut the stream, log why
+                log.warning("request %s cut short: %s", synth.request_id, exc.message)
+                raise StreamCut from exc
 
-        return StreamingResponse(body(), media_type=fmt.mime, headers=headers)
+        return CutStreamingResponse(body(), media_type=fmt.mime, headers=headers)
 
     limit = _service(request).settings.invocation_timeout_s
     estimate = sum(loaded.synthesizer.scheduler.speed.estimate(len(s)) for s in plan.segments)

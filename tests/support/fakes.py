@@ -17,7 +17,7 @@ import numpy as np
 from model_server.app import create_app
 from model_server.config import Settings
 from model_server.engines.base import CancelToken, FloatAudio, Front, Timed
-from model_server.errors import SynthesisCancelled
+from model_server.errors import SynthesisCancelled, SynthesisFailed
 from model_server.windows import Window
 from tests.support.servers import RunningServer, serve
 
@@ -75,6 +75,23 @@ class FakeEngine:
         audio = np.where((np.arange(n) // 55) % 2 == 0, 0.5, -0.5).astype(np.float32)
         durations = np.array([0, *([1] * len(phonemes)), 0], np.int64)
         return Timed(audio, durations, frame)
+
+
+class FailingEngine(FakeEngine):
+    """Fails as onnxruntime does (its error naming a model file's path) on a segment whose
+    phonemes hold `fails_on` (every one: ""), after the segments before it spoke."""
+
+    failure = "onnxruntime failed: /opt/ml/model/kokoro.onnx: node /decoder/Conv"
+
+    def __init__(self, fails_on: str = "") -> None:
+        super().__init__()
+        self.fails_on = fails_on
+
+    def infer_timed(self, phonemes: str, voice: str, speed: float, cancel: CancelToken) -> Timed:
+        if self.fails_on in phonemes:
+            self.calls.append(phonemes)
+            raise SynthesisFailed(self.failure)
+        return super().infer_timed(phonemes, voice, speed, cancel)
 
 
 def identity_g2p() -> IdentityG2P:
