@@ -97,9 +97,34 @@ def create_sagemaker_stream_emulator(
             else:  # the scripted broken streams are over
                 model_error_after = internal_failure_after = None
 
+        def fault(upto: int) -> bytes | None:
+            """The scripted exception message, once the audio sent would pass `upto` bytes."""
+            for limit, kind in (
+                (model_error_after, "ModelStreamError"),
+                (internal_failure_after, "InternalStreamFailure"),
+            ):
+                if limit is not None and upto > limit:
+                    extra = {"ErrorCode": s.model_error_code} if kind == "ModelStreamError" else {}
+                    return exception(kind, f"injected {kind}", message_key="Message", **extra)
+            return None
+
+        async def parts(answer: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+            """The container's answer re-cut into PayloadParts of random sizes, until a fault."""
+            sent, pending = 0, b""
+            async for chunk in answer:
+                pending += chunk
+                while pending:
+                    size = min(len(pending), rng.randint(1, s.max_part))
+                    injected = fault(sent + size)
+                    if injected is not None:
+                        yield injected
+                        return
+                    part, pending = pending[:size], pending[size:]
+                    s.parts.append(len(part))
+                    sent += len(part)
+                    yield payload_part(part)
+
         async def stream() -> AsyncIterator[bytes]:
-            sent = 0
-            pending = b""
             async with (
                 httpx.AsyncClient(timeout=120) as client,
                 client.stream(
@@ -121,28 +146,8 @@ def create_sagemaker_stream_emulator(
                     )
                     return
                 try:
-                    async for chunk in r.aiter_raw():
-                        pending += chunk
-                        while pending:
-                            size = min(len(pending), rng.randint(1, s.max_part))
-                            for limit, kind in (
-                                (model_error_after, "ModelStreamError"),
-                                (internal_failure_after, "InternalStreamFailure"),
-                            ):
-                                if limit is not None and sent + size > limit:
-                                    extra = (
-                                        {"ErrorCode": s.model_error_code}
-                                        if kind == "ModelStreamError"
-                                        else {}
-                                    )
-                                    yield exception(
-                                        kind, f"injected {kind}", message_key="Message", **extra
-                                    )
-                                    return
-                            part, pending = pending[:size], pending[size:]
-                            s.parts.append(len(part))
-                            sent += len(part)
-                            yield payload_part(part)
+                    async for part in parts(r.aiter_raw()):
+                        yield part
                 except httpx.HTTPError as exc:  # the container's answer broke off
                     yield exception(
                         "ModelStreamError",
