@@ -7,6 +7,7 @@ import logging
 from collections.abc import Iterator
 
 import httpx
+import openai
 import orjson
 import pytest
 from websockets.asyncio.client import connect
@@ -16,7 +17,7 @@ from gateway.app import create_app as create_gateway
 from gateway.config import Settings as GatewaySettings
 from gateway.sources.sse import SSEDecoder
 from model_server.drain import wait_drained
-from tests.support.fakes import FailingEngine, FakeEngine, serve_fake
+from tests.support.fakes import FailingEngine, FakeEngine, expected_pcm_bytes, serve_fake
 from tests.support.gateway_client import metric, split_audio_frame, sse_get, sse_post
 from tests.support.openai_stub import create_stub, llm_gateway_settings
 from tests.support.servers import RunningServer, serve
@@ -211,6 +212,42 @@ async def test_a_model_server_failing_in_itself_tells_the_client_no_more_than_th
         assert len(cut) == len(engine.calls)  # each try cut, none answered short
         assert all(m.endswith(f" cut short: {said}") for m in cut)
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]  # and no traceback
+
+
+async def test_openai_speech_failing_after_its_headers_is_cut_not_ended_short(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """`/v1/audio/speech` has sent its 200 when the model server fails on the second chunk: the
+    OpenAI SDK reads the first chunk's audio, then a broken stream, never a short file that
+    looks whole (an SSE `stream_format` says `error` instead)."""
+    engine = FailingEngine(fails_on="second")
+    text = "This is the first sentence here, said in full. And this is the second one here."
+    with (
+        caplog.at_level(logging.WARNING, "gateway"),
+        serve_fake(engine) as server,
+        serve(create_gateway(GatewaySettings(model_server_url=server.http_url))) as gw,
+    ):
+        client = openai.AsyncOpenAI(base_url=gw.http_url + "/v1", api_key="unused")
+        heard = bytearray()
+        # (the SDK brings an httpx of its own, whose RemoteProtocolError this is)
+        with pytest.raises(Exception, match="incomplete chunked read"):
+            await read_speech(client, text, heard)
+        await client.close()
+    first, second = engine.calls
+    assert "second" in second
+    assert len(heard) == expected_pcm_bytes(first)
+    cut = [r.getMessage() for r in caplog.records if "cut short" in r.getMessage()]
+    assert [m.split(": ", 1)[1] for m in cut] == [
+        "tts_synthesis_failed (the model server answered synthesis_failed)"
+    ]
+
+
+async def read_speech(client: openai.AsyncOpenAI, text: str, into: bytearray) -> None:
+    async with client.audio.speech.with_streaming_response.create(
+        model="kokoro", voice="af_test", input=text, response_format="pcm"
+    ) as response:
+        async for part in response.iter_bytes():
+            into += part
 
 
 async def test_websocket_bad_input_keeps_the_session(gateway_on_fake: RunningServer) -> None:

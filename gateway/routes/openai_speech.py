@@ -19,6 +19,7 @@ from gateway.params import Mode, OpenAISpeechParams, SpeakParams, parse
 from gateway.reply.events import AgentEnd, AudioChunk, ErrorEvent, Event
 from gateway.routes.common import json_body, service_of
 from gateway.routes.responses import ReplyEventSource, TimedStreamingResponse
+from kokoro_contract.cut_stream import StreamCut
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -70,12 +71,21 @@ async def speech(request: Request) -> Response:
             return ReplyEventSource(sse(), ping=0, send_timeout=timeout, closing=stack.pop_all())
 
         async def audio() -> AsyncIterator[bytes]:
+            failed: ErrorEvent | None = None
             async with service.replies.running(reply, "openai"):
-                while (event := await queue.get()) is not None:
+                while (event := await queue.get()) is not None:  # (the reply ends as it does)
                     if isinstance(event, AudioChunk):
                         yield event.data
-                    elif isinstance(event, ErrorEvent):  # headers are sent: end the stream short
-                        log.warning("speech %s ended early: %s", reply.spec.utterance_id, event)
+                    elif isinstance(event, ErrorEvent):
+                        failed = event
+            if failed is not None:  # headers are sent: cut the stream, never end it as whole
+                log.warning(
+                    "speech %s cut short: %s (%s)",
+                    reply.spec.utterance_id,
+                    failed.code,
+                    failed.message,
+                )
+                raise StreamCut
 
         return TimedStreamingResponse(
             audio(), media_type=fmt.mime, send_timeout=timeout, closing=stack.pop_all()

@@ -16,8 +16,9 @@ from typing import Any
 
 from sse_starlette import EventSourceResponse
 from sse_starlette.sse import SendTimeoutError
-from starlette.responses import StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
+
+from kokoro_contract.cut_stream import CutStreamingResponse
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,10 @@ class ReplyEventSource(EventSourceResponse):
                 await super().__call__(scope, receive, send)
 
 
-class TimedStreamingResponse(StreamingResponse):
+class TimedStreamingResponse(CutStreamingResponse):
+    """A streamed body each of whose sends must be taken in time; one that cannot be finished
+    (its iterator raises `StreamCut`) is cut."""
+
     def __init__(
         self,
         *args: Any,

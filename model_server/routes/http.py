@@ -17,6 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kokoro_contract import formats
 from kokoro_contract.audio import SAMPLE_RATE, pcm_duration_s, wav_header
+from kokoro_contract.cut_stream import CutStreamingResponse, StreamCut
 from kokoro_contract.errors import InvalidRequest, ServiceError
 from kokoro_contract.openapi import JSON
 from kokoro_contract.protocol import (
@@ -26,7 +27,6 @@ from kokoro_contract.protocol import (
     validate_synthesis,
 )
 from model_server import openapi
-from model_server.routes.cut_stream import CutStreamingResponse, StreamCut
 from model_server.service import ModelService
 from model_server.synthesis import Chunk
 

@@ -1,10 +1,11 @@
-"""A streamed answer that can fail after its headers: `CutStreamingResponse`.
+"""A streamed answer that can fail after its headers: `CutStreamingResponse`, for both services.
 
-`POST /invocations` with `"stream": true` sends its 200 and headers before the first audio. If
-the synthesis fails after that, a body that simply ended would read as a whole, short answer.
-So the connection is dropped instead, before the body's last chunk: an HTTP client reads a
-broken stream (httpx: `RemoteProtocolError`), and SageMaker, reading the container, tells its
-caller `ModelStreamError`. The route logs why; uvicorn's own line for an answer left unfinished
+A streamed body (the model server's `POST /invocations` with `"stream": true`, the gateway's
+`/v1/audio/speech`) sends its 200 and headers before the first audio. If the synthesis fails
+after that, a body that simply ended would read as a whole, short answer. So the connection is
+dropped instead, before the body's last chunk: an HTTP client reads a broken stream (httpx:
+`RemoteProtocolError`), and SageMaker, reading the container, tells its caller
+`ModelStreamError`. The route logs why; uvicorn's own line for an answer left unfinished
 ("ASGI callable returned without completing response.") says nothing more and is dropped."""
 
 from __future__ import annotations
