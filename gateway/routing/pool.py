@@ -225,7 +225,9 @@ class ModelServerPool:
         load probe, nor fails because one was slow."""
         async with self._lock:
             await self._resolve()
-        failure = TTSError("model server unreachable: no address for it")
+        failure = TTSError(
+            "the model server is unreachable", detail=f"no address for {', '.join(self.urls)}"
+        )
         for upstream in sorted(self.upstreams, key=lambda u: not u.up):
             try:
                 return await upstream.transport.voices()
