@@ -22,7 +22,11 @@ hear. Starts the real model server and gateway (separate processes, `make dev` d
   corpus: MOS and WER of each, and the seam detector (`quality/seams.py`: the largest step,
   the high-frequency energy and the level change at each seam, against the rest of the clip)
   at the seams between windows, beside the same measures at the same points of the
-  one-call audio (where there is no seam).
+  one-call audio (where there is no seam);
+- layouts (not run by default): the decoder's window layouts at a fixed speed, in this
+  process (`bench/window_layouts.py`): one call per segment, the default schedule as a
+  reply's first segment, the same with wider context, and the largest windows; MOS, WER and
+  the frames each decodes, the same on any machine.
 
 MOS is the mean over clips weighted by their length; WER is corpus-level (errors / words).
 Audio reaches the judges at 16 kHz through libswresample. `--write-baseline` stores the
@@ -219,6 +223,8 @@ def run(args: argparse.Namespace) -> dict[str, list[tuple[str, Score]]]:
                 tables["progressive"], seam_rows = progressive_tables(judge, default, replies)
                 tables["progressive seams"] = seam_rows
 
+            if "layouts" in args.sections:
+                tables["window layouts"] = layout_table(judge, default, replies)
             if "format" in args.sections:
                 pcms = batches[default][: args.format_replies]
                 tables["format"] = format_table(judge, pcms, replies)
@@ -392,6 +398,32 @@ def progressive_tables(
     return rows, seam_rows
 
 
+def layout_table(judge: Judges, voice: str, replies: list[corpus.Reply]) -> list[tuple[str, Score]]:
+    """Each of `window_layouts.LAYOUTS` over the replies, judged; the label says its windows
+    and the decoder's frames against one call's."""
+    from bench.window_layouts import LAYOUTS, LayoutSynth
+
+    started = time.perf_counter()
+    synth = LayoutSynth(voice)
+    rows: list[tuple[str, Score]] = []
+    one_call = 0
+    for layout in LAYOUTS:
+        voiced = [synth.reply(r.text, layout) for r in replies]
+        frames = sum(v.frames for v in voiced)
+        one_call = one_call or frames  # the first layout is one call per segment
+        score = judge.judge(
+            [pcm_clip(v.pcm, r.spoken) for v, r in zip(voiced, replies, strict=True)]
+        )
+        label = (
+            f"{layout.label}: {sum(v.windows for v in voiced)} windows, "
+            f"frames {frames / one_call:.2f}x"
+        )
+        rows.append((label, score))
+        print(f"  layouts {label:<72} {describe(score)}", flush=True)
+    print(f"  [layouts: {time.perf_counter() - started:.0f} s]", flush=True)
+    return rows
+
+
 def describe(score: Score) -> str:
     return f"MOS {score.mos:4.2f}  WER {score.wer}  ({score.seconds:5.1f} s of audio)"
 
@@ -427,7 +459,8 @@ def main() -> None:
     parser.add_argument(
         "--sections",
         default="voice,format,plan,progressive",
-        help="which tables (plan: chunk plans, joins; progressive: windows against one call)",
+        help="which tables (plan: chunk plans, joins; progressive: windows against one call; "
+        "layouts: window layouts at a fixed speed, not run by default)",
     )
     parser.add_argument(
         "--write-baseline", action="store_true", help="store the default voice's corpus WER"
