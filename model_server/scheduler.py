@@ -1,7 +1,8 @@
-"""One scheduler for every session: a bounded pool of engine workers, granted one segment at a
-time, by deadline.
+"""One scheduler for every session: a bounded pool of engine workers, granted one engine call at
+a time, by deadline.
 
-Every engine call (one segment) waits for a worker slot. With `edf` (the default) the waiting
+Every engine call (one segment; with progressive synthesis, one step of it) waits for a worker
+slot. With `edf` (the default) the waiting
 segment whose audio is needed first goes next: a new reply's first chunk goes ahead of later
 chunks that still have slack. With `fair`, the slots go round-robin by session (the policy
 before deadlines), so a session with ten queued segments does not hold back one with one.
