@@ -95,5 +95,4 @@ class LayoutSynth:
             audio = self.engine.decode(front, window, CancelToken())
             out.append(trim.push(joiner.push(window, audio)))
         out.append(trim.flush())
-        pcm = to_pcm16(np.concatenate(out)) if out else b""
-        return pcm, len(windows), sum(w.frames for w in windows)
+        return to_pcm16(np.concatenate(out)), len(windows), sum(w.frames for w in windows)

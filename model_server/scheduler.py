@@ -2,10 +2,10 @@
 a time, by deadline.
 
 Every engine call (one segment; with progressive synthesis, one step of it) waits for a worker
-slot. With `edf` (the default) the waiting
-segment whose audio is needed first goes next: a new reply's first chunk goes ahead of later
-chunks that still have slack. With `fair`, the slots go round-robin by session (the policy
-before deadlines), so a session with ten queued segments does not hold back one with one.
+slot. With `edf` (the default) the waiting segment whose audio is needed first goes next: a new
+reply's first chunk goes ahead of later chunks that still have slack. With `fair`, the slots go
+round-robin by session (the policy before deadlines), so a session with ten queued segments does
+not hold back one with one.
 
 With progressive synthesis a segment is several steps, each granted a slot on its own: its
 front pass, then each window of its decoder (`synthesis.py`, `windows.py`). Each window has its
