@@ -70,6 +70,36 @@ async def test_the_table_and_what_happens_when_voices_cannot_be_asked() -> None:
     assert set(OPENAI_VOICES) >= {"alloy", "cedar", "marin", "verse"}
 
 
+async def test_the_listing_is_the_last_answer_while_the_servers_cannot_be_asked() -> None:
+    """`GET /v1/voices` asks at most every `refresh_s`; a failed ask keeps the last answer
+    (a picker never empties because a server was slow for a moment); with none yet, the
+    servers' error, asked again on every call."""
+    now = [0.0]
+    voices = Voices(LOADED)
+    catalog = VoiceCatalog(voices, clock=lambda: now[0])
+    assert await catalog.listing() == LOADED
+    assert await catalog.listing() == LOADED
+    assert voices.asked == 1  # within refresh_s
+    voices.answer = None  # the servers stop answering
+    now[0] = 30.0
+    assert await catalog.listing() == LOADED  # the last answer stands
+    assert voices.asked == 2
+    assert await catalog.resolve("jm_kumo") == "jm_kumo"  # and resolves names as before
+    voices.answer = {"voices": [{"name": "af_heart"}]}
+    now[0] = 60.0
+    assert await catalog.listing() == {"voices": [{"name": "af_heart"}]}  # a new answer wins
+    assert await catalog.resolve("af_heart") == "af_heart"
+    never = Voices(None)
+    unreachable = VoiceCatalog(never, clock=lambda: 0.0)
+    for asked in (1, 2):
+        with pytest.raises(TTSError):
+            await unreachable.listing()
+        assert never.asked == asked
+    unreadable = VoiceCatalog(Voices({"voices": "af_heart"}), clock=lambda: 0.0)
+    assert await unreadable.listing() == {"voices": "af_heart"}  # as it came
+    assert await unreadable.known() is None
+
+
 async def test_openai_route_takes_openai_names_and_refuses_others_before_streaming(
     gateway_on_fake: RunningServer,
 ) -> None:

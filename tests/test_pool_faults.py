@@ -258,6 +258,25 @@ async def test_voices_come_from_a_server_whose_load_probe_times_out() -> None:
     assert refused.json()["error"]["code"] == "tts_unavailable"
 
 
+async def test_voices_stay_listed_while_the_server_that_gave_them_is_gone() -> None:
+    """A page opened while the model server is away (a restart, a moment's overload) still
+    gets the voices it last listed; speaking then is the clear refusal."""
+    port = free_port()
+    settings = GatewaySettings(model_server_url=f"http://127.0.0.1:{port}")
+    with serve(create_gateway(settings)) as gw:
+        catalog = gw.app.state.service.replies.voices
+        async with httpx.AsyncClient(base_url=gw.http_url) as http:
+            with fake_model_server(FakeEngine(), port=port):
+                listed = await http.get("/v1/voices")
+            catalog.refresh_s = 0.0  # ask again at once: the server is gone now
+            again = await http.get("/v1/voices")
+            refused = await http.get("/v1/speak/sse", params={"text": "Hi.", "format": "pcm"})
+    assert listed.status_code == again.status_code == 200
+    assert [v["name"] for v in listed.json()["voices"]] == ["af_test", "jf_alpha"]
+    assert again.json() == listed.json()
+    assert (refused.status_code, refused.json()["error"]["code"]) == (503, "tts_unavailable")
+
+
 async def test_voices_from_no_server_that_answers_are_a_clear_error(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -21,5 +21,6 @@ async def index() -> FileResponse:
 
 @router.get("/v1/voices", responses=openapi.VOICES)
 async def voices(request: Request) -> JSONResponse:
-    """The model server's voices, for pickers."""
-    return JSONResponse(await service_of(request).runtime.voices())
+    """The model servers' voices, for pickers: their last answer, asked again every 30 s (a
+    502 only while none has answered yet)."""
+    return JSONResponse(await service_of(request).replies.voices.listing())

@@ -6,10 +6,13 @@ voice of the same name; one whose voice is not loaded speaks with the default vo
 name is `400 unknown_voice`, naming the voices there are, before a reply is admitted: never a
 200 with an empty body or an in-band error. The model servers' voices are asked at most every
 `refresh_s`; while they cannot be asked, names pass through (the model server then decides).
+`GET /v1/voices` (a page's picker) is the same answer: the last one the servers gave, so a
+server slow to answer for a moment does not empty the picker.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -65,21 +68,42 @@ class VoiceCatalog:
     refresh_s: float = 30.0
     clock: Callable[[], float] = time.monotonic
     _known: frozenset[str] | None = None
+    _listing: dict[str, Any] | None = None  # their last readable answer
     _asked_at: float = -1e9
 
     async def known(self) -> frozenset[str] | None:
         """The model servers' voices (None: not known: they cannot be asked, or do not say)."""
-        now = self.clock()
-        if now - self._asked_at < self.refresh_s:
-            return self._known
-        self._asked_at = now
-        try:
-            body = await self.fetch()
-            names = frozenset(str(v["name"]) for v in body.get("voices", []))
-        except (UpstreamError, KeyError, TypeError, AttributeError):
-            return self._known  # the last answer, while they cannot be asked
-        self._known = names or None  # SageMaker's endpoint lists none: not known
+        if self._due():
+            with contextlib.suppress(UpstreamError):
+                await self._ask()
         return self._known
+
+    async def listing(self) -> dict[str, Any]:
+        """`GET /v1/voices`: the servers' last answer, asked again every `refresh_s`; the
+        servers' error (UpstreamError) only while they have never answered."""
+        if self._listing is not None and not self._due():
+            return self._listing
+        try:
+            answer = await self._ask()
+        except UpstreamError:
+            if self._listing is None:
+                raise
+            return self._listing  # what they said last, while they cannot be asked
+        return answer if self._listing is None else self._listing  # unreadable: as it came
+
+    def _due(self) -> bool:
+        return self.clock() - self._asked_at >= self.refresh_s
+
+    async def _ask(self) -> dict[str, Any]:
+        self._asked_at = self.clock()
+        body = await self.fetch()
+        try:
+            names = frozenset(str(v["name"]) for v in body.get("voices", []))
+        except (KeyError, TypeError, AttributeError):
+            return body  # unreadable: what was known stands
+        self._known = names or None  # SageMaker's endpoint lists none: not known
+        self._listing = body
+        return body
 
     async def resolve(self, requested: str | None) -> str | None:
         """The voice to ask the model server for (None: its default)."""
