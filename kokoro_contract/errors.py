@@ -57,3 +57,11 @@ class NotReady(ServiceError):
 
 def error_body(code: str, message: str, retryable: bool = False) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, "retryable": retryable}}
+
+
+def brief(exc: BaseException) -> str:
+    """A failure for a log line: its type and the first line of its text (empty for a timeout:
+    httpx's ReadTimeout, asyncio's TimeoutError), at most 200 characters."""
+    first = (str(exc).strip().splitlines() or [""])[0]
+    text = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    return text if len(text) <= 200 else f"{text[:199]}…"

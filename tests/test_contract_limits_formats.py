@@ -8,7 +8,7 @@ import pytest
 
 from gateway.params import OpenAISpeechParams, SpeakParams, parse
 from kokoro_contract import formats, limits
-from kokoro_contract.errors import InvalidRequest, ServiceError
+from kokoro_contract.errors import InvalidRequest, ServiceError, brief
 
 
 @pytest.mark.parametrize(
@@ -102,3 +102,10 @@ def test_the_request_params_take_formats_from_the_registry() -> None:
     )
     with pytest.raises(ServiceError):
         parse(OpenAISpeechParams, {"input": "Hi.", "response_format": "webm"})
+
+
+def test_a_failure_for_the_log_names_its_type_even_when_its_text_is_empty() -> None:
+    assert brief(TimeoutError()) == "TimeoutError"  # httpx's timeouts say nothing either
+    assert brief(OSError("refused\nmore")) == "OSError: refused"
+    long = brief(ValueError("x" * 500))
+    assert (len(long), long[-1]) == (200, "…")

@@ -205,7 +205,8 @@ async def test_a_model_server_failing_in_itself_tells_the_client_no_more_than_th
         assert line.endswith(f": model server: {said}")
     else:
         assert line.endswith(
-            "failed: peer closed connection without sending complete message body"
+            "failed: RemoteProtocolError: peer closed connection without sending complete"
+            " message body"
             " (incomplete chunked read)"
         )
         cut = [r.getMessage() for r in caplog.records if r.name == "model_server.routes.http"]

@@ -296,4 +296,7 @@ async def test_voices_from_no_server_that_answers_are_a_clear_error(
     assert gone not in failed.text
     logged = [r.getMessage() for r in caplog.records if r.name == "kokoro_contract.http_errors"]
     assert len(logged) == 2
-    assert all(m.startswith(f"GET /v1/voices: model server at {gone} unreachable") for m in logged)
+    assert all(
+        m.startswith(f"GET /v1/voices: model server at {gone} unreachable: ConnectError")
+        for m in logged
+    )

@@ -18,6 +18,7 @@ from gateway.transports.base import OnComplete, Piece
 from gateway.transports.captioned import captioned_pieces
 from gateway.transports.framed_stream import FramedTTSStream
 from kokoro_contract import protocol
+from kokoro_contract.errors import brief
 from kokoro_contract.protocol import invocation_body
 
 STALL_TIMEOUT_S = 2.0
@@ -102,7 +103,7 @@ class ModelServerTransport:
         except (OSError, WebSocketException, TimeoutError) as exc:
             raise TTSError(
                 "the model server is unreachable",
-                detail=f"model server at {self.base_url} unreachable: {exc}",
+                detail=f"model server at {self.base_url} unreachable: {brief(exc)}",
             ) from exc
 
         async def send_frame(frame: str) -> None:
@@ -143,7 +144,7 @@ class ModelServerTransport:
         except httpx.HTTPError as exc:
             raise TTSError(
                 "the model server's stream failed",
-                detail=f"model server at {self.base_url} failed: {exc}",
+                detail=f"model server at {self.base_url} failed: {brief(exc)}",
             ) from exc
 
     async def ready(self) -> bool:
@@ -159,7 +160,7 @@ class ModelServerTransport:
         except httpx.HTTPError as exc:
             raise TTSError(
                 "the model server is unreachable",
-                detail=f"model server at {self.base_url} unreachable: {exc}",
+                detail=f"model server at {self.base_url} unreachable: {brief(exc)}",
             ) from exc
         if r.status_code != 200:
             raise _http_error(r.status_code, r.content)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kokoro_contract.errors import brief
 from model_server.engine_choice import HUB_REPO
 from model_server.engines.base import VoicePack
 from model_server.engines.voices import VoicePackError, load_file
@@ -55,12 +56,6 @@ class HubVoices:
 
 def _none(why: str) -> HubVoices:
     return HubVoices(note=f"none, the registry's packs only ({why})")
-
-
-def _brief(exc: BaseException) -> str:
-    first = (str(exc).strip().splitlines() or [""])[0]
-    text = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
-    return text if len(text) <= 200 else f"{text[:199]}…"
 
 
 def english_voices(
@@ -109,7 +104,7 @@ def _fetch(endpoint: str | None, cache_dir: Path | None) -> tuple[str | None, st
         import httpx2
 
         unreachable = isinstance(exc, (httpx2.TransportError, ConnectionError))
-        return None, f"the hub {'is unreachable' if unreachable else 'refused'}: {_brief(exc)}"
+        return None, f"the hub {'is unreachable' if unreachable else 'refused'}: {brief(exc)}"
     log.info("english voices: fetching %s from %s", " ".join(PATTERNS), HUB_REPO)
     try:
         folder = snapshot_download(  # revision main: it records refs/main for the next start
@@ -120,7 +115,7 @@ def _fetch(endpoint: str | None, cache_dir: Path | None) -> tuple[str | None, st
             cache_dir=cache_dir,
         )
     except Exception as exc:
-        return None, f"the download failed: {_brief(exc)}"
+        return None, f"the download failed: {brief(exc)}"
     return Path(str(folder)).name or str(info.sha), ""
 
 
@@ -143,7 +138,7 @@ def _from_cache(
         )
         tree = get_cached_repo_tree(HUB_REPO, revision=folder.name, cache_dir=cache_dir)
     except Exception as exc:  # not cached, partly cached, or cached without its listing
-        log.debug("english voices: not in the cache: %s", _brief(exc))
+        log.debug("english voices: not in the cache: %s", brief(exc))
         return "none are cached"
     by_path = {entry.path: entry for entry in tree}
     wanted = [p for p in by_path if any(fnmatch.fnmatchcase(p, pat) for pat in PATTERNS)]
