@@ -15,7 +15,7 @@ from model_server.app import create_app
 from model_server.config import Settings
 from model_server.text.normalize import normalize
 from model_server.text.split import split_phonemes
-from tests.support.fakes import FakeEngine, expected_pcm_bytes, identity_g2p
+from tests.support.fakes import FAKE_SETTINGS, FakeEngine, expected_pcm_bytes, identity_g2p
 from tests.support.model_server_client import read_until_terminal, synth
 from tests.support.servers import RunningServer, serve
 
@@ -30,7 +30,7 @@ BIDI = "/invocations-bidirectional-stream"
         ("[1, 2, 3]", "not_an_object"),
         ('{"voice": "jf_alpha"}', "missing_text"),
         ('{"text": ""}', "empty_text"),
-        ('{"text": "' + "x" * 201 + '"}', "text_too_long"),
+        ('{"text": "' + "x" * (FAKE_SETTINGS.max_text_chars + 1) + '"}', "text_too_long"),
         ('{"text": "Hi.", "voice": "af_heart"}', "unknown_voice"),
         ('{"text": "Hi.", "speed": 3.5}', "invalid_speed"),
         ('{"type": "sing", "text": "Hi."}', "unknown_type"),

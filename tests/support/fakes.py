@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from gateway.reply.chunk_plan import PlanConfig
 from model_server.app import create_app
 from model_server.config import Settings
 from model_server.engines.base import CancelToken, FloatAudio, Front, Timed
@@ -21,8 +22,12 @@ from model_server.errors import SynthesisCancelled, SynthesisFailed
 from model_server.windows import Window
 from tests.support.servers import RunningServer, serve
 
-# the fake model servers' settings: small limits, so that tests reach them
-FAKE_SETTINGS = Settings(workers=2, max_text_chars=200, max_pending=4, warmup=False)
+# the fake model servers' settings: small limits, so that tests reach them; the text limit is
+# the gateway's longest chunk, so that a gateway in front of one never cuts past it (a chunk
+# plan on a slow machine groups more text while the first chunk plays)
+FAKE_SETTINGS = Settings(
+    workers=2, max_text_chars=PlanConfig().max_chars, max_pending=4, warmup=False
+)
 
 SECONDS_PER_PHONEME = 0.01
 # Every phoneme (character) lasts one frame, 10 ms at speed 1 (240 samples), int(240 / speed)
