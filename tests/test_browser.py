@@ -17,6 +17,7 @@ import httpx
 import pytest
 import pytest_asyncio
 from playwright.async_api import Browser, ConsoleMessage, Page, Route, async_playwright
+from playwright.async_api import TimeoutError as PlaywrightTimeoutError
 
 from gateway.app import create_app as create_gateway
 from gateway.config import Settings as GatewaySettings
@@ -82,6 +83,24 @@ async def speak(page: Page, *, transport: str, fmt: str, text: str, mode: str = 
     await page.click("#speak")
 
 
+async def wait_for_state(page: Page, *states: str) -> None:
+    """Until the demo's state is one of `states`; failing, it says which states the page went
+    through and what it showed as the error."""
+    try:
+        await page.wait_for_function(
+            "(states) => states.includes(document.querySelector('#metrics').dataset.state)",
+            arg=list(states),
+            timeout=60_000,
+        )
+    except PlaywrightTimeoutError:
+        seen = await page.evaluate(
+            "[window.demo.states, document.querySelector('#error').textContent]"
+        )
+        raise AssertionError(
+            f"never {' or '.join(states)}: went through {seen[0]}, error {seen[1]!r}"
+        ) from None
+
+
 async def played_proof(page: Page) -> dict[str, Any]:
     proof: dict[str, Any] = await page.evaluate(
         """() => {
@@ -103,10 +122,7 @@ async def test_audio_plays(
 ) -> None:
     page, console = await open_demo(browser, gateway_on_fake.http_url)
     await speak(page, transport=transport, fmt=fmt, text="Hello there. " + LONG[:120])
-    await page.wait_for_function(
-        "['done', 'error'].includes(document.querySelector('#metrics').dataset.state)",
-        timeout=60_000,
-    )
+    await wait_for_state(page, "done", "error")
     proof = await played_proof(page)
     assert proof["error"] is None
     assert proof["state"] == "done"
@@ -129,10 +145,7 @@ async def test_mp3_through_webcodecs_when_mse_is_not_used(
 ) -> None:
     page, console = await open_demo(browser, gateway_on_fake.http_url, "?decoder=webcodecs")
     await speak(page, transport="ws", fmt="mp3", text="Hello there. " + LONG[:120])
-    await page.wait_for_function(
-        "['done', 'error'].includes(document.querySelector('#metrics').dataset.state)",
-        timeout=60_000,
-    )
+    await wait_for_state(page, "done", "error")
     proof = await played_proof(page)
     assert (proof["state"], proof["player"], proof["error"]) == ("done", "WebCodecsMp3Player", None)
     assert proof["maxRms"] > 0.1
@@ -149,7 +162,7 @@ async def test_barge_in_silences_and_cancels(
     await page.wait_for_function("document.querySelector('#metrics').dataset.ttfaMs !== undefined")
     fake_engine.hold = True  # the next sentence stays in the engine until cancelled
     await page.click("#stop")
-    await page.wait_for_function("document.querySelector('#metrics').dataset.state === 'stopped'")
+    await wait_for_state(page, "stopped")
     await page.wait_for_function("window.demo.stats !== null")  # speak() has returned
     # silence: the worklet faded out and dropped its queue. Watch its own output reports
     # (still connected) over a window after the fade.
@@ -179,7 +192,7 @@ async def test_finished_eventsource_reply_is_not_replayed(
     requests: list[str] = []
     page.on("request", lambda r: requests.append(r.url) if "/v1/speak/sse" in r.url else None)
     await speak(page, transport="sse", fmt="mp3", text="Hello there.")
-    await page.wait_for_function("document.querySelector('#metrics').dataset.state === 'done'")
+    await wait_for_state(page, "done")
     # give a reconnecting EventSource its chance: it would retry within ~3 s by default
     count = await page.evaluate(
         "() => new Promise((r) => setTimeout(() => r(performance.getEntriesByType('resource')"
@@ -207,10 +220,7 @@ async def test_a_page_speaks_through_a_keyed_gateway_with_a_token(
         for transport in ("sse", "sse-fetch", "ws"):
             page, console = await open_demo(browser, keyed.http_url, f"?token={token}")
             await speak(page, transport=transport, fmt="pcm", text="Hello there.")
-            await page.wait_for_function(
-                "['done', 'error'].includes(document.querySelector('#metrics').dataset.state)",
-                timeout=60_000,
-            )
+            await wait_for_state(page, "done", "error")
             proof = await played_proof(page)
             assert (proof["state"], proof["error"]) == ("done", None), transport
             assert proof["bytes"] > 0
@@ -227,7 +237,7 @@ async def test_captions_follow_the_audio_clock(
     (from the player's clock, not from when the timings arrived, which is much earlier)."""
     page, console = await open_demo(browser, gateway_on_fake.http_url)
     await speak(page, transport=transport, fmt=fmt, text=LONG[:200])
-    await wait_until_settled(page)
+    await wait_for_state(page, "done", "error")
     proof = await played_proof(page)
     assert (proof["state"], proof["error"]) == ("done", None)
     log: list[dict[str, Any]] = await page.evaluate("window.demo.wordLog")
@@ -286,7 +296,7 @@ async def test_the_page_reconnects_by_itself_when_the_gateway_restarts(
     with gateway_process(port, fake_server.http_url) as first:
         page, console = await open_demo(browser, base)
         await speak(page, transport="ws", fmt="pcm", text="Hello there.")
-        await wait_until_settled(page)
+        await wait_for_state(page, "done", "error")
         first.send_signal(signal.SIGTERM)  # a rolling update: this instance goes away
         await asyncio.to_thread(first.wait, 30)
     await page.wait_for_function(
@@ -297,19 +307,12 @@ async def test_the_page_reconnects_by_itself_when_the_gateway_restarts(
         await page.wait_for_function(reconnected, timeout=60_000)
         assert await page.text_content("#connection") == "Reconnected."
         await speak(page, transport="ws", fmt="pcm", text="Hello again.")
-        await wait_until_settled(page)
+        await wait_for_state(page, "done", "error")
         proof = await played_proof(page)
         assert (proof["state"], proof["error"]) == ("done", None)
     # only the attempts made while no gateway listened
     assert not [e for e in console.errors if "WebSocket connection" not in e]
     await page.close()
-
-
-async def wait_until_settled(page: Page) -> None:
-    await page.wait_for_function(
-        "['done', 'error'].includes(document.querySelector('#metrics').dataset.state)",
-        timeout=60_000,
-    )
 
 
 @pytest.mark.parametrize("transport", ["sse-fetch", "ws"])
@@ -320,9 +323,7 @@ async def test_the_demo_says_when_the_service_is_at_capacity(
     with serve(create_gateway(settings)) as refusing:
         page, console = await open_demo(browser, refusing.http_url)
         await speak(page, transport=transport, fmt="pcm", text="Hello there.")
-        await page.wait_for_function(
-            "document.querySelector('#metrics').dataset.state === 'overloaded'"
-        )
+        await wait_for_state(page, "overloaded")
         shown = await page.text_content("#error")
         assert shown is not None
         assert shown.startswith("The voice service is busy right now: try again in ")
@@ -379,7 +380,7 @@ async def test_every_audio_chunk_arrives_when_each_crlf_is_split_across_reads(
             await page.goto(f"{base}/")
             await page.wait_for_function("window.demo !== undefined")
             await speak(page, transport=transport, fmt="mp3", text=text, mode="batch")
-            await wait_until_settled(page)
+            await wait_for_state(page, "done", "error")
             seen.append(
                 {**await reply_figures(page), "crReads": await page.evaluate("crEndedReads")}
             )
@@ -452,6 +453,46 @@ async def test_a_format_that_cannot_play_is_an_error_and_the_speaker_stays_usabl
     assert result["next"]["player"] == "WorkletPlayer"
     assert result["states"][0] == "error"
     assert result["states"][-1] == "done"
+    assert console.errors == []
+    await page.close()
+
+
+STOP_THEN_A_LATE_FAILURE = """
+async ([text]) => {
+  const { Speaker } = await import("/static/speak.js");
+  const speaker = new Speaker({ transport: "ws" });
+  const states = [], errors = [];
+  speaker.addEventListener("state", (e) => states.push(e.detail.state));
+  speaker.addEventListener("error", (e) => errors.push(e.detail.message));
+  const heard = new Promise((resolve) => speaker.addEventListener("heard", () => resolve(true)));
+  const spoken = speaker.speak({ text, format: "pcm", echo_tps: 200, echo_first_ms: 300 });
+  if (await Promise.race([heard, spoken.then(() => false)])) {
+    const reply = speaker.current;
+    await speaker.stop();
+    // what a gateway or a broken connection may still say of it: the listener is not told
+    reply.receive("error", { code: "tts_error", message: "late", retryable: true });
+    reply.fail("WebSocket closed", { ended: true });
+  }
+  const stats = await spoken;
+  speaker.close();
+  return { states, errors, state: stats.state, error: stats.error };
+}
+"""
+
+
+async def test_a_stopped_reply_stays_stopped_whatever_fails_after(
+    browser: Browser, gateway_on_fake: RunningServer
+) -> None:
+    """Barge-in is the listener's: an error the gateway or the connection reports of that
+    reply afterwards changes neither its state nor its stats, and is no `error` event."""
+    page, console = await open_demo(browser, gateway_on_fake.http_url)
+    result = await page.evaluate(STOP_THEN_A_LATE_FAILURE, [LONG])
+    assert result == {
+        "states": ["playing", "stopped"],
+        "errors": [],
+        "state": "stopped",
+        "error": None,
+    }
     assert console.errors == []
     await page.close()
 
@@ -566,12 +607,12 @@ async def test_a_fetch_sse_stream_that_ends_before_the_reply_did_is_an_error(
 
     await page.route("**/v1/speak", cut_short)
     await speak(page, transport="sse-fetch", fmt="pcm", text="Hello there.")
-    await wait_until_settled(page)
+    await wait_for_state(page, "done", "error")
     proof = await played_proof(page)
     assert (proof["state"], proof["error"]) == ("error", "event stream ended before the reply did")
     await page.unroute("**/v1/speak", cut_short)
     await speak(page, transport="sse-fetch", fmt="pcm", text="Hello there.")
-    await page.wait_for_function("document.querySelector('#metrics').dataset.state === 'done'")
+    await wait_for_state(page, "done")
     proof = await played_proof(page)
     assert (proof["error"], proof["bytes"] > 0) == (None, True)
     assert console.errors == []

@@ -5,6 +5,7 @@ const metrics = $("metrics");
 const demo = {
   speaker: null, stats: null, timeline: { text: [], audio: [], heard: null }, connection: [],
   wordLog: [], heardText: undefined,
+  states: [], // the states the page went through since the last speak, in order
 };
 window.demo = demo; // for automation
 // a gateway with API keys: open the page as /?token=... (a token from POST /v1/tokens)
@@ -23,6 +24,7 @@ async function loadVoices() {
 }
 
 function setState(state) {
+  demo.states.push(state);
   metrics.dataset.state = state;
   $("m-state").textContent = state;
   const busy = state === "playing" || state === "waiting";
@@ -54,6 +56,7 @@ function renderTimeline() {
 
 function reset() {
   demo.timeline = { text: [], audio: [], heard: null };
+  demo.states = [];
   delete metrics.dataset.ttfaMs;
   for (const id of ["m-text", "m-ttfa"]) $(id).textContent = "–";
   $("m-bytes").textContent = "0";

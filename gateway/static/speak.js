@@ -461,6 +461,7 @@ export class Reply {
   // retry. `ended`: the gateway has ended the reply itself, so there is nothing to abort.
   fail(message, { code = null, retryable = false, retryAfterS = null, ended = false } = {}) {
     if (this.stats.error) return; // the first failure is the one to report
+    if (this.stopped) return; // the listener stopped it: what fails after that is not theirs
     this.stats.error = message;
     this.stats.errorCode = code;
     this.setState(code === "overloaded" ? "overloaded" : "error");
