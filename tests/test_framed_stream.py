@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
+from gateway.errors import TTSError
 from gateway.transports.base import Completed, TimedWords
 from gateway.transports.framed_stream import FramedTTSStream
 from kokoro_contract import protocol
@@ -90,3 +91,31 @@ def test_word_timings_are_on_the_streams_clock_from_where_their_request_starts()
         ]
 
     assert asyncio.run(run()) == [("Hello", 0.1, 0.5), ("Your", 1.05, 2.4)]  # after 1 s, not 2
+
+
+def test_a_chunk_sent_while_the_reply_waits_with_nothing_pending_has_a_due_time() -> None:
+    """The reply waits for the next frame with nothing pending (its text is slow), then sends a
+    chunk to a model server that has frozen: the wait is limited from then on, and the reply
+    fails with `tts_timeout`, not waits forever."""
+
+    async def send(frame: str) -> None:
+        pass
+
+    async def run() -> TTSError:
+        stream = FramedTTSStream(send, None, 1.0, tts_timeout_s=0.01)
+
+        async def first_piece() -> bytes | TimedWords:
+            return await anext(aiter(stream.audio()))
+
+        reading = asyncio.create_task(first_piece())
+        await asyncio.sleep(0)  # one turn: the reader waits, nothing pending, no limit yet
+        assert not reading.done()
+        await stream.send("Hello there.", deadline_ms=0.0)
+        try:  # (the outer limit only fails the test if the wait is never limited)
+            await asyncio.wait_for(reading, 10)
+        except TTSError as error:
+            return error
+        raise AssertionError("the stream gave a piece with nothing sent back")
+
+    error = asyncio.run(run())
+    assert (error.code, error.retryable) == ("tts_timeout", True)

@@ -9,6 +9,7 @@ which is how a reply learns whether the engine speaks progressively."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -27,6 +28,7 @@ from kokoro_contract.protocol import (
 )
 
 _INPUT_DONE = object()
+_DUE = object()  # a chunk was sent: the wait for the next frame counts from its due time too
 RETRYABLE_CODES = frozenset({"not_ready", "overloaded"})
 INBOX_FRAMES = 32  # frames read ahead of the reply: past this the reader waits, so a client
 # that stops reading stops the model server's stream too (TCP backpressure), not gateway memory
@@ -75,6 +77,10 @@ class FramedTTSStream:
             text, rid, self._voice, self._speed, deadline_ms, self._timestamps
         )
         await self._send_frame(message)
+        # a wait begun with nothing pending has no limit: it starts again, with one (a full
+        # inbox has frames to read, and each read starts it again anyway)
+        with contextlib.suppress(asyncio.QueueFull):
+            self._inbox.put_nowait(_DUE)
 
     async def end_input(self) -> None:
         await self._inbox.put(_INPUT_DONE)
@@ -86,6 +92,8 @@ class FramedTTSStream:
             item = await self._next()
             if item is _INPUT_DONE:
                 input_done = True
+                continue
+            if item is _DUE:
                 continue
             if isinstance(item, TTSError):
                 raise item
