@@ -158,9 +158,12 @@ async def test_barge_in_silences_and_cancels(
 ) -> None:
     cancels_before = await metric(gateway_on_fake, "gateway_cancels_total")
     page, console = await open_demo(browser, gateway_on_fake.http_url)
+    # the first sentence speaks; the next stays in the engine until cancelled, so the reply is
+    # still going when the listener stops it however slow the machine (its 4 s of audio alone
+    # could play out between the first audio and the click)
+    fake_engine.hold_after = 1
     await speak(page, transport="ws", fmt="pcm", text=LONG)
     await page.wait_for_function("document.querySelector('#metrics').dataset.ttfaMs !== undefined")
-    fake_engine.hold = True  # the next sentence stays in the engine until cancelled
     await page.click("#stop")
     await wait_for_state(page, "stopped")
     await page.wait_for_function("window.demo.stats !== null")  # speak() has returned

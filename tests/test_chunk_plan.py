@@ -11,6 +11,7 @@ from gateway.reply.chunk_plan import (
     ChunkPlan,
     EarlyAudio,
     PlanConfig,
+    SentencePlan,
     SpeechRate,
     window_spans,
 )
@@ -39,21 +40,69 @@ def paced(
     plan: ChunkPlan, text: str, start: float = 0.3, step: float = 0.025
 ) -> list[tuple[float, Chunk]]:
     """Feed `text` one token per `step` seconds, like an LLM at 40 tokens/s, then flush, and
-    tick the plan whenever it asks (as the reply's feed loop does) until every chunk is out."""
+    tick the plan whenever it asks (as the reply's feed loop does) until every chunk is out.
+    The model server keeps to the plan's estimates: it synthesizes the chunks one after
+    another, each as fast and as long as estimated, and reports each done (its
+    `synthesis_complete`) when its synthesis ends; the first audio is ready when estimated,
+    and playback starts when the plan releases it. The plan hears of each as a reply tells it
+    (`completed`, then a tick; `audio_ready`; `audio_started`)."""
     out: list[tuple[float, Chunk]] = []
+    done_at: list[float] = []  # when each chunk sent is synthesized
+    reported: list[float] = []  # when each chunk done so far was reported
+    first_ready: list[float] = []  # when the first chunk's first audio is ready
+    started = False
+    clock = 0.0
+
+    def took(now: float, chunks: list[Chunk]) -> None:
+        for chunk in chunks:
+            begin = max(now, done_at[-1]) if done_at else now
+            chars = len(chunk.text)
+            if not done_at:
+                first_s = plan.speed.estimate(chars)
+                if plan.first_speed is not None and plan.early and plan.early.seconds is not None:
+                    first_s = min(first_s, plan.first_speed.estimate(chars))
+                first_ready.append(begin + first_s)
+            done_at.append(begin + plan.speed.estimate(chars))
+            out.append((now, chunk))
+
+    def next_event() -> float:
+        times = [float("inf")]
+        if (wake := plan.wake_at()) is not None:
+            times.append(wake)
+        if len(reported) < len(done_at):
+            times.append(done_at[len(reported)])
+        if first_ready and not started:
+            ready = max(first_ready[0], clock)
+            release = plan.release_at(ready) if clock >= first_ready[0] else None
+            times.append(ready if release is None else max(release, ready))
+        return min(times)
 
     def ticks_until(now: float) -> None:
-        while (wake := plan.wake_at()) is not None and wake <= now:
-            out.extend((wake, c) for c in plan.tick(wake))
+        nonlocal started, clock
+        while (at := next_event()) <= now and at != float("inf"):
+            if first_ready and not started and first_ready[0] <= at:
+                if clock < first_ready[0]:
+                    plan.audio_ready(first_ready[0])
+                if (release := plan.release_at(at)) is not None and release <= at + 1e-9:
+                    plan.audio_started(at)
+                    started = True
+            clock = at
+            while len(reported) < len(done_at) and done_at[len(reported)] <= at:
+                index = len(reported)
+                chars = len(out[index][1].text)
+                plan.completed(index, chars / (plan.speech.chars_per_s * plan.speed_factor), at)
+                reported.append(at)
+            took(at, plan.tick(at))
 
     now = start
     for token in tokens(text):
         ticks_until(now)
-        out.extend((now, c) for c in plan.push(token, now))
+        took(now, plan.push(token, now))
         now += step
     ticks_until(now)
-    out.extend((now, c) for c in plan.flush(now))
+    took(now, plan.flush(now))
     ticks_until(float("inf"))
+    assert not plan.unsent
     return out
 
 
@@ -254,37 +303,62 @@ def test_later_text_waits_while_the_engine_is_busy_then_goes() -> None:
     (second,) = plan.tick(busy_until - PlanConfig().lead_s)
     assert second.text == "I am fine. Thanks."
     assert plan.flush(busy_until) == []  # the engine is busy with the second chunk
+    plan.completed(0, audio_s=2.2, now=busy_until)
     assert [c.text for c in finish(plan, busy_until)] == ["Bye"]
 
 
-def test_what_the_model_server_reports_corrects_the_timeline() -> None:
+def test_an_engine_behind_the_estimate_gets_no_third_chunk_until_one_is_done() -> None:
+    """Two chunks at the model server, one synthesizing and one behind it; the rest waits in
+    the plan however late the reports are, and is decided as chunks complete."""
     plan = plan_of()
-    plan.push("Hello there, how are you today? I am fine. ", 0.0)  # the first goes at once
-    plan.audio_started(3.0)  # much later than estimated
-    plan.completed(0, audio_s=2.0, now=3.0)
-    (second,) = plan.flush(3.0)
-    assert second.text == "I am fine."
-    assert second.deadline_ms == pytest.approx(2000.0)  # plays once the 2 s before it ran out
-
-
-def test_nothing_before_text_and_nothing_after_the_end() -> None:
-    plan = plan_of()
+    (first,) = plan.push(ANSWER, 0.0)
+    assert first.text == "Sure, I can help you"
+    (second,) = plan.tick(0.9)  # the first should be done by 0.85: the engine is busy
+    assert second.text == "with that right away."
+    assert plan.tick(60.0) == []  # a minute late, and neither reported done
+    assert plan.wake_at() is None  # nothing to wait for but a report
+    assert plan.unsent
+    plan.completed(0, audio_s=1.4, now=60.0)
+    # the second starts now (0.875 s): the third is decided just before it is done
+    wake = plan.wake_at()
+    assert wake is not None
+    assert wake == pytest.approx(60.0 + 0.875 - PlanConfig().lead_s)
+    (third,) = plan.tick(wake)
+    # the listener's audio ran out long ago: every chunk is late, the first phrase first
+    assert (third.text, third.deadline_ms) == ("Your order shipped yesterday", 0.0)
+    assert plan.tick(70.0) == []
     assert plan.wake_at() is None
-    assert plan.flush(0.0) == []
+    plan.completed(1, audio_s=1.5, now=70.0)
+    plan.completed(2, audio_s=2.0, now=71.0)
+    rest = [c.text for c in finish(plan, 71.0)]
+    assert len(rest) == 2
+    assert plan.unsent
+    index = 3
+    while plan.unsent:  # each report lets one more go
+        plan.completed(index, audio_s=2.0, now=70.0 + index)
+        rest += [c.text for c in finish(plan, 70.0 + index)]
+        index += 1
+    assert " ".join([first.text, second.text, third.text, *rest]) == ANSWER
     assert plan.wake_at() is None
+    assert not plan.unsent
 
 
-def test_a_sentence_too_long_for_its_deadline_is_cut_before_a_phrase() -> None:
-    slow = plan_of(speed=fixed_speed(a=0.35, b=0.06))  # 60 ms a character
-    texts = [c.text for _, c in paced(slow, ANSWER)]
-    assert texts[:4] == [
-        "Sure, I can help you",
-        "with that right away.",
-        # all of the next sentence would be late: its first phrase goes first
-        "Your order shipped yesterday",
-        "from our warehouse in Portland.",
-    ]
-    assert " ".join(texts) == ANSWER
+def test_the_sentences_plan_keeps_two_chunks_at_the_server_too() -> None:
+    plan = SentencePlan()
+    sent = [c.text for c in plan.push(ANSWER, 0.0)]
+    assert len(sent) == 2
+    assert plan.wake_at() is None
+    assert plan.unsent
+    assert plan.flush(0.1) == []
+    plan.completed(0, audio_s=1.0, now=0.5)
+    sent += [c.text for c in plan.tick(0.5)]
+    assert len(sent) == 3
+    plan.completed(0, audio_s=1.0, now=0.6)  # reported again (a resumed stream): no effect
+    assert plan.tick(0.6) == []
+    plan.completed(1, audio_s=1.0, now=0.7)
+    sent += [c.text for c in plan.tick(0.7)]
+    assert " ".join(sent) == ANSWER
+    assert not plan.unsent
 
 
 # --- an engine that speaks progressively ------------------------------------------------------

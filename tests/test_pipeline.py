@@ -8,7 +8,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 
 from gateway.encoders import create_encoder
 from gateway.params import Mode
-from gateway.reply.chunk_plan import ChunkPlan, PlanConfig, SpeechRate
+from gateway.reply.chunk_plan import ChunkPlan, PlanConfig, SentencePlan, SpeechRate
 from gateway.reply.events import AgentEnd, AudioChunk, ErrorEvent, Event, TextDelta
 from gateway.reply.pipeline import Reply, ReplySpec
 from gateway.transports.base import Completed, OnComplete
@@ -184,11 +184,15 @@ class HeldStream:
         self.sent: list[str] = []
         self.gates: list[asyncio.Event] = []
         self.waiting = asyncio.Event()  # set while the stream waits for a closed gate
+        self.waiting_on: int | None = None  # the chunk whose gate it waits for
+        self.done = 0  # chunks reported complete
+        self.most_unfinished = 0  # the most chunks sent and not complete at once
         self._arrived = asyncio.Event()
         self._ended = False
 
     async def send(self, text: str, deadline_ms: float | None = None) -> None:
         self.sent.append(text)
+        self.most_unfinished = max(self.most_unfinished, len(self.sent) - self.done)
         self.gates.append(asyncio.Event())
         self._arrived.set()
 
@@ -206,9 +210,12 @@ class HeldStream:
                 return
             if not self.gates[index].is_set():
                 self.waiting.set()
+                self.waiting_on = index
                 await self.gates[index].wait()
                 self.waiting.clear()
+                self.waiting_on = None
             yield PCM_PER_CHUNK
+            self.done += 1
             self.on_complete(Completed(index, len(self.sent[index]), len(PCM_PER_CHUNK), 5.0))
             index += 1
 
@@ -261,3 +268,42 @@ async def test_the_first_audio_waits_until_the_chunk_after_it_is_ready_in_time()
     audio = [e for e in drain(out) if isinstance(e, AudioChunk)]
     assert b"".join(e.data for e in audio) == PCM_PER_CHUNK * 2
     assert reply.metrics.pcm_bytes == 2 * len(PCM_PER_CHUNK)
+
+
+async def test_a_reply_whose_engine_is_behind_keeps_two_chunks_at_the_model_server() -> None:
+    """The model server's session refuses requests past its limit (`too_many_pending`): while
+    its engine is behind, a reply keeps the rest of its text until a chunk completes, however
+    fast the text came (here all at once, to the `sentences` plan that sends each sentence)."""
+    text = (
+        "Your order shipped yesterday from our warehouse in Portland. It should arrive by "
+        "Thursday afternoon at the latest. You will get a tracking link by email within the "
+        "hour. The courier will call you before they come. Is there anything else I can do?"
+    )
+    source = GatedSource([text], [])
+    source.gate.set()
+    transport = HeldTransport()
+    out: asyncio.Queue[Event | None] = asyncio.Queue()
+    spec = ReplySpec("u1", Mode.BIDI, FORMATS["pcm"], None, 1.0)
+    plan = SentencePlan()
+    reply = Reply(spec, source, create_encoder(spec.format), transport, transport, out, plan=plan)
+    task = asyncio.create_task(reply.run())
+    await until(lambda: transport.held is not None)
+    stream = transport.held
+    assert stream is not None
+    opened = 0
+
+    def waited_on_or_done() -> bool:
+        return task.done() or stream.waiting_on == opened
+
+    while not task.done():  # the engine finishes one chunk at a time, when it is waited on
+        await until(waited_on_or_done)
+        if stream.waiting_on == opened:
+            assert len(stream.sent) - stream.done <= 2
+            stream.gates[opened].set()
+            opened += 1
+    await task
+    assert stream.most_unfinished == 2
+    assert len(stream.sent) == opened > 3
+    assert " ".join(stream.sent) == text
+    audio = [e for e in drain(out) if isinstance(e, AudioChunk)]
+    assert b"".join(e.data for e in audio) == PCM_PER_CHUNK * opened

@@ -14,8 +14,11 @@ synthesis speed and that a reply's chunks are synthesized one after another: chu
 listener's buffer grows (fewer engine calls, each a little cheaper per character). A sentence
 too long for its deadline is cut before a phrase. The next chunk is decided just before the one
 before it should be finished (so the engine never waits for the plan, and the decision uses
-what the model server has reported so far); a reply never has more than one chunk waiting
-behind the one being synthesized.
+what the model server has reported so far). A reply never has more than one chunk waiting
+behind the one being synthesized (`UNFINISHED_MAX`): when the engine is slower than estimated,
+later text waits in the plan, not in the model server's queue (whose session refuses a
+request past its limit: `too_many_pending`), and is decided when the server reports a chunk
+done, with what it reported.
 
 A chunk's audio is ready in steps: its first frame (its first window on a progressive
 server, its first segment on one whose unit of output is the chunk) `first_s` after its
@@ -47,6 +50,7 @@ from gateway.reply.chunker import (
 )
 from kokoro_contract.speed import SpeedModel
 
+UNFINISHED_MAX = 2  # chunks a reply has at the model server: one synthesizing, one behind it
 HOLD_STEP_S = 0.05  # how finely the start of playback is chosen
 TIE_S = 1e-9  # a spare this small is none: sums of seconds in floating point land beside 0
 # the audio of a progressive model server's first window of a reply, trimmed: 0.55-0.63 s over
@@ -153,20 +157,38 @@ class Chunk:
 
 class SentencePlan:
     """The `sentences` plan: every sentence (the first clause early) goes out the moment the
-    chunker has it, with no deadline; playback is never held. The same inputs as `ChunkPlan`,
-    so a reply runs either without knowing which."""
+    chunker has it, with no deadline, one chunk each, while fewer than `UNFINISHED_MAX` are
+    unfinished (later ones wait for a `completed`); playback is never held. The same inputs as
+    `ChunkPlan`, so a reply runs either without knowing which."""
 
     def __init__(self, config: ChunkerConfig | None = None) -> None:
         self._chunker = IncrementalSentenceChunker(config)
+        self._units: list[str] = []  # final sentences not sent yet
+        self._sent = 0
+        self._done: set[int] = set()
 
     def push(self, text: str, now: float) -> list[Chunk]:
-        return [Chunk(s, None) for s in self._chunker.push(text)]
+        self._units += self._chunker.push(text)
+        return self._release()
 
     def flush(self, now: float) -> list[Chunk]:
-        return [Chunk(s, None) for s in self._chunker.flush()]
+        self._units += self._chunker.flush()
+        return self._release()
 
     def tick(self, now: float) -> list[Chunk]:
-        return []
+        return self._release()
+
+    def _release(self) -> list[Chunk]:
+        out: list[Chunk] = []
+        while self._units and self._sent - len(self._done) < UNFINISHED_MAX:
+            out.append(Chunk(self._units.pop(0), None))
+            self._sent += 1
+        return out
+
+    @property
+    def unsent(self) -> bool:
+        """Whether final text waits to be sent (for a chunk to complete)."""
+        return bool(self._units)
 
     def wake_at(self) -> float | None:
         return None
@@ -189,7 +211,7 @@ class SentencePlan:
         first_s: float | None = None,
         early_s: float | None = None,
     ) -> None:
-        pass
+        self._done.add(index)
 
 
 @dataclass
@@ -323,6 +345,14 @@ class ChunkPlan:
         """Whether a chunk has gone to the engine."""
         return bool(self._sent)
 
+    @property
+    def unsent(self) -> bool:
+        """Whether final text waits to be sent (for its time, or for a chunk to complete)."""
+        return bool(self._units)
+
+    def _unfinished(self) -> int:
+        return sum(not s.done for s in self._sent)
+
     def spare_profile(self, now: float) -> tuple[tuple[float, float], ...]:
         """For each chunk still to come, as far as its text known tells, in order: how much
         later it could be ready and still play with no gap, and the seconds of synthesis from
@@ -371,9 +401,9 @@ class ChunkPlan:
             if self._first_text is None:
                 return None
             return self._first_text + self.config.first_wait_s
-        if self._units:
+        if self._units and self._unfinished() < UNFINISHED_MAX:
             return self._busy_until() - self.config.lead_s
-        return None
+        return None  # nothing to send, or nothing until a chunk completes
 
     # --- decisions --------------------------------------------------------------------------
 
@@ -533,6 +563,8 @@ class ChunkPlan:
         while self._units:
             if now < self._busy_until() - self.config.lead_s:
                 break  # the engine is busy: decide later, with more text and what it reports
+            if self._unfinished() >= UNFINISHED_MAX:
+                break  # the engine is behind the estimate: decide when it reports a chunk done
             # a sentence too long for its deadline: cut before a phrase
             head, tail = self._cut(self._units[0], max(now, self._busy_until()), self._needed(now))
             self._units[0:1] = [head] if tail is None else [head, tail]

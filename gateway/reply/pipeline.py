@@ -292,7 +292,7 @@ class Reply:
         plan = self.plan
         loop = asyncio.get_running_loop()
         ended = False
-        while not ended or plan.wake_at() is not None:
+        while not ended or plan.unsent:
             wake = plan.wake_at()
             timeout = None if wake is None else max(0.0, wake - loop.time())
             try:

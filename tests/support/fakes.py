@@ -53,6 +53,7 @@ class FakeEngine:
         """Forget every call: the suite shares one fake model server between tests."""
         self.gate = threading.Event()  # infer blocks until set (or cancelled) when `hold` is on
         self.hold = False
+        self.hold_after: int | None = None  # with a number: the calls after that many hold
         self.entered = threading.Event()
         self.cancelled: list[str] = []
         self.cancel_seen = threading.Event()
@@ -66,7 +67,7 @@ class FakeEngine:
 
     def infer_timed(self, phonemes: str, voice: str, speed: float, cancel: CancelToken) -> Timed:
         self.calls.append(phonemes)
-        if self.hold:
+        if self.hold or (self.hold_after is not None and len(self.calls) > self.hold_after):
             cancel.on_cancel(self.gate.set)
             self.entered.set()
             self.gate.wait(timeout=30)
@@ -129,14 +130,24 @@ def paced_reply_bytes(text: str) -> int:
     each segment voiced once. The same every run, unlike under the `playback` plan, whose
     chunks (and so segments) follow the machine's speed."""
     from gateway.config import Settings as GatewaySettings
-    from gateway.reply.chunk_plan import SentencePlan
+    from gateway.reply.chunk_plan import Chunk, SentencePlan
     from gateway.service.replies import chunker_config
     from gateway.sources.echo import tokens
     from model_server.text.split import split_phonemes
 
     plan = SentencePlan(chunker_config(GatewaySettings()))
-    chunks = [c.text for token in tokens(text) for c in plan.push(token, 0.0)]
-    chunks += [c.text for c in plan.flush(0.0)]
+    chunks: list[str] = []
+
+    def took(sent: list[Chunk]) -> None:  # each done at once: only the cuts matter here
+        for chunk in sent:
+            plan.completed(len(chunks), 0.0, 0.0)
+            chunks.append(chunk.text)
+        while plan.unsent:
+            took(plan.tick(0.0))
+
+    for token in tokens(text):
+        took(plan.push(token, 0.0))
+    took(plan.flush(0.0))
     return sum(
         expected_pcm_bytes(segment)
         for chunk in chunks
