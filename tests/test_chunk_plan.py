@@ -7,6 +7,7 @@ import pytest
 
 from gateway.reply.chunk_plan import (
     FIRST_WINDOW_AUDIO_S,
+    UNFINISHED_MAX,
     Chunk,
     ChunkPlan,
     EarlyAudio,
@@ -303,62 +304,53 @@ def test_later_text_waits_while_the_engine_is_busy_then_goes() -> None:
     (second,) = plan.tick(busy_until - PlanConfig().lead_s)
     assert second.text == "I am fine. Thanks."
     assert plan.flush(busy_until) == []  # the engine is busy with the second chunk
-    plan.completed(0, audio_s=2.2, now=busy_until)
     assert [c.text for c in finish(plan, busy_until)] == ["Bye"]
 
 
-def test_an_engine_behind_the_estimate_gets_no_third_chunk_until_one_is_done() -> None:
-    """Two chunks at the model server, one synthesizing and one behind it; the rest waits in
-    the plan however late the reports are, and is decided as chunks complete."""
+def test_an_engine_far_behind_the_estimate_gets_no_fifth_chunk_until_one_is_done() -> None:
+    """The plan goes by its estimate, but never has more than `UNFINISHED_MAX` chunks at the
+    model server unfinished: a session refuses requests past its limit. The rest of the text
+    waits in the plan however late the reports are, and goes as chunks complete."""
     plan = plan_of()
-    (first,) = plan.push(ANSWER, 0.0)
-    assert first.text == "Sure, I can help you"
-    (second,) = plan.tick(0.9)  # the first should be done by 0.85: the engine is busy
-    assert second.text == "with that right away."
-    assert plan.tick(60.0) == []  # a minute late, and neither reported done
+    sent = [c.text for c in plan.push(ANSWER + " " + ANSWER, 0.0)]
+    assert sent == ["Sure, I can help you"]
+    for now in range(1, 60):  # estimates run out one after another; no report comes
+        sent += [c.text for c in plan.tick(float(now))]
+    assert len(sent) == UNFINISHED_MAX
     assert plan.wake_at() is None  # nothing to wait for but a report
     assert plan.unsent
     plan.completed(0, audio_s=1.4, now=60.0)
-    # the second starts now (0.875 s): the third is decided just before it is done
-    wake = plan.wake_at()
-    assert wake is not None
-    assert wake == pytest.approx(60.0 + 0.875 - PlanConfig().lead_s)
-    (third,) = plan.tick(wake)
-    # the listener's audio ran out long ago: every chunk is late, the first phrase first
-    assert (third.text, third.deadline_ms) == ("Your order shipped yesterday", 0.0)
-    assert plan.tick(70.0) == []
-    assert plan.wake_at() is None
-    plan.completed(1, audio_s=1.5, now=70.0)
-    plan.completed(2, audio_s=2.0, now=71.0)
-    rest = [c.text for c in finish(plan, 71.0)]
-    assert len(rest) == 2
-    assert plan.unsent
-    index = 3
+    assert plan.wake_at() is not None  # one may go, when its estimate says
+    while (wake := plan.wake_at()) is not None:
+        sent += [c.text for c in plan.tick(wake)]
+    assert len(sent) == UNFINISHED_MAX + 1
+    index = 1
     while plan.unsent:  # each report lets one more go
-        plan.completed(index, audio_s=2.0, now=70.0 + index)
-        rest += [c.text for c in finish(plan, 70.0 + index)]
+        plan.completed(index, audio_s=2.0, now=60.0 + index)
+        sent += [c.text for c in finish(plan, 60.0 + index)]
         index += 1
-    assert " ".join([first.text, second.text, third.text, *rest]) == ANSWER
+    assert " ".join(sent) == ANSWER + " " + ANSWER
     assert plan.wake_at() is None
-    assert not plan.unsent
 
 
-def test_the_sentences_plan_keeps_two_chunks_at_the_server_too() -> None:
+def test_the_sentences_plan_keeps_no_more_unfinished_either() -> None:
     plan = SentencePlan()
-    sent = [c.text for c in plan.push(ANSWER, 0.0)]
-    assert len(sent) == 2
+    sent = [c.text for c in plan.push(ANSWER + " " + ANSWER, 0.0)]
+    assert len(sent) == UNFINISHED_MAX
     assert plan.wake_at() is None
-    assert plan.unsent
+    assert plan.unsent  # the rest waits for a report
     assert plan.flush(0.1) == []
     plan.completed(0, audio_s=1.0, now=0.5)
     sent += [c.text for c in plan.tick(0.5)]
-    assert len(sent) == 3
+    assert len(sent) == UNFINISHED_MAX + 1
     plan.completed(0, audio_s=1.0, now=0.6)  # reported again (a resumed stream): no effect
     assert plan.tick(0.6) == []
-    plan.completed(1, audio_s=1.0, now=0.7)
-    sent += [c.text for c in plan.tick(0.7)]
-    assert " ".join(sent) == ANSWER
-    assert not plan.unsent
+    index = 1
+    while plan.unsent:
+        plan.completed(index, audio_s=1.0, now=0.7)
+        sent += [c.text for c in plan.tick(0.7)]
+        index += 1
+    assert " ".join(sent) == ANSWER + " " + ANSWER
 
 
 # --- an engine that speaks progressively ------------------------------------------------------

@@ -14,11 +14,13 @@ synthesis speed and that a reply's chunks are synthesized one after another: chu
 listener's buffer grows (fewer engine calls, each a little cheaper per character). A sentence
 too long for its deadline is cut before a phrase. The next chunk is decided just before the one
 before it should be finished (so the engine never waits for the plan, and the decision uses
-what the model server has reported so far). A reply never has more than one chunk waiting
-behind the one being synthesized (`UNFINISHED_MAX`): when the engine is slower than estimated,
-later text waits in the plan, not in the model server's queue (whose session refuses a
-request past its limit: `too_many_pending`), and is decided when the server reports a chunk
-done, with what it reported.
+what the model server has reported so far). While the engine keeps to the estimate, a reply
+has one chunk at most waiting behind the one being synthesized; while it falls behind, the
+plan goes on deciding by its estimate (which each report corrects), but never has more than
+`UNFINISHED_MAX` chunks unfinished at the model server, whose session refuses requests past
+its limit (`too_many_pending`): the rest of the text waits in the plan until a chunk is
+reported done. (Deciding only on each report instead, with the reply later by then, cuts
+smaller chunks when the engine is behind: more calls for the same text.)
 
 A chunk's audio is ready in steps: its first frame (its first window on a progressive
 server, its first segment on one whose unit of output is the chunk) `first_s` after its
@@ -50,7 +52,9 @@ from gateway.reply.chunker import (
 )
 from kokoro_contract.speed import SpeedModel
 
-UNFINISHED_MAX = 2  # chunks a reply has at the model server: one synthesizing, one behind it
+# chunks a reply may have at the model server, unfinished: a model server's --max-pending is at
+# least this (its default is 32)
+UNFINISHED_MAX = 4
 HOLD_STEP_S = 0.05  # how finely the start of playback is chosen
 TIE_S = 1e-9  # a spare this small is none: sums of seconds in floating point land beside 0
 # the audio of a progressive model server's first window of a reply, trimmed: 0.55-0.63 s over
@@ -564,7 +568,7 @@ class ChunkPlan:
             if now < self._busy_until() - self.config.lead_s:
                 break  # the engine is busy: decide later, with more text and what it reports
             if self._unfinished() >= UNFINISHED_MAX:
-                break  # the engine is behind the estimate: decide when it reports a chunk done
+                break  # far behind the estimate: decide when it reports a chunk done
             # a sentence too long for its deadline: cut before a phrase
             head, tail = self._cut(self._units[0], max(now, self._busy_until()), self._needed(now))
             self._units[0:1] = [head] if tail is None else [head, tail]
