@@ -1,5 +1,6 @@
 """The gateway's app factories: the public app (browsers, SDKs) and the internal one
-(`/metrics`, detailed readiness), which share one `GatewayService`."""
+(`/metrics`, detailed readiness, the public app's OpenAPI schema), which share one
+`GatewayService`."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from gateway.access.keys import MAX_TOKEN_TTL_S
@@ -72,9 +75,16 @@ def create_app(settings: Settings | None = None, sagemaker_http2_transport: Any 
         finally:
             await service.aclose()
 
-    app = FastAPI(title="Kokoro voice gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
+    public_schema = settings.public_openapi  # else on the internal listener only
+    app = FastAPI(
+        title="Kokoro voice gateway",
+        lifespan=lifespan,
+        openapi_url="/openapi.json" if public_schema else None,
+        docs_url="/docs" if public_schema else None,
+        redoc_url=None,
+    )
     app.state.service = service
-    app.state.internal = create_internal_app(service)
+    app.state.internal = create_internal_app(service, app)
 
     def denied(code: str) -> None:
         service.metrics.errors.labels(code).inc()
@@ -98,10 +108,23 @@ def create_app(settings: Settings | None = None, sagemaker_http2_transport: Any 
     return app
 
 
-def create_internal_app(service: GatewayService) -> FastAPI:
-    """For operators, never browsers: `/metrics`, `/readyz` with details, `/healthz`."""
-    app = FastAPI(title="Kokoro voice gateway (internal)", docs_url=None, redoc_url=None)
+def create_internal_app(service: GatewayService, public: FastAPI) -> FastAPI:
+    """For operators, never browsers: `/metrics`, `/readyz` with details, `/healthz`, and the
+    public app's schema (`/openapi.json`, `/docs`), which the public listener serves only with
+    `--public-openapi`."""
+    app = FastAPI(
+        title="Kokoro voice gateway (internal)", openapi_url=None, docs_url=None, redoc_url=None
+    )
     app.state.service = service
     app.include_router(health.internal)
+
+    async def openapi_json() -> JSONResponse:
+        return JSONResponse(public.openapi())
+
+    async def docs() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url="/openapi.json", title=f"{public.title} - docs")
+
+    app.add_api_route("/openapi.json", openapi_json, methods=["GET"], include_in_schema=False)
+    app.add_api_route("/docs", docs, methods=["GET"], include_in_schema=False)
     install_error_handlers(app)
     return app

@@ -16,15 +16,28 @@ from fastapi import FastAPI
 from gateway.app import create_app
 from gateway.config import Settings, parse_settings
 from gateway.service import GatewayService
-from kokoro_contract import listen, logs
+from kokoro_contract import connections, listen, logs
 
 log = logging.getLogger(__name__)
 
 
+def connection_timeouts(settings: Settings) -> connections.ConnectionTimeouts:
+    """ValueError, naming the flag, for a timeout that is not positive."""
+    for name in ("header_timeout_s", "body_timeout_s", "keepalive_timeout_s"):
+        if not getattr(settings, name) > 0:
+            raise ValueError(f"--{name.replace('_', '-')} must be more than 0")
+    return connections.ConnectionTimeouts(
+        header_s=settings.header_timeout_s,
+        body_s=settings.body_timeout_s,
+        keepalive_s=settings.keepalive_timeout_s,
+    )
+
+
 def server_options(settings: Settings) -> dict[str, Any]:
-    """uvicorn's options for the public listener (the tests serve with the same ones)."""
+    """uvicorn's options for the public listener (the tests serve with the same ones): the
+    connection timeouts, no `Server` header, WebSocket refusals that are not errors."""
     return {
-        "ws": "websockets-sansio",
+        **connections.uvicorn_options(connection_timeouts(settings)),
         "ws_max_size": settings.max_message_bytes,  # larger messages: closed with 1009
         "access_log": False,  # `gateway.access.policy` logs requests without query strings
         "log_level": settings.log_level,
@@ -94,6 +107,7 @@ async def serve(app: FastAPI, settings: Settings, sockets: list[socket.socket]) 
             lifespan="off",
             access_log=False,
             log_level=settings.log_level,
+            **connections.uvicorn_options(connection_timeouts(settings)),
         )
     )
     serving = asyncio.create_task(internal.serve(sockets[1:]))
@@ -109,6 +123,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     logs.configure(settings.log_level)
     try:
         app = create_app(settings)  # a setting that cannot work: say which, no traceback
+        connection_timeouts(settings)
         sockets = bind_listeners(settings)
     except (ValueError, listen.CannotListen) as exc:
         print(f"gateway: {exc}", file=sys.stderr, flush=True)

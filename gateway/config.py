@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from kokoro_contract import limits
+from kokoro_contract import connections, limits
 from kokoro_contract.settings import parse_dataclass
 
 ENV_PREFIX = "GATEWAY_"
@@ -47,10 +47,14 @@ class Settings:
     max_message_bytes: int = 65_536
     max_sessions: int = 256
     max_sessions_per_client: int = 8
+    max_sessions_per_subject: int = 2  # per token subject (a page's visitor); 0: no limit
     replies_per_minute: int = 60  # per client; 0: no limit
+    replies_per_minute_per_subject: int = 20  # per token subject; 0: no limit
     llm_tokens_per_minute: int = 20_000  # per client; 0: no limit
     idle_timeout_s: float = 60.0
+    max_connection_age_s: float = 3600.0  # a WebSocket's longest life; 0: no limit
     max_reply_s: float = 300.0
+    max_reply_audio_s: float = 180.0  # a reply's speech, estimated from its text: reply_too_long
     send_timeout_s: float = 10.0
     max_history_chars: int = 8_000
     tts_timeout_s: float = 15.0  # silence past a chunk's due time: tts_timeout
@@ -60,6 +64,10 @@ class Settings:
     drain_timeout_s: float = 25.0  # on SIGTERM: replies in progress finish within this
     internal_host: str = "127.0.0.1"
     internal_port: int = 9101  # /metrics and detailed readiness; 0: none
+    public_openapi: bool = False  # /openapi.json and /docs on the public listener too
+    header_timeout_s: float = connections.HEADER_TIMEOUT_S  # a request head: 408, closed
+    body_timeout_s: float = connections.BODY_TIMEOUT_S  # a request body: 408 body_timeout
+    keepalive_timeout_s: float = connections.KEEPALIVE_TIMEOUT_S  # idle between requests
     chunk_plan: str = "playback"  # playback: chunks sized to the listener's buffer; sentences
     first_min_words: int = 4
     first_max_words: int = 5
@@ -69,6 +77,8 @@ class Settings:
     admission: bool = True  # refuse a reply whose first audio would miss the budget
     first_audio_budget_s: float = 3.0
     admission_wait_s: float = 0.5  # a new reply may wait this long for spare time, at most
+    admission_waiting_per_client: int = 1  # of those waiting, one client's at most; 0: no limit
+    echo_pacing: bool = False  # echo_tps/echo_first_ms beyond loopback (demos, benchmarks)
     log_level: str = "info"
 
     @property
@@ -124,14 +134,26 @@ _HELP = {
     "max_sessions": "sessions open at once (WebSockets and HTTP replies; 503 overloaded)",
     "max_sessions_per_client": "sessions open at once per API key, or per address when "
     "anonymous (429 too_many_sessions)",
+    "max_sessions_per_subject": "sessions open at once per token subject (the visitor a page's "
+    "backend named when it minted the token), within its key's (429 too_many_sessions; 0: no "
+    "limit)",
     "replies_per_minute": "replies per minute per client (429 rate_limited; 0: no limit)",
-    "llm_tokens_per_minute": "LLM answer tokens per minute per client (429 rate_limited; "
-    "0: no limit)",
-    "idle_timeout_s": "a WebSocket with no reply playing and no message for this long is closed",
+    "replies_per_minute_per_subject": "replies per minute per token subject, within its key's "
+    "(429 rate_limited; 0: no limit)",
+    "llm_tokens_per_minute": "LLM tokens per minute per client, what a reply sends (system "
+    "prompt, history, prompt) and its answer, 4 characters each (429 rate_limited; 0: no limit)",
+    "idle_timeout_s": "a WebSocket with no reply playing and no well-formed message for this "
+    "long is closed",
+    "max_connection_age_s": "a WebSocket open this long is closed (1008 max_connection_age) once "
+    "no reply is playing, whatever its credentials; one opened with a token closes when the "
+    "token expires (1008 token_expired) (0: no age limit)",
     "max_reply_s": "longest reply; a longer one ends with error reply_too_long",
+    "max_reply_audio_s": "longest speech of one reply, estimated from its text with digits and "
+    "symbols read out: text given whole that would speak longer is refused (400 "
+    "reply_too_long), streamed text stops there with error reply_too_long (0: no limit)",
     "send_timeout_s": "a client that takes longer than this to take one message is dropped",
-    "max_history_chars": "conversation history kept per WebSocket for LLM prompts (oldest "
-    "turns dropped first)",
+    "max_history_chars": "conversation history kept per WebSocket, and per AgentCore session "
+    "and caller, for LLM prompts (oldest turns dropped first)",
     "stall_timeout_s": "the model server's WebSocket is pinged every half of this; a pong this "
     "late (a frozen process, a cut network) fails the session at once, whatever audio the "
     "listener has buffered: the reply resumes on another model server, or ends with a "
@@ -147,6 +169,13 @@ _HELP = {
     "this long, then close WebSockets with 1012 (service restart)",
     "internal_host": "interface of the internal listener (/metrics, detailed /readyz)",
     "internal_port": "port of the internal listener (0: none)",
+    "public_openapi": "serve /openapi.json and /docs on the public listener too (always on the "
+    "internal one)",
+    "header_timeout_s": "a connection whose request line and headers take longer than this "
+    "(from its opening, or from its next request's first byte) gets 408 and is closed",
+    "body_timeout_s": "a request body not complete this long after its headers gets 408 "
+    "body_timeout and the connection is closed",
+    "keepalive_timeout_s": "an idle kept-alive connection is closed after this long",
     "chunk_plan": "playback: the first chunk early, later chunks as large as the listener's "
     "buffer allows, each with a deadline; sentences: every sentence as it is final (the plan "
     "before deadlines)",
@@ -163,6 +192,13 @@ _HELP = {
     "admission_wait_s": "admission: a new reply that no model server can take now, because "
     "replies in progress need their spare time, waits up to this long (within the budget) "
     "for one that can before it is refused (0: refused at once)",
+    "admission_waiting_per_client": "admission: of the new replies waiting for spare time, at "
+    "most this many of one client's (its key, or a token's visitor); one more is refused at "
+    "once, so the spare time that frees goes to the clients in turn (0: no limit)",
+    "echo_pacing": "honour the echo source's pacing (echo_tps, echo_first_ms: a reply that "
+    "speaks its text as slowly as an LLM would) while listening beyond loopback, for demos and "
+    "benchmarks; without it such a request gets 400 echo_pacing_disabled there (on loopback "
+    "pacing is always honoured)",
     "log_level": "logging level",
 }
 

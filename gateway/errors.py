@@ -33,7 +33,15 @@ MODEL_SERVER_SIDE = frozenset({"synthesis_failed", "internal_error", "stuck", "n
 
 def model_server_error(code: str, message: str, retryable: bool) -> TTSError:
     """A model server's error answer (an HTTP body or a session's error frame) as the reply's:
-    its message for the client when it is about the request (a voice, the text), else the log's."""
+    its message for the client when it is about the request (a voice, the text), else the log's
+    (a refused key: a generic `tts_error` for the client, the cause in the operator's log)."""
+    if code in ("unauthorized", "forbidden"):  # this gateway's key: the operator's to fix
+        return TTSError(
+            "the model server failed",
+            retryable=retryable,
+            detail=f"model server refused this gateway ({code}: {message}): "
+            "check --model-server-key against its --api-key",
+        )
     if code in MODEL_SERVER_SIDE:
         return TTSError(
             f"the model server answered {code}",

@@ -1,6 +1,7 @@
 """The services' log lines: one record is one line. What a client sent (a path, an id) can
 carry a newline or a terminal escape; every character that is not printable is written as an
-escape (`\\x0a`, `\\x1b`), so a request cannot forge a second line or recolour a terminal."""
+escape (`\\x0a`, `\\x1b`), so a request cannot forge a second line or recolour a terminal.
+uvicorn's own lines lose their query strings, where tokens travel (`hide_query_strings`)."""
 
 from __future__ import annotations
 
@@ -60,6 +61,42 @@ class ProbeFilter(logging.Filter):
         changed = self._last.get(path) != status
         self._last[path] = status
         return changed
+
+
+# uvicorn's WebSocket line for an upgrade refused with a status (its websockets, websockets-sansio
+# and wsproto protocols alike): whoever refused it logs it, with its reason
+_UVICORN_REFUSAL = '%s - "WebSocket %s" %d'
+
+
+def without_query(value: object) -> object:
+    """A request target (`/path?query`) without its query string; anything else as it is."""
+    if isinstance(value, str) and value.startswith("/") and "?" in value:
+        return value.split("?", 1)[0]
+    return value
+
+
+class QueryFilter(logging.Filter):
+    """uvicorn's own lines (`uvicorn.error`'s WebSocket lines, `uvicorn.access`) without query
+    strings, where tokens travel (`?token=`), and without its line for a refused WebSocket
+    upgrade (the refusal is logged, once, with its reason, by the middleware that refused)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg == _UVICORN_REFUSAL:
+            return False
+        if isinstance(record.args, tuple):
+            record.args = tuple(without_query(arg) for arg in record.args)
+        return True
+
+
+UVICORN_LOGGERS = ("uvicorn.error", "uvicorn.access")
+
+
+def hide_query_strings() -> None:
+    """`QueryFilter` on uvicorn's loggers (once; uvicorn's own logging set-up keeps it)."""
+    for name in UVICORN_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, QueryFilter) for f in logger.filters):
+            logger.addFilter(QueryFilter())
 
 
 def configure(level: str) -> None:

@@ -4,18 +4,22 @@ With `--api-key` (`MODEL_SERVER_API_KEY`) every route but `/ping` (the platform'
 kubelet's probe) needs `Authorization: Bearer <key>`, the WebSocket upgrade included; the
 gateway's transports send it (`--model-server-key`). Listening beyond loopback without a key
 needs `--allow-anonymous`, said out loud; SageMaker's `serve` is anonymous by design (IAM
-signs every call before it reaches the container), unless a key is given.
+signs every call before it reaches the container), unless a key is given. A refused WebSocket
+upgrade is logged here, once, with its reason (never its query string).
 """
 
 from __future__ import annotations
 
 import hmac
+import logging
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from kokoro_contract import asgi_deny
 from kokoro_contract.limits import MIN_KEY_CHARS
 from kokoro_contract.listen import is_loopback
+
+log = logging.getLogger(__name__)
 
 OPEN_PATHS = frozenset({"/ping"})
 
@@ -44,5 +48,7 @@ class KeyMiddleware:
         if hmac.compare_digest(given, self.expected):
             await self.app(scope, receive, send)
             return
+        if scope["type"] == "websocket":  # (uvicorn's access log has HTTP requests' 401)
+            log.info("refused WebSocket %s: 401 unauthorized", scope["path"])
         message = "this model server needs 'Authorization: Bearer <key>' (its --api-key)"
         await asgi_deny.deny(scope, receive, send, 401, "unauthorized", message, "model-server")

@@ -6,10 +6,11 @@ import dataclasses
 import logging
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import uvicorn
 
-from kokoro_contract import listen, logs
+from kokoro_contract import connections, listen, logs
 from model_server import cuda_compat
 from model_server.access import check_listening
 from model_server.app import create_app
@@ -67,11 +68,18 @@ def run(settings: Settings) -> None:
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
-        ws="websockets-sansio",
         timeout_graceful_shutdown=25,  # SageMaker sends SIGKILL 30 s after SIGTERM
+        **server_options(),
     )
     quiet_probes()
     uvicorn.Server(config).run(sockets=[sock])
+
+
+def server_options() -> dict[str, Any]:
+    """uvicorn's options for the listener (the tests serve with the same ones): the shared
+    connection timeouts (a request head within 10 s, a body within 30 s, 5 s idle between
+    requests), no `Server` header, WebSocket refusals that are not errors."""
+    return connections.uvicorn_options(connections.ConnectionTimeouts())
 
 
 def quiet_probes() -> None:

@@ -265,7 +265,7 @@ schema = schemathesis.openapi.from_dict(OPENAPI)
 
 
 def test_the_schema_tested_is_the_one_served(gateway: RunningServer) -> None:
-    assert httpx.get(gateway.http_url + "/openapi.json").json() == OPENAPI
+    assert httpx.get(gateway.internal_url + "/openapi.json").json() == OPENAPI  # not public
     assert {"/v1/speak", "/v1/speak/sse", "/v1/audio/speech", "/v1/tokens"} <= set(OPENAPI["paths"])
 
 

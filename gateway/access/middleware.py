@@ -1,9 +1,11 @@
 """The ASGI edge of `access`: applies the policy to every request and WebSocket upgrade, reads
 POST bodies up to their limit, and writes one structured log line per request (method, path,
-status, time, client name: never the query string or the body, which carry prompts and tokens).
+status, time, client name, and the code of a refusal: never the query string or the body,
+which carry prompts and tokens).
 
 A refused WebSocket upgrade is answered with an HTTP status before it is accepted (the ASGI
-denial-response extension), so browsers and SDKs see 401/403 rather than a closed socket.
+denial-response extension), so browsers and SDKs see 401/403 rather than a closed socket; its
+line here is the only one (uvicorn's own is dropped: `kokoro_contract.logs.QueryFilter`).
 """
 
 from __future__ import annotations
@@ -70,30 +72,34 @@ class AccessMiddleware:
             return
         started = time.perf_counter()
         status = [0]
+        refused = [""]  # the code of a refusal here, for the log line
         facts = _facts(scope)
         verdict = self.policy.check(facts, self.clock())
         try:
             if isinstance(verdict, Denial):
                 self.on_denied(verdict.code)
                 status[0] = verdict.status
+                refused[0] = verdict.code
                 await deny(scope, receive, send, verdict)
                 return
             scope.setdefault("state", {})["client"] = verdict
             if facts.method == "POST" and scope["type"] == "http":
                 receive = await self._read_body(scope, receive, send, status)
                 if status[0]:  # refused: too large
+                    refused[0] = "body_too_large"
                     return
             await self.app(scope, receive, self._watch(send, status))
         finally:
             client = verdict.name if not isinstance(verdict, Denial) else "-"
             if self.probes.worth_logging(facts.path, status[0]):
                 log.info(
-                    "%s %s %d %.0fms client=%s",
+                    "%s %s %d %.0fms client=%s%s",
                     facts.method,
                     facts.path,
                     status[0],
                     (time.perf_counter() - started) * 1000,
                     "anonymous" if client.startswith("ip:") else client,
+                    f" refused={refused[0]}" if refused[0] else "",
                 )
 
     async def _read_body(

@@ -9,6 +9,7 @@ from fastapi.responses import FileResponse, JSONResponse
 
 from gateway import openapi
 from gateway.routes.common import service_of
+from gateway.service.voices import public_listing
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 router = APIRouter()
@@ -22,5 +23,5 @@ async def index() -> FileResponse:
 @router.get("/v1/voices", responses=openapi.VOICES)
 async def voices(request: Request) -> JSONResponse:
     """The model servers' voices, for pickers: their last answer, asked again every 30 s (a
-    502 only while none has answered yet)."""
-    return JSONResponse(await service_of(request).replies.voices.listing())
+    502 only while none has answered yet), without paths."""
+    return JSONResponse(public_listing(await service_of(request).replies.voices.listing()))

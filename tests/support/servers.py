@@ -60,10 +60,13 @@ def _serving(
 ) -> Iterator[list[tuple[uvicorn.Server, int]]]:
     """Bind first, then serve: connections made before uvicorn is up wait in the backlog, so
     nobody needs to poll for the port. Several apps share one thread and event loop (as the
-    gateway's two listeners do in `gateway.cli`)."""
+    gateway's two listeners do in `gateway.cli`). Every app is served with the model server's
+    options (`model_server.cli.server_options`: its connection timeouts), a gateway with its own."""
+    from model_server.cli import server_options
+
     defaults = {
         "log_level": "warning",
-        "ws": "websockets-sansio",
+        **server_options(),
         "lifespan": "on",
         "timeout_graceful_shutdown": 2,
     }
