@@ -118,6 +118,13 @@ TOKENS_REQUEST = {
                             "minimum": 1,
                             "description": "lifetime, at most --token-ttl-s",
                         },
+                        "subject": {
+                            "type": "string",
+                            "pattern": "^[A-Za-z0-9._:@-]{1,64}$",
+                            "description": "the page's visitor id: sessions, replies and "
+                            "cancels count per subject within the key's caps (default: a "
+                            "random one)",
+                        },
                     },
                 }
             }
@@ -131,11 +138,12 @@ TOKENS: Responses = {
             JSON: {
                 "schema": {
                     "type": "object",
-                    "required": ["token", "expires_in", "routes"],
+                    "required": ["token", "expires_in", "routes", "subject"],
                     "properties": {
                         "token": {"type": "string"},
                         "expires_in": {"type": "integer"},
                         "routes": {"type": "array", "items": {"type": "string"}},
+                        "subject": {"type": "string"},
                     },
                 }
             }

@@ -1,6 +1,8 @@
 """Sending on a server-side WebSocket from several tasks: one frame at a time, and a client
 that has gone away, or takes longer than `timeout_s` to take one frame (it stopped reading: its
-socket buffers are full), becomes one exception, `ClientGone`."""
+socket buffers are full), becomes one exception, `ClientGone`. Once a frame has timed out the
+connection is unusable (that frame may be half written): every later send or close is
+`ClientGone` at once (`gone`), so no other task waits out a timeout of its own."""
 
 from __future__ import annotations
 
@@ -17,11 +19,12 @@ class WebSocketSender:
     def __init__(self, ws: WebSocket, timeout_s: float | None = None) -> None:
         self.ws = ws
         self.timeout_s = timeout_s
+        self.gone = False  # a frame or the close timed out: the client is dropped
         self._lock = asyncio.Lock()
 
     async def send(self, data: str | bytes) -> None:
         async with self._lock:
-            if self.ws.application_state is not WebSocketState.CONNECTED:
+            if self.gone or self.ws.application_state is not WebSocketState.CONNECTED:
                 raise ClientGone()
             try:
                 async with asyncio.timeout(self.timeout_s):
@@ -30,6 +33,7 @@ class WebSocketSender:
                     else:
                         await self.ws.send_text(data)
             except TimeoutError as exc:
+                self.gone = True
                 raise ClientGone(f"the client took no frame for {self.timeout_s} s") from exc
             except (WebSocketDisconnect, RuntimeError, OSError) as exc:
                 raise ClientGone() from exc
@@ -38,12 +42,13 @@ class WebSocketSender:
         """Close the connection; `ClientGone` when the client went first (it may close its side
         the moment it has asked for the close) or takes no close frame for `timeout_s`."""
         async with self._lock:
-            if self.ws.application_state is not WebSocketState.CONNECTED:
+            if self.gone or self.ws.application_state is not WebSocketState.CONNECTED:
                 raise ClientGone()
             try:
                 async with asyncio.timeout(self.timeout_s):
                     await self.ws.close(code, reason)
             except TimeoutError as exc:
+                self.gone = True
                 raise ClientGone(f"the client took no close for {self.timeout_s} s") from exc
             except (WebSocketDisconnect, RuntimeError, OSError) as exc:
                 raise ClientGone() from exc

@@ -18,7 +18,7 @@ async def test_echo_unpaced_is_one_delta_and_paced_is_word_by_word() -> None:
 
 async def test_client_text_source_ends_on_flush() -> None:
     source = ClientTextSource()
-    await source.put("My ")
-    await source.put("own text.")
-    await source.end()
+    assert source.offer("My ")
+    assert source.offer("own text.")
+    source.end()
     assert [d async for d in source.stream()] == ["My ", "own text."]

@@ -3,11 +3,14 @@
 Keys come one per line (a file) or comma-separated (an environment variable), each `name:key`
 or a bare key, which is named `key-N` by its line (never by anything derived from the secret:
 names land in logs and metrics). A token is `<payload>.<signature>`, both base64url without
-padding: the payload is JSON `{"sub": key name, "exp": unix seconds, "routes": [...]}`, the
-signature HMAC-SHA256 of the payload under a key derived from the named key itself. So a token
-dies with its key: rotating one key (a new secret under the same name) revokes that key's
-tokens and no other's, and replicas sharing the key file accept each other's tokens without
-any other secret. A token calls only the route groups it names (`TOKEN_ROUTES`).
+padding: the payload is JSON `{"sub": key name, "exp": unix seconds, "routes": [...],
+"subject": visitor}`, the signature HMAC-SHA256 of the payload under a key derived from the
+named key itself. So a token dies with its key: rotating one key (a new secret under the same
+name) revokes that key's tokens and no other's, and replicas sharing the key file accept each
+other's tokens without any other secret. A token calls only the route groups it names
+(`TOKEN_ROUTES`). Its `subject` says which of the key's visitors holds it (the page's own
+visitor id, `SUBJECT`): sessions, rates and cancels count per subject within the key's own
+caps. A token minted before subjects has none and counts under its key alone.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -34,6 +38,7 @@ TOKEN_ROUTES = {
     "agentcore": ("/invocations", "/ws"),  # the AgentCore Runtime contract's routes
 }
 DEFAULT_TOKEN_ROUTES = ("speak", "voices")
+SUBJECT = re.compile(r"[A-Za-z0-9._:@-]{1,64}")  # a token's subject: short, printable, no spaces
 
 
 def route_group(path: str) -> str | None:
@@ -50,11 +55,20 @@ class AuthError(Exception):
 
 @dataclass(frozen=True)
 class Client:
-    """Who a request is: a key's name, or an address when anonymous (quotas count per client)."""
+    """Who a request is: a key's name, or an address when anonymous (quotas count per client),
+    and for a token, the visitor it was minted for (`subject`) and when it expires."""
 
     name: str
     via: str = "key"  # "key", "token" or "anonymous"
     routes: tuple[str, ...] = field(default=(), compare=False)  # a token's route groups
+    subject: str | None = field(default=None, compare=False)  # a token's visitor
+    expires: int | None = field(default=None, compare=False)  # a token's end, unix seconds
+
+    @property
+    def holder(self) -> str:
+        """Whose quotas and replies these are: the key's name, or `name subject` for a token's
+        visitor (neither a key's name nor a subject holds a space)."""
+        return self.name if self.subject is None else f"{self.name} {self.subject}"
 
     def may_call(self, path: str) -> bool:
         """A key or an anonymous client calls every route; a token, only its groups'."""
@@ -125,17 +139,23 @@ class KeyRing:
         now: float,
         ttl_s: int,
         routes: Iterable[str] = DEFAULT_TOKEN_ROUTES,
+        subject: str | None = None,
     ) -> str:
         """A token for `client`'s key, living `ttl_s` (at most `MAX_TOKEN_TTL_S`), calling
-        only `routes` (groups of `TOKEN_ROUTES`)."""
+        only `routes` (groups of `TOKEN_ROUTES`), held by `subject` (`SUBJECT`; None: the
+        key's, counted under it)."""
         routes = sorted(set(routes))
+        if subject is not None and not SUBJECT.fullmatch(subject):
+            raise ValueError("a subject is 1 to 64 characters of A-Z a-z 0-9 . _ : @ -")
         if unknown := [r for r in routes if r not in TOKEN_ROUTES]:
             raise ValueError(f"unknown route groups {unknown}: choose from {sorted(TOKEN_ROUTES)}")
         if not routes:
             raise ValueError("a token needs at least one route group")
         if not 1 <= ttl_s <= MAX_TOKEN_TTL_S:
             raise ValueError(f"a token lives 1 to {MAX_TOKEN_TTL_S} s")
-        claims = {"sub": client.name, "exp": int(now) + ttl_s, "routes": routes}
+        claims: dict[str, object] = {"sub": client.name, "exp": int(now) + ttl_s, "routes": routes}
+        if subject is not None:
+            claims["subject"] = subject
         payload = _b64(orjson.dumps(claims))
         return payload + "." + _b64(self._sign(client.name, payload))
 
@@ -156,9 +176,12 @@ class KeyRing:
             raise AuthError("invalid token")
         if not isinstance(routes, list) or not all(isinstance(r, str) for r in routes):
             raise AuthError("invalid token")
+        subject = claims.get("subject")  # minted before subjects: none
+        if subject is not None and not (isinstance(subject, str) and SUBJECT.fullmatch(subject)):
+            raise AuthError("invalid token")
         if expires <= now:
             raise AuthError("token expired")
-        return Client(name, via="token", routes=tuple(routes))
+        return Client(name, via="token", routes=tuple(routes), subject=subject, expires=expires)
 
     def _sign(self, name: str, payload: str) -> bytes:
         return hmac.new(self._signing[name], payload.encode("ascii"), hashlib.sha256).digest()

@@ -1,9 +1,11 @@
-"""Per-client quotas, pure (the clock is a parameter): sessions open at once, in total and per
-client, and amounts per minute (replies, LLM tokens) in a sliding window.
+"""Per-client quotas, pure (the clock is a parameter): sessions open at once, in total, per
+client and per subject, and amounts per minute (replies, LLM tokens) in a sliding window.
 
-A client is a key's name, or an address when anonymous. Refusals are `ServiceError`s with the
-HTTP status and code the routes answer: `503 overloaded` when the gateway is full, `429
-too_many_sessions` / `429 rate_limited` when one client has its share.
+A client is a key's name, or an address when anonymous; a subject is one visitor among the
+holders of a key's tokens (`Client.holder`), counted within the key's own share. Refusals are
+`ServiceError`s with the HTTP status and code the routes answer: `503 overloaded` when the
+gateway is full, `429 too_many_sessions` / `429 rate_limited` when one client, or one subject,
+has its share.
 """
 
 from __future__ import annotations
@@ -32,29 +34,39 @@ class RateLimited(GatewayError):
 class Lease:
     """One open session; `release()` may be called any number of times."""
 
-    def __init__(self, sessions: Sessions, client: str) -> None:
+    def __init__(self, sessions: Sessions, client: str, subject: str | None = None) -> None:
         self._sessions = sessions
         self.client = client
+        self.subject = subject
         self.released = False
 
     def release(self) -> None:
         if not self.released:
             self.released = True
-            self._sessions.closed(self.client)
+            self._sessions.closed(self.client, self.subject)
 
 
 class Sessions:
     def __init__(
-        self, max_total: int, max_per_client: int, on_empty: Callable[[], None] | None = None
+        self,
+        max_total: int,
+        max_per_client: int,
+        on_empty: Callable[[], None] | None = None,
+        max_per_subject: int = 0,
     ) -> None:
-        """`on_empty` is told each time the last open session closes."""
+        """`on_empty` is told each time the last open session closes; `max_per_subject`: 0
+        for no limit."""
         self.max_total = max_total
         self.max_per_client = max_per_client
+        self.max_per_subject = max_per_subject
         self.on_empty = on_empty
         self.total = 0
         self._by_client: dict[str, int] = {}
+        self._by_subject: dict[str, int] = {}
 
-    def open(self, client: str) -> Lease:
+    def open(self, client: str, subject: str | None = None) -> Lease:
+        """A session for `client`, and within it for `subject` (a `Client.holder`; None: the
+        client's own)."""
         if self.total >= self.max_total:
             raise Overloaded(
                 f"the gateway has {self.total} sessions open, its limit; retry shortly",
@@ -66,30 +78,49 @@ class Sessions:
                 f"this client has {mine} sessions open, the limit per client; close one first",
                 retry_after_s=5,
             )
+        if subject is not None:
+            theirs = self._by_subject.get(subject, 0)
+            if 0 < self.max_per_subject <= theirs:
+                raise TooManySessions(
+                    f"this token's subject has {theirs} sessions open, the limit per subject; "
+                    "close one first",
+                    retry_after_s=5,
+                )
+            self._by_subject[subject] = theirs + 1
         self.total += 1
         self._by_client[client] = mine + 1
-        return Lease(self, client)
+        return Lease(self, client, subject)
 
     def of(self, client: str) -> int:
         return self._by_client.get(client, 0)
 
-    def closed(self, client: str) -> None:
+    def of_subject(self, subject: str) -> int:
+        return self._by_subject.get(subject, 0)
+
+    def closed(self, client: str, subject: str | None = None) -> None:
         self.total -= 1
-        left = self._by_client[client] - 1
-        if left:
-            self._by_client[client] = left
-        else:
-            del self._by_client[client]  # the table holds only clients with sessions
+        _less(self._by_client, client)
+        if subject is not None:
+            _less(self._by_subject, subject)
         if not self.total and self.on_empty is not None:
             self.on_empty()
 
 
-class PerMinute:
-    """At most `limit` units per client in any 60 s (0: no limit)."""
+def _less(counts: dict[str, int], name: str) -> None:
+    left = counts[name] - 1
+    if left:
+        counts[name] = left
+    else:
+        del counts[name]  # the table holds only those with sessions
 
-    def __init__(self, limit: int, what: str) -> None:
+
+class PerMinute:
+    """At most `limit` units per client (or per `who`) in any 60 s (0: no limit)."""
+
+    def __init__(self, limit: int, what: str, who: str = "client") -> None:
         self.limit = limit
         self.what = what
+        self.who = who
         self._spent: defaultdict[str, deque[tuple[float, int]]] = defaultdict(deque)
         self._sweep_at = 0.0
 
@@ -102,7 +133,7 @@ class PerMinute:
             first = self._spent[client][0][0]
             wait = max(1, math.ceil(first + WINDOW_S - now))
             raise RateLimited(
-                f"{used} {self.what} in the last minute, the limit per client is {self.limit}",
+                f"{used} {self.what} in the last minute, the limit per {self.who} is {self.limit}",
                 retry_after_s=wait,
             )
 

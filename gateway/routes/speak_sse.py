@@ -122,7 +122,8 @@ async def cancel(utterance_id: str, request: Request) -> JSONResponse:
     service = service_of(request)
     body = await json_body(request) if await request.body() else {}
     played = parse(CancelParams, body).played_ms
-    live = service.gate.live.get((client_of(request.scope).name, utterance_id))
+    # only the key and token subject that started it (or the key itself) may stop it
+    live = service.gate.live_reply(client_of(request.scope), utterance_id)
     if live is None:
         raise GatewayError(
             f"no reply {utterance_id!r} of yours is playing", code="unknown_utterance", status=404

@@ -1,4 +1,10 @@
-"""Client-streamed text: the WebSocket client brings its own LLM and sends text deltas."""
+"""Client-streamed text: the WebSocket client brings its own LLM and sends text deltas.
+
+The deltas wait in a bounded queue for the reply to take them; nothing that feeds it ever
+waits: `offer` refuses a delta when the queue is full (the connection answers
+`text_queue_full`), `end` and `close` always have room. `close` is for a reply that was dropped:
+what was queued is forgotten and the reader, if any, ends.
+"""
 
 from __future__ import annotations
 
@@ -6,22 +12,41 @@ import asyncio
 from collections.abc import AsyncGenerator
 
 _END = object()
+MAX_PENDING = 256  # deltas not yet taken by the reply
 
 
 class ClientTextSource:
-    def __init__(self, max_pending: int = 256) -> None:
-        self._queue: asyncio.Queue[str | object] = asyncio.Queue(max_pending)
-        self.ended = False
+    def __init__(self, max_pending: int = MAX_PENDING) -> None:
+        self.max_pending = max_pending
+        # one slot more than the deltas may take: the end always fits
+        self._queue: asyncio.Queue[str | object] = asyncio.Queue(max_pending + 1)
+        self.ended = False  # flushed, or closed
+        self.closed = False  # its reply is gone: nothing reads it any more
 
-    async def put(self, delta: str) -> None:
+    def offer(self, delta: str) -> bool:
+        """Queue `delta`; False (and the delta dropped) when `max_pending` deltas wait. Never
+        after `end` or `close`."""
         if self.ended:
             raise RuntimeError("text already flushed")
-        await self._queue.put(delta)
+        if self._queue.qsize() >= self.max_pending:
+            return False
+        self._queue.put_nowait(delta)
+        return True
 
-    async def end(self) -> None:
+    def end(self) -> None:
+        """No more text: the reply speaks what is queued, then ends."""
         if not self.ended:
             self.ended = True
-            await self._queue.put(_END)
+            self._queue.put_nowait(_END)
+
+    def close(self) -> None:
+        """The reply is gone: forget what is queued; a reader still there ends."""
+        if self.closed:
+            return
+        while not self._queue.empty():
+            self._queue.get_nowait()
+        self.ended = self.closed = True
+        self._queue.put_nowait(_END)
 
     async def stream(self) -> AsyncGenerator[str]:
         while (item := await self._queue.get()) is not _END:

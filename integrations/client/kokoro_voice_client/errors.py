@@ -12,10 +12,10 @@ from typing import Any
 
 # errors without an utterance id that answer a `speak` which did not parse
 SPEAK_REFUSALS = frozenset({"invalid_field", "invalid_json", "not_an_object"})
-# the gateway closes the connection after it
-CLOSING = frozenset({"idle_timeout"})
+# the gateway closes the connection after it (idle; its token expired; its age limit)
+CLOSING = frozenset({"idle_timeout", "token_expired", "max_connection_age"})
 # an utterance that keeps going after it (the delta was dropped, the rest is spoken)
-KEEPS_GOING = frozenset({"text_too_long"})
+KEEPS_GOING = frozenset({"text_too_long", "text_queue_full"})
 
 
 @dataclass(frozen=True)
@@ -58,12 +58,12 @@ def ends_utterance(body: dict[str, Any], utterance_id: str, answered: bool) -> b
     """Whether an error frame ends the utterance `utterance_id`. `answered`: the gateway has
     already sent an event or audio of its reply.
 
-    Only two kinds do: an error that closes the connection (`idle_timeout`), and one that
-    refuses the `speak` before its reply started (with the utterance's id, or with none when
-    the `speak` did not parse). An error during a reply (`tts_*`, `llm_error`,
-    `reply_too_long`) is followed by its `agent_end`, `text_too_long` keeps the utterance
-    going, and the rest (`busy`, `nothing_to_cancel`, `no_open_utterance`, ...) answer some
-    other message: the client reads on."""
+    Only two kinds do: an error that closes the connection (`idle_timeout`, `token_expired`,
+    `max_connection_age`), and one that refuses the `speak` before its reply started (with the
+    utterance's id, or with none when the `speak` did not parse). An error during a reply
+    (`tts_*`, `llm_error`, `reply_too_long`) is followed by its `agent_end`, `text_too_long`
+    and `text_queue_full` keep the utterance going, and the rest (`busy`, `nothing_to_cancel`,
+    `no_open_utterance`, ...) answer some other message: the client reads on."""
     code = body.get("code")
     if code in CLOSING:
         return True
@@ -77,7 +77,8 @@ def ends_utterance(body: dict[str, Any], utterance_id: str, answered: bool) -> b
 
 def is_stale(body: dict[str, Any]) -> bool:
     """A connection reused from a pool whose first frame after a `speak` is this error is not
-    fit for the utterance: the gateway closed it (`idle_timeout`, read only now), or it still
+    fit for the utterance: the gateway closed it (`idle_timeout`, `max_connection_age`,
+    `token_expired`, read only now), or it still
     answers something from before (an error with no utterance id that does not refuse the
     `speak`, such as `busy`). Open a fresh one and try again."""
     if body.get("code") in CLOSING:

@@ -360,8 +360,9 @@ class KokoroVoiceTTSService(WebsocketTTSService):
                 report, ended = self._queue.error(body)
                 await self._send(ended.messages if ended else [])
             error = KokoroVoiceError.from_frame(body)
-            if error.code == "idle_timeout":
-                report = False  # the gateway closes an idle socket; the next one reconnects
+            if error.code in ("idle_timeout", "max_connection_age"):
+                # the gateway closes an idle socket, or an old one; the next one reconnects
+                report = False
                 logger.debug(f"{self}: {error}")
             if report:
                 await self.push_error(
