@@ -48,8 +48,16 @@ POLICIES: dict[str, tuple[list[str], list[str]]] = {
 
 def clients_apart(conversations: int) -> list[str]:
     """Every conversation comes from this one address, but stands for a client of its own:
-    the per-client limits (8 sessions, 60 replies a minute) must not refuse them."""
-    return ["--max-sessions-per-client", str(max(8, conversations)), "--replies-per-minute", "0"]
+    the per-client limits (8 sessions, 60 replies a minute, one reply waiting for spare time)
+    must not refuse them."""
+    return [
+        "--max-sessions-per-client",
+        str(max(8, conversations)),
+        "--replies-per-minute",
+        "0",
+        "--admission-waiting-per-client",
+        "0",
+    ]
 
 
 @dataclass

@@ -23,6 +23,19 @@ def _speed() -> Any:
     return Field(limits.DEFAULT_SPEED, ge=limits.MIN_SPEED, le=limits.MAX_SPEED)
 
 
+def _no_bool(value: Any) -> Any:
+    """A number field given `true` or `false` is refused, not read as 1 or 0 (pydantic's lax
+    mode would); integers and numeric strings (query parameters) stay accepted."""
+    if isinstance(value, bool):
+        raise ValueError("must be a number, not true or false")
+    return value
+
+
+def _default_voice(value: Any) -> Any:
+    """`voice: ""` means the default voice, as no voice does."""
+    return None if value == "" else value
+
+
 class SpeakParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -41,6 +54,9 @@ class SpeakParams(BaseModel):
         max_length=limits.MAX_UTTERANCE_ID_CHARS,
         pattern=limits.UTTERANCE_ID_PATTERN,
     )
+
+    _numbers = field_validator("speed", "echo_tps", "echo_first_ms", mode="before")(_no_bool)
+    _voice = field_validator("voice", mode="before")(_default_voice)
 
     @field_validator("format")
     @classmethod
@@ -73,17 +89,22 @@ class CancelParams(BaseModel):
 
     played_ms: float | None = Field(None, ge=0.0, le=limits.MAX_PLAYED_MS)
 
+    _numbers = field_validator("played_ms", mode="before")(_no_bool)
+
 
 class OpenAISpeechParams(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     model: str = "kokoro"
     input: str = Field(min_length=1)
-    voice: str = "alloy"
+    voice: str | None = "alloy"  # "": the gateway's default voice
     response_format: str = "mp3"
     speed: float = _speed()
     stream_format: Literal["audio", "sse"] = "audio"
     instructions: str | None = None
+
+    _numbers = field_validator("speed", mode="before")(_no_bool)
+    _voice = field_validator("voice", mode="before")(_default_voice)
 
     @field_validator("response_format")
     @classmethod

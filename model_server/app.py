@@ -10,6 +10,7 @@ from fastapi import FastAPI
 
 from kokoro_contract.http_errors import install_error_handlers
 from model_server.access import KeyMiddleware
+from model_server.body_limit import BodyLimitMiddleware
 from model_server.config import Settings
 from model_server.inflight import Inflight, InflightMiddleware
 from model_server.metrics import registry_for
@@ -48,6 +49,8 @@ def create_app(
     app.state.service = service
     app.state.inflight = Inflight()
     app.state.metrics = registry_for(service)
+    app.state.bidi_sessions = 0  # open bidirectional sessions (routes/ws.py)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(InflightMiddleware, inflight=app.state.inflight)
     if settings.api_key:  # outermost: nothing runs, nothing counts, before the key is right
         app.add_middleware(KeyMiddleware, key=settings.api_key)

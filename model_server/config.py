@@ -40,6 +40,9 @@ class Settings:
     threads: int = 0  # onnxruntime intra-op threads per call; 0: all cores
     max_text_chars: int = limits.MAX_TEXT_CHARS
     max_pending: int = 32  # queued + running requests per WebSocket session
+    max_body_bytes: int = 1_048_576  # an HTTP request's body: 413 body_too_large past it
+    max_sessions: int = 256  # bidi WebSocket sessions at once (a gateway's --max-sessions)
+    idle_timeout_s: float = 300.0  # a session with nothing pending, silent this long: closed
     watchdog_s: float = 60.0  # an engine call running longer: /ping fails (0: no watchdog)
     invocation_timeout_s: float = 60.0  # SageMaker's limit on one non-streamed invocation
     warmup: bool = True
@@ -92,6 +95,12 @@ _HELP = {
     "threads": "CPU threads per engine call (0: all cores for onnx, torch's default for torch)",
     "max_text_chars": "longest text accepted in one request",
     "max_pending": "requests queued or running per WebSocket session",
+    "max_body_bytes": "largest HTTP request body (413 body_too_large)",
+    "max_sessions": "bidirectional WebSocket sessions open at once; one more gets an error "
+    "frame too_many_sessions and is closed with 1013 (try again later) (0: no limit)",
+    "idle_timeout_s": "a bidirectional WebSocket session with nothing queued or running that "
+    "sends no message for this long gets an error frame idle_timeout and is closed with 1000 "
+    "(0: never)",
     "watchdog_s": "an engine call still running after this long means a wedged worker: /ping "
     "and /load answer 503 stuck, so the platform replaces the container and gateways route "
     "elsewhere (0: no watchdog)",

@@ -97,7 +97,16 @@ def main() -> None:
     model_url = f"http://{args.host}:{args.model_port}"
     gateway_url = f"http://{args.host}:{args.port}"
     procs = [subprocess.Popen(model_server_command(args.host, args.model_port, args.model_args))]
-    gateway = [BIN / "gateway", "--host", args.host, "--port", str(args.port)]
+    # the demo page paces its text like an LLM (echo_tps): honoured on any interface here
+    gateway = [
+        BIN / "gateway",
+        "--host",
+        args.host,
+        "--port",
+        str(args.port),
+        "--echo-pacing",
+        "true",
+    ]
 
     def on_term(*_: object) -> None:
         stop(procs)

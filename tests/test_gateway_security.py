@@ -525,6 +525,7 @@ async def test_a_client_that_stops_reading_is_dropped(fake_engine: FakeEngine) -
         "chunk_plan": "sentences",
         "max_text_chars": len(text),
         "max_body_bytes": 2 * len(text),
+        "max_reply_audio_s": 0,  # past --max-reply-audio-s: it would be refused up front
     }
     with serve(model) as model_server, gateway(model_server, **settings) as gw:
         body = orjson.dumps({"text": text, "format": "pcm"})

@@ -50,11 +50,16 @@ class RequestFacts:
     scheme: str = "http"  # "http" or "https" (a WebSocket's ws/wss as its page's)
 
 
+# host[:port], the host a name or an IPv4 address, or an IPv6 address in brackets, and nothing
+# else: `[::1]evil.example` or `localhost:80:80` is no host of ours
+_HOST_HEADER = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[^\[\]:@/\\\s]*)(?::[0-9]{1,5})?")
+
+
 def host_name(host_header: str) -> str:
-    """`example.com:8000` -> `example.com`; `[::1]:8000` -> `[::1]`."""
-    if host_header.startswith("["):
-        return host_header.split("]", 1)[0] + "]"
-    return host_header.rsplit(":", 1)[0] if host_header.count(":") == 1 else host_header
+    """`example.com:8000` -> `example.com`; `[::1]:8000` -> `[::1]`; a Host that is not
+    exactly host[:port] -> "" (which is no configured name)."""
+    match = _HOST_HEADER.fullmatch(host_header)
+    return match.group(1) if match else ""
 
 
 @dataclass(frozen=True)

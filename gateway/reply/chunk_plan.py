@@ -194,6 +194,12 @@ class SentencePlan:
         """Whether final text waits to be sent (for a chunk to complete)."""
         return bool(self._units)
 
+    @property
+    def asking(self) -> bool:
+        """Whether the reply asks the engine for synthesis now: a chunk there unfinished, or
+        a sentence to send."""
+        return bool(self._units) or self._sent > len(self._done)
+
     def wake_at(self) -> float | None:
         return None
 
@@ -262,6 +268,7 @@ class ChunkPlan:
         self._units: list[str] = []  # final sentences not sent yet
         self._sent: list[_Sent] = []
         self._first_text: float | None = None
+        self._first_overdue = False  # its first wait passed with too few words to cut
         self._first_audio: float | None = None
         self._first_ready: float | None = None
         self._ended = False
@@ -272,6 +279,7 @@ class ChunkPlan:
         if self._first_text is None and text.strip():
             self._first_text = now
         self._units += self._chunker.push(text)
+        self._cut_slow_first(now)
         return self._release(now)
 
     def flush(self, now: float) -> list[Chunk]:
@@ -280,12 +288,19 @@ class ChunkPlan:
         return self._release(now)
 
     def tick(self, now: float) -> list[Chunk]:
+        self._cut_slow_first(now)
+        return self._release(now)
+
+    def _cut_slow_first(self, now: float) -> None:
+        """Past its first wait, the first chunk is cut as soon as it has enough words (slow
+        text: do not wait longer for a boundary)."""
         waiting_first = not self._sent and not self._units and self._first_text is not None
         if waiting_first and now >= (self._first_text or 0.0) + self.config.first_wait_s:
-            first = self._chunker.cut_first_now()  # slow text: do not wait longer
+            first = self._chunker.cut_first_now()
             if first is not None:
                 self._units.append(first)
-        return self._release(now)
+            else:  # too few words: the next text tries again (no wake-up meanwhile)
+                self._first_overdue = True
 
     def audio_started(self, now: float) -> None:
         """The reply's first audio went to the listener: playback starts."""
@@ -354,6 +369,14 @@ class ChunkPlan:
         """Whether final text waits to be sent (for its time, or for a chunk to complete)."""
         return bool(self._units)
 
+    @property
+    def asking(self) -> bool:
+        """Whether the reply asks the engine for synthesis now, or is about to: a chunk
+        there unfinished, final text to send, or a first chunk's text within its first wait.
+        Text short of a sentence after that, or no text at all, asks nothing yet."""
+        first_due = not self._sent and self._first_text is not None and not self._first_overdue
+        return first_due or bool(self._units) or self._unfinished() > 0
+
     def _unfinished(self) -> int:
         return sum(not s.done for s in self._sent)
 
@@ -402,8 +425,8 @@ class ChunkPlan:
         if self._ended and not self._units:
             return None
         if not self._sent:
-            if self._first_text is None:
-                return None
+            if self._first_text is None or self._first_overdue:
+                return None  # no text yet, or too little to cut: wait for more
             return self._first_text + self.config.first_wait_s
         if self._units and self._unfinished() < UNFINISHED_MAX:
             return self._busy_until() - self.config.lead_s

@@ -59,6 +59,7 @@ from gateway.transports.base import (
 from kokoro_contract.audio import SAMPLE_RATE, pcm_duration_s
 from kokoro_contract.formats import AudioFormat
 from kokoro_contract.protocol import WordTiming
+from kokoro_contract.spoken import SpokenMeter
 
 log = logging.getLogger(__name__)
 
@@ -131,12 +132,16 @@ class Reply:
         max_s: float | None = None,
         text_stall_s: float | None = None,
         on_end: Callable[[], None] | None = None,
+        max_audio_s: float | None = None,
     ) -> None:
         """`plan` cuts the text (a `SentencePlan` when None). A reply still running after
-        `max_s` seconds ends with `reply_too_long`; a source that sends nothing for
-        `text_stall_s` (an LLM stalled mid-answer) with `llm_timeout`. `on_end` is called
-        once the reply is over and before `agent_end` is emitted, so what it settles (the
-        client's quotas) is settled before the client can send its next request."""
+        `max_s` seconds ends with `reply_too_long`, and so does one whose text would speak
+        longer than `max_audio_s` (estimated, `kokoro_contract.spoken`): its text stops
+        before the piece that crosses it, what came before is spoken. A source that sends
+        nothing for `text_stall_s` (an LLM stalled mid-answer) ends it with `llm_timeout`.
+        `on_end` is called once the reply is over and before `agent_end` is emitted, so what
+        it settles (the client's quotas) is settled before the client can send its next
+        request."""
         self.spec = spec
         self.source = source
         self.encoder = encoder
@@ -151,11 +156,22 @@ class Reply:
         self.words: list[WordTiming] = []  # every word timed so far, in ms from the start
         self.spoken: list[str] = []  # the text as it came
         self.max_s = max_s
+        self.max_audio_s = max_audio_s
+        self._too_long = False  # the text stopped at `max_audio_s`
         self.text_stall_s = text_stall_s
         self.on_end = on_end
         self._held: list[Piece] = []  # audio waiting for playback to start
+        self._batch_asked = False  # batch: all the text came, its one call is asked
         # the queues that wake the processors when a chunk is done (sooner than estimated)
         self._wakes: list[asyncio.Queue[Any]] = []
+
+    def waiting_for_text(self) -> bool:
+        """Whether the reply asks nothing of the engine and waits for its text: in batch mode
+        until all of it has come, in bidi while its plan has nothing at the engine and
+        nothing to send (`Plan.asking`)."""
+        if self.spec.mode is Mode.BATCH:
+            return not self._batch_asked
+        return not self.plan.asking
 
     @property
     def held_bytes(self) -> int:
@@ -180,6 +196,13 @@ class Reply:
                 else:
                     await self._batch()
             await self._emit_audio(self.encoder.flush())
+            if self._too_long:
+                self.error = ErrorEvent(
+                    "reply_too_long",
+                    f"the reply's text would speak longer than {self.max_audio_s:.0f} s: it "
+                    "stopped there",
+                    status=400,
+                )
         except* TimeoutError as group:
             if limit.expired():
                 self.error = ErrorEvent(
@@ -234,6 +257,7 @@ class Reply:
             text = "".join([delta async for delta in deltas])
         if not text.strip():
             return
+        self._batch_asked = True
         self._chunk_released(len(text))
         spec = self.spec
         pieces: _Items[Piece] = self._queue(QUEUE_PIECES)
@@ -268,10 +292,14 @@ class Reply:
                 yield delta
 
     async def _text(self) -> AsyncGenerator[str]:
+        meter = SpokenMeter(self.spec.speed)
         async with aclosing(self._deltas()) as stream:
             async for delta in stream:
                 if not delta:
                     continue
+                if self.max_audio_s and meter.push(delta) > self.max_audio_s:
+                    self._too_long = True  # the source is closed; what came before is spoken
+                    return
                 if self.metrics.first_text_ms is None:
                     self.metrics.first_text_ms = self.metrics.since_start_ms()
                 self.metrics.text_chars += len(delta)

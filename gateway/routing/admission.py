@@ -14,10 +14,12 @@ it, so a chunk due soon needs less room than one at the end of a long reply, who
 grows meanwhile. A reply still starting (nothing sent yet) has the slack its plan gives a first
 chunk under load (`STARTING_SLACK_S`) and, its text unknown, a typical reply's synthesis left
 (`LoadReport.reply_s`): on 2 cores two replies starting together would both fall behind, on a
-GPU dozens may. What cannot be served in time is refused up front: never accepted and then
-stuttered. A refusal that time clears by itself (a reply in progress gains spare time as its
-synthesis runs ahead, one ends) is `deferrable`: the pool may hold the new reply a moment and
-ask again (`ModelServerPool.admit`) rather than refuse it.
+GPU dozens may. Replies in progress are those that ask the server for synthesis, or are about
+to (the pool counts them: `pool.Upstream.asking`); a reply that waits for its client's text
+with nothing asked counts for nothing. What cannot be served in time is refused up front: never
+accepted and then stuttered. A refusal that time clears by itself (a reply in progress gains
+spare time as its synthesis runs ahead, one ends) is `deferrable`: the pool may hold the new
+reply a moment and ask again (`ModelServerPool.admit`) rather than refuse it.
 """
 
 from __future__ import annotations
@@ -150,7 +152,7 @@ class Refusal:
 class Candidate:
     name: str
     load: LoadReport | None  # None: down (or its load is unknown)
-    replies: int = 0  # replies this gateway runs there now
+    replies: int = 0  # replies this gateway runs there now that ask it for synthesis
     # the spare profile of each of those under way with work left (`ChunkPlan.spare_profile`)
     spare: tuple[Profile, ...] = ()
     starting: int = 0  # of `replies`, those that have sent nothing yet

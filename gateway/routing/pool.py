@@ -12,7 +12,15 @@ within `stale_load_s`. Voices are asked of any server that answers, no load need
 A new reply that no server can take now, for a reason time clears (a reply in progress needs its
 spare time, one is about to end), may wait up to `wait_s` for one that can, while its first audio
 can still come within the budget: asked again whenever a reply's chunk completes or a reply ends,
-and at least every `load_ttl_s`, in arrival order, at most `max_waiting` at once.
+and at least every `load_ttl_s`, in arrival order, at most `max_waiting` at once, and at most
+`per_client` of one client's (`admit`): the spare time that frees goes to the clients in turn,
+not all of it to the one that asked most.
+
+A reply counts on its server by the synthesis it asks for, not by its existence: from admission
+(its text is given, or its LLM answers at once: a reply about to start), unless it waits for
+text its client sends (a WebSocket `speak` with no text) with nothing asked of the engine
+(`PooledTransport.track`'s `waiting`): such a reply counts for nothing, however long it waits,
+and counts again once its client's text gives it something to synthesize.
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ import contextlib
 import ipaddress
 import socket
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -32,6 +40,7 @@ import httpx
 from gateway.errors import TTSError
 from gateway.retry import RetryBudget
 from gateway.routing.admission import (
+    RETRY_WHEN_FULL_S,
     STARTING_SLACK_S,
     Candidate,
     InProgress,
@@ -51,22 +60,44 @@ class Upstream:
     load: LoadReport | None = None
     fetched_at: float = -1e9
     down_until: float = -1e9
-    replies: int = 0  # replies this gateway runs on it now (admitted and not yet ended)
-    plans: list[InProgress] = field(default_factory=list)  # the playback plans of those
-    starting: int = 0  # replies admitted whose plan is not tracked yet (nothing sent)
+    # the replies this gateway runs on it now (admitted and not yet ended), as placed there
+    placed: list[PooledTransport] = field(default_factory=list)
     answered: bool = False  # its /load answered once (until then a probe waits longer)
+
+    @property
+    def replies(self) -> int:
+        """Replies this gateway runs on it now, asking or not."""
+        return len(self.placed)
+
+    @property
+    def plans(self) -> list[InProgress]:
+        """The playback plans of those."""
+        return [p.plan for p in self.placed if p.plan is not None]
+
+    @property
+    def starting(self) -> int:
+        """Replies admitted whose plan is not tracked yet (nothing sent)."""
+        return sum(not p.tracked for p in self.placed)
+
+    def asking(self) -> list[PooledTransport]:
+        """The replies there that ask it for synthesis now, or are about to."""
+        return [p for p in self.placed if p.asking]
 
     def spare(self, now: float) -> tuple[Profile, ...]:
         """The spare profile of each reply under way there with work left."""
         return tuple(
             profile
-            for plan in self.plans
-            if plan.started and (profile := tuple(plan.spare_profile(now)))
+            for p in self.asking()
+            if p.plan is not None
+            and p.plan.started
+            and (profile := tuple(p.plan.spare_profile(now)))
         )
 
     def starting_now(self) -> int:
-        """Replies admitted there that have sent nothing yet (tracked or not)."""
-        return self.starting + sum(not plan.started for plan in self.plans)
+        """Replies admitted there that ask but have sent nothing yet (tracked or not)."""
+        return sum(
+            not p.tracked or (p.plan is not None and not p.plan.started) for p in self.asking()
+        )
 
     @property
     def up(self) -> bool:
@@ -99,6 +130,7 @@ class ModelServerPool:
         self._turn = asyncio.Lock()  # replies that wait are asked again in arrival order
         self._changed = asyncio.Event()  # set (and replaced) when a reply's plan moves on
         self.waiting = 0  # new replies waiting for a server with spare time now
+        self._waiting_by: dict[str, int] = {}  # of those, each client's
 
     @property
     def upstreams(self) -> list[Upstream]:
@@ -160,12 +192,19 @@ class ModelServerPool:
         self._changed = asyncio.Event()
 
     async def admit(
-        self, budget_s: float | None, wait_s: float = 0.0, retries: RetryBudget | None = None
+        self,
+        budget_s: float | None,
+        wait_s: float = 0.0,
+        retries: RetryBudget | None = None,
+        client: str = "",
+        per_client: int = 0,
     ) -> PooledTransport | Refusal:
         """A new reply's transport, its place reserved on the server that takes it (`pick`);
         when none can take it for a reason time clears, it waits up to `wait_s` for one that
         can, behind the replies already waiting, its budget shrinking by the time waited.
-        `retries`: the reply's tries, which its failover follows."""
+        `retries`: the reply's tries, which its failover follows; `client`: whose reply it is,
+        of whom at most `per_client` replies wait at once (0: no limit): one more is refused
+        at once."""
         loop = asyncio.get_running_loop()
         start = loop.time()
         chosen = await self.pick(budget_s)
@@ -175,7 +214,13 @@ class ModelServerPool:
             return chosen
         if budget_s is None or wait_s <= 0 or self.waiting >= self.max_waiting:
             return chosen if isinstance(chosen, Refusal) else self.transport_for(chosen, retries)
+        if per_client and self._waiting_by.get(client, 0) >= per_client:
+            return Refusal(
+                f"{per_client} of this client's replies already wait for spare time",
+                RETRY_WHEN_FULL_S,
+            )
         self.waiting += 1
+        self._waiting_by[client] = self._waiting_by.get(client, 0) + 1
         try:
             async with asyncio.timeout_at(start + wait_s), self._turn:
                 while True:
@@ -193,6 +238,10 @@ class ModelServerPool:
             return last if isinstance(last, Refusal) else self.transport_for(last, retries)
         finally:
             self.waiting -= 1
+            if self._waiting_by[client] <= 1:
+                del self._waiting_by[client]
+            else:
+                self._waiting_by[client] -= 1
 
     async def pick(self, budget_s: float | None) -> Upstream | Refusal:
         """The server for a new reply now; `budget_s` None: no admission control (least
@@ -209,7 +258,7 @@ class ModelServerPool:
             Candidate(
                 u.url,
                 u.load if u.up else None,
-                u.replies,
+                len(u.asking()),
                 u.spare(now),
                 u.starting_now(),
                 self.starting_slack_s,
@@ -263,41 +312,45 @@ class PooledTransport:
         self.upstream = first  # where the reply is counted now
         self.budget = budget  # the reply's tries: no failover once something was said
         load = first.load
-        # nothing else to do there when it took the reply: no reply of this gateway's, and
-        # (as its last load report says) no engine call running or waiting
-        self.alone = first.replies == 0 and (load is None or load.busy == load.waiting == 0)
+        # nothing else to do there when it took the reply: no reply of this gateway's asking
+        # it for synthesis, and (as its last load report says) no engine call running or
+        # waiting
+        self.alone = not first.asking() and (load is None or load.busy == load.waiting == 0)
         # it speaks progressively (its load report prices a first window): a chunk's first
         # audio comes before its last
         self.progressive = load is not None and load.first_window_s is not None
-        first.replies += 1  # reserved from admission on, until `release`
-        first.starting += 1  # starting (a typical reply's work ahead) until its plan is tracked
-        self._starting = True
+        # starting (a typical reply's work ahead) until its plan is tracked
+        self.tracked = False
+        self.plan: InProgress | None = None
+        self._waiting: Callable[[], bool] | None = None
         self._released = False
-        self._plan: InProgress | None = None
         self._wedged: set[str] = set()  # servers that stalled or timed out on this reply
+        first.placed.append(self)  # reserved from admission on, until `release`
 
-    def _started(self) -> None:
-        if self._starting:
-            self._starting = False
-            self.upstream.starting -= 1
+    @property
+    def asking(self) -> bool:
+        """Whether the reply asks its server for synthesis now, or is about to: from
+        admission on, but not while it waits for its client's text with nothing asked
+        (`track`'s `waiting`)."""
+        return self._waiting is None or not self._waiting()
 
-    def track(self, plan: InProgress | None) -> None:
+    def track(self, plan: InProgress | None, waiting: Callable[[], bool] | None = None) -> None:
         """The reply's playback plan (None: it has none): admission asks it how much spare
-        time the reply has."""
-        self._started()
-        if plan is not None and not self._released:
-            self._plan = plan
-            self.upstream.plans.append(plan)
+        time the reply has. `waiting`, for a reply whose client sends its text: whether it
+        waits for that text now, with nothing asked of the engine (then it counts for
+        nothing)."""
+        self.tracked = True
+        if not self._released:
+            self.plan = plan
+            self._waiting = waiting
         self.pool.changed()
 
     def release(self) -> None:
         """The reply has ended: its place on the server is free again."""
         if not self._released:
             self._released = True
-            self._started()
-            self.upstream.replies -= 1
-            if self._plan is not None:
-                self.upstream.plans.remove(self._plan)
+            self.tracked = True
+            self.upstream.placed.remove(self)
             self.pool.changed()
 
     def _move(self, to: Upstream) -> None:
@@ -305,14 +358,8 @@ class PooledTransport:
         was = self.upstream
         if to is was or self._released:
             return
-        was.replies -= 1
-        to.replies += 1
-        if self._starting:
-            was.starting -= 1
-            to.starting += 1
-        if self._plan is not None:
-            was.plans.remove(self._plan)
-            to.plans.append(self._plan)
+        was.placed.remove(self)
+        to.placed.append(self)
         self.upstream = to
         self.pool.changed()
 

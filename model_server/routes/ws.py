@@ -3,6 +3,10 @@
 Messages are read while a synthesis runs (cancels take effect at once); the session core
 decides what to send and what to start or abort, this adapter does it. Every engine call goes
 through the shared scheduler, so no session holds the model for longer than one segment.
+
+At most `--max-sessions` sessions are open at once: one more is told `too_many_sessions` and
+closed with 1013 (try again later). A session with nothing queued or running that sends no
+message for `--idle-timeout-s` is told `idle_timeout` and closed with 1000.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ class BidiConnection:
         # the running synthesis, started by the core's step and awaited by the worker
         self._running: asyncio.Task[tuple[int, float]] | None = None
         self._started: asyncio.Queue[tuple[str, asyncio.Task[tuple[int, float]]]] = asyncio.Queue(1)
+        self._idle: asyncio.Timeout | None = None  # the wait for the next message
 
     async def run(self) -> None:
         try:
@@ -64,10 +69,31 @@ class BidiConnection:
             with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
                 await self.ws.close(1000)  # the client may already be gone
 
+    def _arm_idle(self) -> None:
+        """The wait for the next message ends `--idle-timeout-s` from now while nothing is
+        queued or running (and never while something is)."""
+        idle_s = self.service.settings.idle_timeout_s
+        if self._idle is None or not idle_s:
+            return
+        busy = bool(self.session.pending_ids) or self._running is not None
+        self._idle.reschedule(None if busy else asyncio.get_running_loop().time() + idle_s)
+
     async def _read(self) -> None:
-        """Client messages until close or disconnect."""
+        """Client messages until close, disconnect or the idle timeout."""
         while not self.session.closed:
-            message = await self.ws.receive()
+            try:
+                async with asyncio.timeout(None) as self._idle:
+                    self._arm_idle()
+                    message = await self.ws.receive()
+            except TimeoutError:
+                idle_s = self.service.settings.idle_timeout_s
+                error = ErrorMsg("idle_timeout", f"no request for {idle_s:.0f} s: closed")
+                await self._sender.send(error.encode())
+                with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
+                    await self.ws.close(1000, "idle_timeout")
+                return
+            finally:
+                self._idle = None
             if message["type"] == "websocket.disconnect":
                 return
             data = message.get("bytes")
@@ -126,6 +152,7 @@ class BidiConnection:
                 self._running = None
             async with self._steps:
                 await self._apply(outcome)
+            self._arm_idle()  # nothing left to do: the idle timeout counts from now
 
     async def _synthesize(
         self, request: SynthesisRequest, received: float | None
@@ -146,4 +173,17 @@ class BidiConnection:
 @router.websocket(protocol.PATH)
 async def bidirectional_stream(ws: WebSocket) -> None:
     await ws.accept()
-    await BidiConnection(ws, ws.app.state.service).run()
+    state = ws.app.state
+    service: ModelService = state.service
+    limit = service.settings.max_sessions
+    if limit and state.bidi_sessions >= limit:
+        message = f"this model server has {limit} sessions open, its limit: try again later"
+        with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
+            await ws.send_text(ErrorMsg("too_many_sessions", message).encode())
+            await ws.close(1013, "too_many_sessions")
+        return
+    state.bidi_sessions += 1
+    try:
+        await BidiConnection(ws, service).run()
+    finally:
+        state.bidi_sessions -= 1
