@@ -6,7 +6,12 @@ users' clients speak.
   events, each JSON object carrying its `type` (`agent_start`, `text_delta`, `audio_chunk`
   with base64 `data`, `agent_end`, `error`, ...) beside the fields the SSE route gives.
 - The runtime's session header (`X-Amzn-Bedrock-AgentCore-Runtime-Session-Id`, 33-256
-  characters) keys the conversation: a prompt is answered with that session's earlier turns.
+  characters) and the caller (its API key's name and a token's subject, or its address when
+  anonymous: `Client.holder`) key the conversation: a prompt is answered with that caller's
+  earlier turns in that session, never another caller's under the same header. A
+  conversation keeps at most `--max-history-chars` characters (the oldest exchanges go first,
+  as on the WebSocket); the gateway keeps at most `MAX_CONVERSATIONS`, the least recently
+  used forgotten first.
 - `GET /ping` answers `{"status": "Healthy"}`, or `"HealthyBusy"` while sessions are open
   (replies, WebSockets: the runtime then keeps the instance).
 - `GET /ws` is the speak WebSocket (`/v1/speak/ws`'s protocol).
@@ -24,12 +29,14 @@ from fastapi import APIRouter, Request, Response, WebSocket
 from fastapi.responses import JSONResponse
 from sse_starlette import ServerSentEvent
 
+from gateway.access.middleware import client_of
 from gateway.errors import BadRequest
 from gateway.params import SpeakParams, parse
 from gateway.reply.events import AudioChunk, Event, payload
 from gateway.routes import speak_ws
 from gateway.routes.common import json_body, service_of
 from gateway.routes.speak_sse import stream_reply
+from gateway.speak_ws.session import Turn, trim_history
 
 router = APIRouter()
 SESSION_HEADER = "x-amzn-bedrock-agentcore-runtime-session-id"
@@ -38,25 +45,33 @@ MAX_CONVERSATIONS = 1024  # sessions remembered, least recently used forgotten f
 MAX_TURNS = 20  # turns kept per session (the newest)
 
 
+ConversationKey = tuple[str, str]  # (the caller, the runtime session)
+
+
 class Conversations:
-    """Each runtime session's turns, bounded in sessions and turns."""
+    """Each caller's runtime sessions' turns, bounded in sessions, turns and characters."""
 
     def __init__(self) -> None:
-        self._turns: OrderedDict[str, list[dict[str, str]]] = OrderedDict()
+        self._turns: OrderedDict[ConversationKey, list[Turn]] = OrderedDict()
 
-    def history(self, session: str) -> list[dict[str, str]]:
-        turns = self._turns.get(session, [])
-        if session in self._turns:
-            self._turns.move_to_end(session)
+    def history(self, key: ConversationKey) -> list[Turn]:
+        turns = self._turns.get(key, [])
+        if key in self._turns:
+            self._turns.move_to_end(key)
         return list(turns)
 
-    def add(self, session: str, prompt: str, answer: str) -> None:
-        turns = self._turns.setdefault(session, [])
+    def add(self, key: ConversationKey, prompt: str, answer: str, max_chars: int) -> None:
+        """Keep an exchange; the oldest go past `MAX_TURNS` turns or `max_chars` characters."""
+        turns = self._turns.setdefault(key, [])
         turns += [{"role": "user", "content": prompt}, {"role": "assistant", "content": answer}]
         del turns[:-MAX_TURNS]
-        self._turns.move_to_end(session)
+        trim_history(turns, max_chars)
+        self._turns.move_to_end(key)
         while len(self._turns) > MAX_CONVERSATIONS:
             self._turns.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._turns)
 
 
 def data_event(event: Event, utterance_id: str, n: int) -> ServerSentEvent:
@@ -85,12 +100,14 @@ async def invocations(request: Request) -> Response:
     if session is None or params.prompt is None:
         return await stream_reply(request, params, data_event)
     prompt = params.prompt
+    key = (client_of(request.scope).holder, session)  # another caller's session is not yours
+    max_chars = service_of(request).settings.max_history_chars
     return await stream_reply(
         request,
         params,
         data_event,
-        history=conversations.history(session),
-        on_spoken=lambda answer: conversations.add(session, prompt, answer),
+        history=conversations.history(key),
+        on_spoken=lambda answer: conversations.add(key, prompt, answer, max_chars),
     )
 
 

@@ -2,10 +2,12 @@
 
 `Gate.start()` is a reply's lifecycle: in one step it takes the session (an HTTP reply's own;
 a WebSocket brings the connection's), checks that the client has no reply of that id playing
-and registers it (so a cancel can find it), charges the per-minute rate, waits for admission
+and registers it (so a cancel can find it, for its key and token subject alone), charges the
+per-minute rates (a token's subject's within its key's), waits for admission
 (the model server that can serve it in time, or a refusal) and reserves its place there; on
-every exit it gives all of it back, in one place (`Admitted.close`). An LLM answer's tokens
-are charged as the reply ends (`Admitted.settle`), before the client reads its end. A refusal
+every exit it gives all of it back, in one place (`Admitted.close`). An LLM reply's tokens, the
+prompt and history it sent and the answer it got, are charged as the reply ends
+(`Admitted.settle`), before the client reads its end. A refusal
 at any step gives back what the steps before it took.
 """
 
@@ -49,6 +51,7 @@ class Admitted:
         self.transports: ResumingTransport | None = None
         self.live: LiveReply | None = None
         self.text_chars: Callable[[], int] = lambda: 0  # the answer's text so far (the reply's)
+        self.prompt_chars = 0  # what the reply sends its LLM: system prompt, history, prompt
         self._placement: PooledTransport | None = None
         self._releases: list[Callable[[], None]] = []
         self._charges: list[Callable[[], None]] = []  # what the reply used, charged once
@@ -72,10 +75,12 @@ class Admitted:
         gateway cannot tell: SageMaker routes by itself)."""
         return self._placement is not None and self._placement.progressive
 
-    def track(self, plan: InProgress | None) -> None:
-        """The reply's playback plan: admission reads its spare time from now on."""
+    def track(self, plan: InProgress | None, waiting: Callable[[], bool] | None = None) -> None:
+        """The reply's playback plan: admission reads its spare time from now on; `waiting`,
+        for a reply whose client sends its text: whether it waits for that text with nothing
+        asked of the engine (then it holds no place others need: `PooledTransport.track`)."""
         if self._placement is not None:
-            self._placement.track(plan)
+            self._placement.track(plan, waiting)
 
     def settle(self) -> None:
         """Charge the client what the reply used (an LLM answer's tokens), once: the reply
@@ -107,11 +112,18 @@ class Gate:
         self.runtime = runtime
         self._no_sessions = asyncio.Event()
         self.sessions = Sessions(
-            settings.max_sessions, settings.max_sessions_per_client, self._no_sessions.set
+            settings.max_sessions,
+            settings.max_sessions_per_client,
+            self._no_sessions.set,
+            max_per_subject=settings.max_sessions_per_subject,
         )
         self.draining = asyncio.Event()  # set on SIGTERM (gateway.cli)
-        self.live: dict[tuple[str, str], LiveReply] = {}  # (client, utterance id) -> SSE reply
+        # (`Client.holder`, utterance id) -> SSE reply: a token's visitor has ids of its own
+        self.live: dict[tuple[str, str], LiveReply] = {}
         self.reply_rate = PerMinute(settings.replies_per_minute, "replies")
+        self.subject_reply_rate = PerMinute(
+            settings.replies_per_minute_per_subject, "replies", who="token subject"
+        )
         self.token_rate = PerMinute(settings.llm_tokens_per_minute, "LLM tokens")
         self.clock: Callable[[], float] = time.monotonic
         metrics.sessions.set_function(lambda: self.sessions.total)
@@ -125,9 +137,25 @@ class Gate:
 
     def open_session(self, client: Client) -> Lease:
         """A session (a WebSocket, or one HTTP reply) for `client`; raises `Overloaded` (the
-        gateway is full or restarting) or `TooManySessions` (this client has its share)."""
+        gateway is full or restarting) or `TooManySessions` (this client, or this token's
+        subject within it, has its share)."""
         self._check_open()
-        return self.sessions.open(client.name)
+        return self.sessions.open(client.name, _subject(client))
+
+    def live_reply(self, client: Client, utterance_id: str) -> LiveReply | None:
+        """The SSE reply `utterance_id` that `client` may cancel: one it started (the same
+        key, and the same token subject); the key itself may cancel its tokens' replies too."""
+        live = self.live.get((client.holder, utterance_id))
+        if live is not None or client.via != "key":
+            return live
+        return next(
+            (
+                live
+                for (holder, uid), live in self.live.items()
+                if uid == utterance_id and holder.partition(" ")[0] == client.name
+            ),
+            None,
+        )
 
     async def drain(self, timeout_s: float) -> int:
         """Stop taking new sessions and wait (at most `timeout_s`) for the open ones to end:
@@ -168,10 +196,10 @@ class Gate:
         admitted = Admitted(client)
         try:
             if session is None:
-                lease = self.sessions.open(client.name)
+                lease = self.sessions.open(client.name, _subject(client))
                 admitted._releases.append(lease.release)
             if cancellable is not None:
-                key = (client.name, cancellable)
+                key = (client.holder, cancellable)
                 if key in self.live:
                     raise BadRequest(f"utterance {cancellable!r} is already playing", code="busy")
                 live = admitted.live = self.live[key] = LiveReply()
@@ -190,17 +218,24 @@ class Gate:
             del self.live[key]
 
     def _charge_rates(self, client: Client, prompt: bool) -> None:
-        """Raises `RateLimited` when `client` has used its replies (or, for a prompt, its LLM
-        tokens) of the last minute; counts the reply otherwise."""
+        """Raises `RateLimited` when `client` (its key, and a token's subject within it) has
+        used its replies (or, for a prompt, its LLM tokens) of the last minute; counts the
+        reply otherwise."""
         now = self.clock()
+        subject = _subject(client)
         self.reply_rate.check(client.name, now)
+        if subject is not None:
+            self.subject_reply_rate.check(subject, now)
         if prompt:
             self.token_rate.check(client.name, now)
         self.reply_rate.charge(client.name, 1, now)
+        if subject is not None:
+            self.subject_reply_rate.charge(subject, 1, now)
 
     def _charge_tokens(self, admitted: Admitted) -> None:
-        # an LLM answer's tokens, estimated as 4 characters each (no usage reaches here)
-        tokens = math.ceil(admitted.text_chars() / 4)
+        # an LLM reply's tokens, what it sent (input) and its answer (output), estimated as 4
+        # characters each (no usage reaches here)
+        tokens = math.ceil((admitted.prompt_chars + admitted.text_chars()) / 4)
         self.token_rate.charge(admitted.client.name, tokens, self.clock())
 
     async def _route(self, admitted: Admitted) -> ResumingTransport:
@@ -219,7 +254,13 @@ class Gate:
             wait_budget = settings.first_audio_budget_s if settings.admission else None
             loop = asyncio.get_running_loop()
             asked = loop.time()
-            chosen = await pool.admit(wait_budget, settings.admission_wait_s, budget)
+            chosen = await pool.admit(
+                wait_budget,
+                settings.admission_wait_s,
+                budget,
+                client=admitted.client.holder,
+                per_client=settings.admission_waiting_per_client,
+            )
             if wait_budget is not None:
                 self.metrics.admission_wait.observe(loop.time() - asked)
             if isinstance(chosen, Refusal):
@@ -238,3 +279,8 @@ class Gate:
         # after audio, only a pool can resume a reply elsewhere: SageMaker's stream would be
         # opened on the same endpoint, which just broke it
         return ResumingTransport(bidi, batch, budget, resume_after_audio=pool is not None)
+
+
+def _subject(client: Client) -> str | None:
+    """What a token's visitor is counted as (`Client.holder`); None for a key's own."""
+    return client.holder if client.subject is not None else None

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Sequence
 from gateway.aio import cancel_and_wait
 from gateway.config import Settings
 from gateway.encoders import create_encoder
+from gateway.errors import BadRequest
 from gateway.metrics import GatewayMetrics
 from gateway.params import SpeakParams
 from gateway.reply.chunk_plan import (
@@ -35,7 +36,9 @@ from gateway.sources.openai_chat import OpenAIChatSource
 from gateway.speak_ws.session import new_utterance_id
 from kokoro_contract import limits
 from kokoro_contract.formats import AudioFormat
+from kokoro_contract.listen import is_loopback
 from kokoro_contract.speed import SpeedModel
+from kokoro_contract.spoken import spoken_s
 
 
 def plan_config(settings: Settings) -> PlanConfig:
@@ -78,15 +81,26 @@ class ReplyFactory:
     def source_for(
         self, params: SpeakParams, history: Sequence[dict[str, str]] = ()
     ) -> TextSource | None:
-        """The text source a request asks for; None when the client streams its own text."""
+        """The text source a request asks for; None when the client streams its own text.
+        Raises `BadRequest`: `echo_pacing_disabled` (pacing asked of a gateway beyond loopback
+        without `--echo-pacing`), `reply_too_long` (text given whole that would speak longer
+        than `--max-reply-audio-s`)."""
         settings = self.settings
+        if (params.echo_tps or params.echo_first_ms) and not self.echo_pacing:
+            raise BadRequest(
+                "echo_tps and echo_first_ms (the echo source's pacing) are for demos and "
+                "benchmarks: this gateway does not honour them",
+                code="echo_pacing_disabled",
+            )
         if params.text is not None:
             text = limits.check_text(params.text, settings.max_text_chars, "text")
+            self._check_spoken(text, params.speed)
             return EchoSource(text, params.echo_tps, params.echo_first_ms)
         if params.prompt is None:
             return None
         limits.check_text(params.prompt, settings.max_text_chars, "prompt")
         if settings.llm == "echo":
+            self._check_spoken(params.prompt, params.speed)
             return EchoSource(params.prompt, params.echo_tps, params.echo_first_ms)
         turns = [*history, {"role": "user", "content": params.prompt}]
         if settings.llm == "bedrock":
@@ -102,7 +116,7 @@ class ReplyFactory:
             return BedrockSource(self.runtime.bedrock, options, settings.system_prompt, turns)
         messages = [{"role": "system", "content": settings.system_prompt}, *turns]
         return OpenAIChatSource(
-            self.runtime.client,
+            self.runtime.llm_client,  # never the model servers' (their key is theirs)
             settings.openai_base_url,
             settings.openai_model,
             messages,
@@ -113,6 +127,22 @@ class ReplyFactory:
             first_token_budget_s=settings.first_audio_budget_s,
             on_retry=self._llm_retried,
         )
+
+    @property
+    def echo_pacing(self) -> bool:
+        """Whether the echo source's pacing is honoured: on a loopback listener, or with
+        `--echo-pacing` (demos and benchmarks)."""
+        return self.settings.echo_pacing or is_loopback(self.settings.host)
+
+    def _check_spoken(self, text: str, speed: float) -> None:
+        """Raises `BadRequest` (`reply_too_long`) for text that would speak longer than
+        `--max-reply-audio-s` (estimated: `kokoro_contract.spoken`)."""
+        limit = self.settings.max_reply_audio_s
+        if limit and (estimate := spoken_s(text, speed)) > limit:
+            raise BadRequest(
+                f"the text would speak about {estimate:.0f} s; the limit is {limit:.0f} s",
+                code="reply_too_long",
+            )
 
     def _llm_retried(self, _error: BaseException, _wait: float) -> None:
         self.metrics.retries.labels("llm").inc()
@@ -175,10 +205,16 @@ class ReplyFactory:
             max_s=self.settings.max_reply_s,
             text_stall_s=stall,
             on_end=admitted.settle,
+            max_audio_s=self.settings.max_reply_audio_s or None,
         )
         admitted.text_chars = lambda: reply.metrics.text_chars
-        # a plan with deadlines gives admission its spare time; the sentences plan has none
-        admitted.track(plan if isinstance(plan, ChunkPlan) else None)
+        if isinstance(source, OpenAIChatSource | BedrockSource):  # its input tokens count too
+            admitted.prompt_chars = source.prompt_chars
+        # a plan with deadlines gives admission its spare time; the sentences plan has none.
+        # A reply whose client sends its text asks for synthesis only with that text: while
+        # it waits for it, it holds no place on its model server
+        waiting = reply.waiting_for_text if isinstance(source, ClientTextSource) else None
+        admitted.track(plan if isinstance(plan, ChunkPlan) else None, waiting)
         return reply
 
     def _record(self, reply: Reply) -> None:

@@ -1,5 +1,6 @@
-"""What the gateway runs on: the shared HTTP client, the model-server pool or the SageMaker
-transports, the AWS clients, and their start and stop."""
+"""What the gateway runs on: the HTTP clients (the model servers', the LLM's: each with only
+its own credentials), the model-server pool or the SageMaker transports, the AWS clients, and
+their start and stop."""
 
 from __future__ import annotations
 
@@ -28,15 +29,18 @@ class Runtime:
         self.settings = settings
         key = settings.model_server_key
         headers = {"Authorization": f"Bearer {key}"} if key else {}  # the model servers' key
-        # one connection per session at most, waited for at most 5 s (then a clean error)
-        self.client = httpx.AsyncClient(
-            headers=headers,
-            timeout=httpx.Timeout(30.0, connect=5.0, pool=5.0),
-            limits=httpx.Limits(
-                max_connections=settings.max_sessions + 16,
-                max_keepalive_connections=min(64, settings.max_sessions),
-            ),
+        # Each outbound client carries only its own credentials: `client` (the model servers:
+        # synthesis, voices, /load) their key; `llm_client` (an OpenAI-compatible LLM) none by
+        # default, the source adding --openai-api-key to its own requests; the AWS clients
+        # their SDK's credential chain. One connection per session at most, waited for at
+        # most 5 s (then a clean error).
+        timeout = httpx.Timeout(30.0, connect=5.0, pool=5.0)
+        limits = httpx.Limits(
+            max_connections=settings.max_sessions + 16,
+            max_keepalive_connections=min(64, settings.max_sessions),
         )
+        self.client = httpx.AsyncClient(headers=headers, timeout=timeout, limits=limits)
+        self.llm_client = httpx.AsyncClient(timeout=timeout, limits=limits)
         self.retry = RetryPolicy(attempts=max(1, settings.retry_attempts))
         self.pool: ModelServerPool | None = None
         # one botocore session for every AWS client: one credential chain, refreshed in one place
@@ -113,6 +117,7 @@ class Runtime:
         if self.pool is not None:
             await self.pool.aclose()
         await self.client.aclose()
+        await self.llm_client.aclose()
 
     async def tts_ready(self) -> tuple[bool, str]:
         """(ready, what) for /readyz: the model server answers /ping; a SageMaker endpoint is

@@ -48,6 +48,9 @@ class BedrockSource:
         self._messages = [
             {"role": m["role"], "content": [{"text": m["content"]}]} for m in messages
         ]
+        # what each request sends, in characters (the per-minute token limit counts it)
+        sent = [system] if system.strip() else []  # an empty system prompt is not sent
+        self.prompt_chars = sum(map(len, sent)) + sum(len(m["content"]) for m in messages)
         self.stop_reason: str | None = None  # from messageStop, once the answer has ended
         self._usage: dict[str, int] = {}
 

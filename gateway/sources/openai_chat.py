@@ -31,11 +31,16 @@ class OpenAIChatSource:
         first_token_budget_s: float | None = None,
         on_retry: OnRetry | None = None,
     ) -> None:
-        """`retry` applies until `first_token_budget_s` from the start of the stream."""
+        """`client` is the LLM's own (the gateway's other clients carry other services'
+        credentials): each request carries `Authorization: Bearer <api_key>` when `api_key`
+        is given, and no credential otherwise. `retry` applies until `first_token_budget_s`
+        from the start of the stream."""
         self._client = client
         self._url = base_url.rstrip("/") + "/chat/completions"
         self._model = model
         self._messages = list(messages)
+        # what each request sends, in characters (the per-minute token limit counts it)
+        self.prompt_chars = sum(len(m["content"]) for m in self._messages)
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._limits: dict[str, Any] = {"max_tokens": max_tokens}
         if temperature is not None:

@@ -92,6 +92,13 @@ def new_utterance_id() -> str:
     return uuid.uuid4().hex[:16]
 
 
+def trim_history(history: list[Turn], max_chars: int) -> None:
+    """Drop the oldest exchanges (prompt and answer together) until `history` holds at most
+    `max_chars` characters (the WebSocket's conversations and AgentCore's keep this rule)."""
+    while history and sum(len(t["content"]) for t in history) > max_chars:
+        del history[:2]
+
+
 @dataclass
 class _Utterance:
     utterance_id: str
@@ -201,10 +208,7 @@ class SpeakSession:
 
     def _trim_history(self) -> None:
         """Drop the oldest exchanges (prompt and answer together) past the size limit."""
-        while self.history and sum(len(t["content"]) for t in self.history) > (
-            self.max_history_chars
-        ):
-            del self.history[:2]
+        trim_history(self.history, self.max_history_chars)
 
     def utterance_cancelled(
         self, utterance_id: str, played_ms: float | None = None, heard: str | None = None
