@@ -34,6 +34,7 @@ from tests.support.gateway_client import (
     read_sse,
     split_audio_frame,
     wait_for_metric,
+    ws_events,
 )
 from tests.support.servers import RunningServer, free_port, serve
 
@@ -70,15 +71,7 @@ def refused_upgrade(exc: pytest.ExceptionInfo[InvalidStatus]) -> tuple[int, str]
 async def speak_once(ws: ClientConnection, **fields: Any) -> tuple[bytes, list[dict[str, Any]]]:
     """One utterance over the WebSocket: its audio and its JSON events up to `agent_end`."""
     await ws.send(orjson.dumps({"type": "speak", **HI, **fields}).decode())
-    audio, events = b"", []
-    while True:
-        frame = await ws.recv()
-        if isinstance(frame, bytes):
-            audio += split_audio_frame(frame)[1]
-            continue
-        events.append(orjson.loads(frame))
-        if events[-1]["type"] == "agent_end":
-            return audio, events
+    return await ws_events(ws)
 
 
 # --- keys and tokens ----------------------------------------------------------------------------

@@ -4,10 +4,8 @@ scheduling in the model server, admission control and failover in the gateway.""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import socket
-from collections.abc import AsyncIterator
 
 import httpx
 import orjson
@@ -23,7 +21,13 @@ from kokoro_contract import protocol
 from model_server.app import create_app
 from tests.conftest import FAKE_SETTINGS
 from tests.support.fakes import FakeEngine, expected_pcm_bytes, identity_g2p
-from tests.support.gateway_client import NoSuchSeries, metric, sse_get, wait_for_metric
+from tests.support.gateway_client import (
+    NoSuchSeries,
+    metric,
+    model_server_pool,
+    sse_get,
+    wait_for_metric,
+)
 from tests.support.model_server_client import read_until_terminal
 from tests.support.servers import RunningServer, free_port, serve
 from tests.support.steps import until
@@ -235,22 +239,11 @@ async def test_a_name_with_several_addresses_is_several_servers(
     assert await pool.expand("http://127.0.0.1:8080/") == ["http://127.0.0.1:8080"]
 
 
-@contextlib.asynccontextmanager
-async def model_servers(*urls: str) -> AsyncIterator[pool.ModelServerPool]:
-    """A pool of the gateway's over `urls`, on a client of its own, closed after."""
-    async with httpx.AsyncClient() as client:
-        servers = pool.ModelServerPool(list(urls), client)
-        try:
-            yield servers
-        finally:
-            await servers.aclose()
-
-
 async def test_a_reply_that_has_not_started_keeps_a_second_ask_out_until_it_has(
     own_fake_server: RunningServer,
 ) -> None:
     # a model server of its own: nothing learned, its real-time capacity (2) from the priors
-    async with model_servers(own_fake_server.http_url) as servers:
+    async with model_server_pool(own_fake_server.http_url) as servers:
         first = await servers.pick(budget_s=3.0)
         assert isinstance(first, pool.Upstream)
         transport = servers.transport_for(first)
@@ -270,7 +263,7 @@ async def test_a_reply_that_has_not_started_keeps_a_second_ask_out_until_it_has(
 async def test_asks_wait_their_turn_for_spare_time_rather_than_being_refused(
     own_fake_server: RunningServer,
 ) -> None:
-    async with model_servers(own_fake_server.http_url) as servers:
+    async with model_server_pool(own_fake_server.http_url) as servers:
         running = await servers.admit(budget_s=3.0, wait_s=30.0)
         assert isinstance(running, pool.PooledTransport)
         upstream = running.upstream
@@ -309,7 +302,7 @@ async def test_asks_wait_their_turn_for_spare_time_rather_than_being_refused(
 async def test_an_ask_that_waits_too_long_or_leaves_reserves_nothing(
     own_fake_server: RunningServer,
 ) -> None:
-    async with model_servers(own_fake_server.http_url) as servers:
+    async with model_server_pool(own_fake_server.http_url) as servers:
         running = await servers.admit(budget_s=3.0)
         assert isinstance(running, pool.PooledTransport)
         running.track(ChunkPlan())
@@ -330,7 +323,7 @@ async def test_an_ask_that_waits_too_long_or_leaves_reserves_nothing(
         running.release()
 
     # no server answers at all: nothing to wait for
-    async with model_servers(f"http://127.0.0.1:{free_port()}") as gone:
+    async with model_server_pool(f"http://127.0.0.1:{free_port()}") as gone:
         unavailable = await gone.admit(budget_s=3.0, wait_s=600.0)
         assert isinstance(unavailable, Refusal)
         assert unavailable.code == "tts_unavailable"

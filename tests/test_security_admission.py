@@ -10,14 +10,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import orjson
 import pytest
 from playwright.async_api import Browser
-from websockets.asyncio.client import ClientConnection, connect
+from websockets.asyncio.client import connect
 
 from gateway.access.policy import LOOPBACK_HOSTS, AccessPolicy, Denial, RequestFacts, host_name
 from gateway.app import create_app as create_gateway
@@ -25,7 +25,7 @@ from gateway.config import Settings as GatewaySettings
 from gateway.reply.chunk_plan import ChunkPlan
 from gateway.routing import pool
 from gateway.routing.admission import Refusal
-from tests.support.gateway_client import read_sse, split_audio_frame, sse_post
+from tests.support.gateway_client import model_server_pool, read_sse, sse_post, ws_events
 from tests.support.servers import RunningServer, serve
 from tests.support.steps import until
 from tests.test_browser import browser, open_demo, played_proof, speak, wait_for_state
@@ -52,29 +52,6 @@ def beyond_loopback(server: RunningServer, **settings: Any) -> Iterator[RunningS
         server, host="0.0.0.0", allow_anonymous=True, allowed_hosts="127.0.0.1", **settings
     ) as running:
         yield running
-
-
-@contextlib.asynccontextmanager
-async def model_servers(*urls: str) -> AsyncIterator[pool.ModelServerPool]:
-    async with httpx.AsyncClient() as client:
-        servers = pool.ModelServerPool(list(urls), client)
-        try:
-            yield servers
-        finally:
-            await servers.aclose()
-
-
-async def events_until_end(ws: ClientConnection) -> tuple[bytes, list[dict[str, Any]]]:
-    """One utterance's audio and its JSON events, up to `agent_end` (errors included)."""
-    audio, events = b"", []
-    while True:
-        frame = await ws.recv()
-        if isinstance(frame, bytes):
-            audio += split_audio_frame(frame)[1]
-            continue
-        events.append(orjson.loads(frame))
-        if events[-1]["type"] == "agent_end":
-            return audio, events
 
 
 def error_codes(events: list[dict[str, Any]]) -> list[str]:
@@ -104,7 +81,7 @@ async def test_a_websocket_reply_waiting_for_its_text_does_not_refuse_another(
             # and Alice's reply, once its text comes, is served as before
             await alice.send(orjson.dumps({"type": "text", "delta": "Alice speaks now."}).decode())
             await alice.send('{"type": "flush"}')
-            audio, events = await events_until_end(alice)
+            audio, events = await ws_events(alice)
             assert error_codes(events) == []
             assert len(audio) > 0
 
@@ -112,7 +89,7 @@ async def test_a_websocket_reply_waiting_for_its_text_does_not_refuse_another(
 async def test_a_reply_counts_on_its_server_by_the_synthesis_it_asks_for(
     own_fake_server: RunningServer,
 ) -> None:
-    async with model_servers(own_fake_server.http_url) as servers:
+    async with model_server_pool(own_fake_server.http_url) as servers:
         alice = await servers.admit(budget_s=3.0)
         assert isinstance(alice, pool.PooledTransport)
         plan = ChunkPlan()
@@ -155,7 +132,7 @@ async def test_one_clients_replies_wait_for_spare_time_one_at_a_time(
 ) -> None:
     """Spare time as it frees goes to the replies waiting, in arrival order: one client's
     second ask that would wait is refused at once, so another client's waits beside it."""
-    async with model_servers(own_fake_server.http_url) as servers:
+    async with model_server_pool(own_fake_server.http_url) as servers:
         running = await servers.admit(budget_s=3.0)  # starting: the next must wait
         assert isinstance(running, pool.PooledTransport)
         alice = asyncio.create_task(
@@ -255,7 +232,7 @@ async def test_streamed_text_stops_where_its_speech_passes_the_limit(
             for delta in ("Here are the numbers. ", NUMBER, NUMBER, NUMBER, "Done."):
                 await ws.send(orjson.dumps({"type": "text", "delta": delta}).decode())
             await ws.send('{"type": "flush"}')
-            audio, events = await events_until_end(ws)
+            audio, events = await ws_events(ws)
         assert error_codes(events) == ["reply_too_long"]
         spoken = "".join(e["text"] for e in events if e["type"] == "text_delta")
         assert spoken == "Here are the numbers. " + NUMBER  # the second number crossed 20 s
@@ -300,7 +277,7 @@ async def test_an_empty_voice_is_the_default_and_speed_true_is_refused_on_every_
             error = orjson.loads(await ws.recv())
             assert (error["type"], error["code"]) == ("error", "invalid_field")
             await ws.send(orjson.dumps({"type": "speak", **HI, "voice": ""}).decode())
-            audio, events = await events_until_end(ws)
+            audio, events = await ws_events(ws)
             assert error_codes(events) == []
             assert len(audio) > 0
 

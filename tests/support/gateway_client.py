@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import io
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +19,7 @@ from kokoro_voice_client import split_audio_frame as split_audio_frame
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
+from gateway.routing.pool import ModelServerPool
 from gateway.sources.sse import SSEDecoder, SSEEvent
 from tests.support.servers import RunningServer
 
@@ -100,6 +103,31 @@ async def ws_reply_audio(ws: Any) -> tuple[bytes, dict[str, Any]]:
         assert event["type"] != "error", event
         if event["type"] == "agent_end":
             return audio, event
+
+
+async def ws_events(ws: Any) -> tuple[bytes, list[dict[str, Any]]]:
+    """The gateway WebSocket's frames up to `agent_end`, errors included: the utterance's audio
+    (its binary frames' codec units) and its JSON events."""
+    audio, events = b"", []
+    while True:
+        frame = await ws.recv()
+        if isinstance(frame, bytes):
+            audio += split_audio_frame(frame)[1]
+            continue
+        events.append(orjson.loads(frame))
+        if events[-1]["type"] == "agent_end":
+            return audio, events
+
+
+@contextlib.asynccontextmanager
+async def model_server_pool(*urls: str) -> AsyncIterator[ModelServerPool]:
+    """A pool of the gateway's over `urls`, on a client of its own, closed after."""
+    async with httpx.AsyncClient() as client:
+        servers = ModelServerPool(list(urls), client)
+        try:
+            yield servers
+        finally:
+            await servers.aclose()
 
 
 class NoSuchSeries(AssertionError):
