@@ -1,0 +1,207 @@
+"""Kokoro's decoder streamed with cached state (`model_server.engines.streaming_decoder`), on
+the small random checkpoint (tests/support/kokoro_checkpoint.py) loaded by kokoro's KModel:
+with the whole call's norm statistics (the oracle, recorded around that call) the audio pushed
+out window by window, at any window size, is the whole call's; it trails the frames by a fixed
+lookahead; a stream dropped between windows leaves nothing behind."""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from model_server.engines.streaming_decoder import StreamingDecoder, recording_statistics
+from tests.support.kokoro_checkpoint import SAMPLES_PER_FRAME, write_checkpoint
+
+torch = pytest.importorskip("torch", reason="the torch extra is part of `make setup`")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread() -> Iterator[None]:
+    """One intra-op thread: the tensors are small, and two threads spin against whatever else
+    the machine runs (a loaded 2-core machine made these tests 10x slower)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+FRAMES = 32
+# as tests/test_torch_engine.py: a CUDA device when the GPU check asks for one, else the CPU
+DEVICE = os.environ.get("KOKORO_TEST_DEVICE", "cpu")
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A decoder, one segment's inputs, and its whole call: the audio, the harmonic source the
+    call drew, each norm's statistics."""
+
+    decoder: Any
+    asr: Any
+    f0: Any
+    n: Any
+    style: Any
+    harmonics: Any
+    audio: Any
+    statistics: Any
+
+    @property
+    def frames(self) -> int:
+        return int(self.asr.shape[-1])
+
+    def stream(self, sizes: Sequence[int], decoder: StreamingDecoder | None = None) -> list[Any]:
+        """The audio of each push, windows of `sizes` frames (cycled), then the flush's."""
+        decoder = decoder or StreamingDecoder(self.decoder, self.style, self.statistics)
+        outs, start, k = [], 0, 0
+        while start < self.frames:
+            end = min(self.frames, start + sizes[k % len(sizes)])
+            outs.append(
+                decoder.push(
+                    self.asr[..., start:end],
+                    self.f0[:, 2 * start : 2 * end],
+                    self.n[:, 2 * start : 2 * end],
+                    self.harmonics[:, start * SAMPLES_PER_FRAME : end * SAMPLES_PER_FRAME],
+                )
+            )
+            start, k = end, k + 1
+        return [*outs, decoder.flush()]
+
+
+@pytest.fixture(scope="module")
+def decoder(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The checkpoint's decoder, loaded by KModel (its weight-normed weights from the file)."""
+    from kokoro import KModel
+
+    directory: Path = tmp_path_factory.mktemp("kokoro-tiny")
+    write_checkpoint(directory)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", ".*weight_norm.* is deprecated", FutureWarning)
+        model = KModel(
+            repo_id="hexgrad/Kokoro-82M",
+            config=str(directory / "config.json"),
+            model=str(directory / "kokoro-v1_0.pth"),
+        ).eval()
+    return model.decoder.to(DEVICE)
+
+
+def whole_call(decoder: Any, dtype: Any = None, frames: int = FRAMES) -> Segment:
+    """One segment's inputs (random features, an F0 curve with an unvoiced stretch) and the
+    whole call of `decoder` over them, in `dtype` (None: the decoder's own)."""
+    generator = torch.Generator().manual_seed(1)
+    asr = torch.randn(1, 512, frames, generator=generator)
+    f0 = 140 + 3 * torch.randn(1, 2 * frames, generator=generator).cumsum(-1)
+    f0[:, 20:28] = 0  # an unvoiced stretch
+    n = torch.randn(1, 2 * frames, generator=generator)
+    style = 0.1 * torch.randn(1, 128, generator=generator)
+    dtype = dtype or next(decoder.parameters()).dtype
+    asr, f0, n, style = (t.to(DEVICE, dtype) for t in (asr, f0, n, style))
+    drawn: list[Any] = []
+    hook = decoder.generator.m_source.register_forward_hook(
+        lambda _m, _i, out: drawn.append(out[0].transpose(1, 2).squeeze(1))
+    )
+    torch.manual_seed(3)
+    try:
+        with torch.inference_mode(), recording_statistics(decoder) as statistics:
+            audio = decoder(asr, f0, n, style)
+    finally:
+        hook.remove()
+    return Segment(decoder, asr, f0, n, style, drawn[0], audio, statistics)
+
+
+@pytest.fixture(scope="module")
+def segment(decoder: Any) -> Segment:
+    return whole_call(decoder)
+
+
+def snr_db(reference: Any, other: Any) -> float:
+    error = (other - reference).double().pow(2).sum().item()
+    return 10 * math.log10(reference.double().pow(2).sum().item() / max(error, 1e-300))
+
+
+def test_the_oracle_has_every_norm_of_the_decoder(segment: Segment) -> None:
+    norms = [m for m in segment.decoder.modules() if isinstance(m, torch.nn.InstanceNorm1d)]
+    assert len(segment.statistics) == len(norms) == 34  # 10 in the body, 24 in the generator
+    assert segment.audio.shape == (1, 1, FRAMES * SAMPLES_PER_FRAME)
+
+
+@pytest.mark.parametrize("sizes", [[8], [16], [24], [3, 1, 5]])
+def test_streamed_with_the_oracle_norms_is_the_whole_call(
+    segment: Segment, sizes: list[int]
+) -> None:
+    audio = torch.cat(segment.stream(sizes), dim=-1)
+    assert audio.shape == segment.audio.shape
+    assert snr_db(segment.audio, audio) >= 80.0
+
+
+def test_a_segment_shorter_than_the_lookahead_comes_out_whole_at_the_flush(decoder: Any) -> None:
+    # 5 frames: over 2 or 3 frames some channels' variance is far below the norms' epsilon, and
+    # fixed statistics pass on what the whole call's own cancel (float32 rounding, amplified):
+    # -6 dB at 2 frames, 80 dB at 3 (float64: 173 and 246 dB); from 5 frames on ~120 dB
+    segment = whole_call(decoder, frames=5)
+    outs = segment.stream([1])
+    assert [o.shape[-1] for o in outs[:-1]] == [0] * 5
+    assert snr_db(segment.audio, outs[-1]) >= 80.0
+
+
+def test_the_audio_trails_the_frames_by_a_fixed_lookahead(segment: Segment) -> None:
+    outs = segment.stream([1])
+    behind = [
+        (k + 1) * SAMPLES_PER_FRAME - sum(o.shape[-1] for o in outs[: k + 1]) for k in range(FRAMES)
+    ]
+    # nothing for the first frames; then one frame of audio per frame pushed, a fixed number
+    # of samples behind: the decoder's right lookahead (about 10.5 frames with one resblock
+    # kernel per stage, 13.3 with Kokoro-82M's three)
+    lookahead = behind[-1]
+    assert 10 * SAMPLES_PER_FRAME < lookahead < 14 * SAMPLES_PER_FRAME
+    first = lookahead // SAMPLES_PER_FRAME + 1
+    assert behind[first:] == [lookahead] * (FRAMES - first)
+    assert outs[-1].shape[-1] == lookahead  # the flush gives the rest
+
+
+def test_the_state_carried_is_the_layers_caches_and_delay_lines(segment: Segment) -> None:
+    decoder = StreamingDecoder(segment.decoder, segment.style, segment.statistics)
+    segment.stream([4], decoder)  # flushed: nothing left
+    assert sum(decoder.state_bytes().values()) == 0
+    decoder = StreamingDecoder(segment.decoder, segment.style, segment.statistics)
+    decoder.push(
+        segment.asr[..., :16],
+        segment.f0[:, :32],
+        segment.n[:, :32],
+        segment.harmonics[:, : 16 * SAMPLES_PER_FRAME],
+    )
+    held = decoder.state_bytes()
+    assert held["F0_conv"] == 4  # (kernel 3 - stride 2) one float of the F0 curve
+    caches = ("encode", "decode", "ups", "noise", "resblocks", "iSTFT")  # the convolutions'
+    assert all(size > 0 for name, size in held.items() if any(c in name for c in caches)), held
+    # the rest may be empty: a 1x1 convolution keeps nothing, a join's branches may be level
+
+
+def test_a_stream_dropped_between_windows_leaves_nothing_behind(segment: Segment) -> None:
+    first = StreamingDecoder(segment.decoder, segment.style, segment.statistics)
+    first.push(segment.asr[..., :5], segment.f0[:, :10], segment.n[:, :10], segment.harmonics)
+    del first  # cancelled: the decoder's modules hold no stream state
+    assert snr_db(segment.audio, torch.cat(segment.stream([FRAMES]), dim=-1)) >= 80.0
+
+
+def test_a_norm_without_statistics_is_refused(segment: Segment) -> None:
+    partial = {k: v for k, v in segment.statistics.items() if not k.startswith("generator")}
+    with pytest.raises(KeyError, match="generator"):
+        StreamingDecoder(segment.decoder, segment.style, partial)
+
+
+def test_in_float64_the_stream_is_the_whole_call_to_its_precision(decoder: Any) -> None:
+    """Exact, not close: the same decoder in float64 (its STFT's window too), streamed in
+    windows of 7 frames, is the whole call to float64's rounding."""
+    wide = copy.deepcopy(decoder).double()
+    wide.generator.stft.window = wide.generator.stft.window.double()
+    segment = whole_call(wide, torch.float64)
+    audio = torch.cat(segment.stream([7]), dim=-1)
+    assert audio.dtype == torch.float64
+    torch.testing.assert_close(audio, segment.audio, rtol=0, atol=1e-12)
