@@ -12,11 +12,12 @@ MODEL_PORT ?= 8080
 PORT ?= 8000
 
 .PHONY: help setup browser dev dev-docker dev-gpu images k8s-render test lint typecheck bench \
-	bench-model bench-load bench-quality bench-timings bench-faults bench-frameworks soak gpu-check deploy-sagemaker lock clean
+	test-quick bench-model bench-load bench-quality bench-timings bench-faults bench-frameworks soak gpu-check deploy-sagemaker lock clean
 
 help:
 	@echo "make dev          model server ($(HOST):$(MODEL_PORT)) and gateway (http://$(HOST):$(PORT))"
 	@echo "make test         lint, type-check and run the test suite"
+	@echo "make test-quick   the edit loop: the suite without the real engine or the browser"
 	@echo "make bench        gateway: time to first audio, bidi vs batch"
 	@echo "make bench-model  model-server latency/RTF table"
 	@echo "make bench-load   conversations at once: first audio, gaps, refusals (two policies)"
@@ -85,6 +86,10 @@ typecheck: setup
 
 test: lint typecheck browser
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+# The edit loop: no real Kokoro engine, no browser (both run in `make test`); stops at the first failure.
+test-quick: setup
+	$(VENV)/bin/pytest -m "not real_model" --ignore=tests/test_browser.py -x -q $(PYTEST_ARGS)
 
 bench: setup
 	$(PY) -m bench.bench_gateway $(BENCH_ARGS)
