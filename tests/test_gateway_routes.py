@@ -95,7 +95,10 @@ async def test_a_listener_leaving_an_sse_reply_closes_its_model_server_session(
             )
             response = await http.send(request, stream=True)
             decoder = SSEDecoder()
-            async for raw in response.aiter_raw():
+            # held by name: an iterator left behind is closed when it is collected, and the
+            # response with it, so the listener would leave before the count below
+            chunks = response.aiter_raw()
+            async for raw in chunks:
                 if any(e.event == "audio_chunk" for e in decoder.push(raw)):
                     break
             assert await model_server_inflight(own_fake_server) == 1  # the reply's session
