@@ -17,6 +17,12 @@ rule for the norms' statistics:
 - body exact + prior and first window: the generator's the prior weighing `PRIOR_FRAMES`
   blended with the first window's (as `carried_norms` blends a window into the prior);
 - voice prior: every norm's the voice's prior (nothing from the segment);
+- body exact + generator carried: the generator's statistics set before each push, the
+  voice's prior pooled with what each of its norms has seen so far (`Carried`: causal, a frame
+  streamed keeps the statistics it was normalised by), the prior weighing as many frames as the
+  norm has still to see, at most `PRIOR_FRAMES` (`carried_norms`' rule), or `PRIOR_FRAMES` less
+  the frames seen (fading); or counting the input each norm is normalising too, as a window's
+  own frames count in `carried_norms` (set by the decoder's observer, before it normalises);
 - the oracle but the voice's prior for one group of the generator's norms (which matter).
 
 Each: SNR against the whole call, and the per-frame (25 ms) level error in dB over the frames
@@ -223,15 +229,97 @@ def whole_call(real: Real, inputs: dict[str, Any], spectrum: Any = None) -> Segm
     )
 
 
-def stream(real: Real, segment: Segment, statistics: dict[str, Any], push: int = PUSH) -> Any:
+class Carried:
+    """The generator's statistics carried as the segment streams, as `carried_norms` carries
+    them from window to window: before each push, each generator norm's are the voice's prior
+    pooled with the statistics of the inputs that norm has seen so far (the frames already
+    streamed; they cannot be normalised again), the prior weighing `weight(seen, frames)`
+    frames (`seen` the frames the norm has seen, at its rate, of the segment's `frames`); the
+    body's are given (`body`: exact, from a whole-segment body pass; with `group`, only the
+    norms whose names start with it are carried, `body` gives the rest). `own`: each norm's
+    statistics also count the input it is normalising (set as the decoder's observer tells
+    it, before it normalises), as a window's own frames count in `carried_norms`."""
+
+    def __init__(
+        self,
+        decoder: Any,
+        body: dict[str, Any],
+        prior: dict[str, Any],
+        frames: int,
+        weight: Callable[[float, float], float],
+        own: bool = False,
+        group: str = "generator.",
+    ) -> None:
+        self.body, self.frames, self.weight = body, frames, weight
+        self.prior = {k: v for k, v in prior.items() if k.startswith(group)}
+        gen = decoder.generator
+        rates, rate = [], 2.0  # the generator's input: 2 steps a frame
+        for ups in gen.ups:
+            rate *= int(ups.stride[0])
+            rates.append(rate)
+        self.rates: dict[str, float] = {}
+        for name in self.prior:
+            _, group, index, *_ = name.split(".")
+            stage = int(index) if group == "noise_res" else int(index) // gen.num_kernels
+            self.rates[name] = rates[stage]
+        self.own = own
+        self.target: Any = None  # the StreamingDecoder, for `own`
+        self.current: dict[str, Any] = {}
+        self.sums: dict[str, Any] = {}
+        self.squares: dict[str, Any] = {}
+        self.steps: dict[str, int] = {}
+
+    def observe(self, name: str, x: Any) -> None:
+        if name not in self.prior or x.shape[-1] == 0:
+            return
+        x = x.double()
+        self.sums[name] = self.sums.get(name, 0) + x.sum(-1, keepdim=True)
+        self.squares[name] = self.squares.get(name, 0) + (x * x).sum(-1, keepdim=True)
+        self.steps[name] = self.steps.get(name, 0) + x.shape[-1]
+        if self.own:  # this input is normalised by statistics that count it
+            self.current[name] = self._norm(name)
+            self.target.set_statistics(self.current)
+
+    def _norm(self, name: str) -> tuple[Any, Any]:
+        prior, steps = self.prior[name], self.steps.get(name, 0)
+        seen = steps / self.rates[name]
+        weight = self.weight(seen, self.frames)
+        if steps == 0:
+            return prior  # type: ignore[no-any-return]
+        mean = self.sums[name] / steps
+        own = (mean, self.squares[name] / steps - mean**2)
+        return own if weight <= 0 else _blend(prior, weight, own, seen)
+
+    def statistics(self) -> dict[str, Any]:
+        self.current = self.body | {name: self._norm(name) for name in self.prior}
+        return self.current
+
+
+def stream(
+    real: Real, segment: Segment, statistics: dict[str, Any] | Carried, push: int = PUSH
+) -> Any:
+    """`segment` streamed `push` frames at a time by `statistics`: fixed, or `Carried` (set
+    before each push)."""
     import torch
 
     from model_server.engines.streaming_decoder import StreamingDecoder
 
-    decoder = StreamingDecoder(real.decoder, segment.style, statistics)
+    carried: Carried | None = None
+    if isinstance(statistics, Carried):
+        carried, statistics = statistics, statistics.statistics()
+    decoder = StreamingDecoder(
+        real.decoder,
+        segment.style,
+        statistics,
+        observe=carried.observe if carried else None,
+    )
+    if carried:
+        carried.target = decoder
     outs = []
     for start in range(0, segment.frames, push):
         end = min(segment.frames, start + push)
+        if carried and start > 0:
+            decoder.set_statistics(carried.statistics())
         outs.append(
             decoder.push(
                 segment.asr[..., start:end],
@@ -240,6 +328,8 @@ def stream(real: Real, segment: Segment, statistics: dict[str, Any], push: int =
                 segment.harmonics[:, start * SAMPLES_PER_FRAME : end * SAMPLES_PER_FRAME],
             )
         )
+    if carried:
+        decoder.set_statistics(carried.statistics())
     outs.append(decoder.flush())
     return torch.cat(outs, dim=-1).numpy().ravel()
 
@@ -309,7 +399,24 @@ def voice_prior(real: Real, voice: str = VOICE) -> tuple[dict[str, Any], float]:
     return total, frames
 
 
-Rule = Callable[[Real, Segment], dict[str, Any]]
+Rule = Callable[[Real, Segment], dict[str, Any] | Carried]
+
+
+def unseen(seen: float, frames: float) -> float:
+    """`carried_norms`' weight for the prior: as many frames as are still to come (here: not
+    yet seen by the norm), at most `PRIOR_FRAMES`."""
+    return max(0.0, min(PRIOR_FRAMES, frames - seen))
+
+
+def steady(_seen: float, _frames: float) -> float:
+    """The prior always weighing `PRIOR_FRAMES`."""
+    return PRIOR_FRAMES
+
+
+def fading(seen: float, frames: float) -> float:
+    """The prior's weight fading by the frames seen: `PRIOR_FRAMES` less them (and at most
+    the frames still to come)."""
+    return max(0.0, min(PRIOR_FRAMES - seen, frames - seen))
 
 
 def rules(prior: dict[str, Any]) -> dict[str, Rule]:
@@ -328,6 +435,12 @@ def rules(prior: dict[str, Any]) -> dict[str, Rule]:
         n = float(min(PUSH, s.frames))
         return body(s, {k: _blend(prior[k], PRIOR_FRAMES, v, n) for k, v in first.items()})
 
+    def carried(weight: Callable[[float, float], float], own: bool = False) -> Rule:
+        def rule(real: Real, s: Segment) -> Carried:
+            return Carried(real.decoder, body(s, {}), prior, s.frames, weight, own)
+
+        return rule
+
     def prior_for(group: str) -> Rule:
         def rule(_real: Real, s: Segment) -> dict[str, Any]:
             return s.statistics | {k: v for k, v in prior.items() if k.startswith(group)}
@@ -341,17 +454,46 @@ def rules(prior: dict[str, Any]) -> dict[str, Rule]:
             *("noise_res.1.", "resblocks.3.", "resblocks.4.", "resblocks.5."),
         )
     }
-    return {
-        "oracle": lambda _r, s: s.statistics,
-        "two-pass (body, then generator, in whole)": lambda _r, s: s.statistics,
-        "body exact + generator first window": first_window,
-        "body exact + generator voice prior": prior_generator,
-        "body exact + generator prior & first window": blended,
-        "voice prior for every norm": lambda _r, _s: prior,
-        "body exact + generator first 80 frames": lambda r, s: body(
-            s, _generator_statistics(r, s, min(80, s.frames))
-        ),
-    } | groups
+
+    def carried_for(group: str) -> Rule:
+        def rule(real: Real, s: Segment) -> Carried:
+            return Carried(real.decoder, s.statistics, prior, s.frames, unseen, False, group)
+
+        return rule
+
+    carried_groups = {
+        f"oracle but carried for {name}": carried_for(f"generator.{name}")
+        for name in (
+            *("noise_res.0.", "resblocks.0.", "resblocks.1.", "resblocks.2."),
+            *("noise_res.1.", "resblocks.3.", "resblocks.4.", "resblocks.5."),
+        )
+    }
+    return (
+        {
+            "oracle": lambda _r, s: s.statistics,
+            "two-pass (body, then generator, in whole)": lambda _r, s: s.statistics,
+            "body exact + generator first window": first_window,
+            "body exact + generator voice prior": prior_generator,
+            "body exact + generator prior & first window": blended,
+            "voice prior for every norm": lambda _r, _s: prior,
+            "body exact + generator first 80 frames": lambda r, s: body(
+                s, _generator_statistics(r, s, min(80, s.frames))
+            ),
+            "body exact + generator carried (prior for the frames unseen, at most 96)": carried(
+                unseen
+            ),
+            "body exact + generator carried (prior fading: 96 less the frames seen)": carried(
+                fading
+            ),
+            "body exact + generator carried, each push's own frames counted": carried(unseen, True),
+            "body exact + generator carried (prior steady at 96)": carried(steady),
+            "body exact + generator carried (prior steady at 96), own frames counted": carried(
+                steady, True
+            ),
+        }
+        | groups
+        | carried_groups
+    )
 
 
 def main() -> None:

@@ -205,3 +205,118 @@ def test_in_float64_the_stream_is_the_whole_call_to_its_precision(decoder: Any) 
     audio = torch.cat(segment.stream([7]), dim=-1)
     assert audio.dtype == torch.float64
     torch.testing.assert_close(audio, segment.audio, rtol=0, atol=1e-12)
+
+
+def _scaled(statistics: Any, name_starts: str, factor: float) -> Any:
+    """`statistics` with the norms under `name_starts` given `factor` x their variance and a
+    shifted mean: other statistics, which change the audio."""
+    return {
+        k: ((m + 0.5, v * factor) if k.startswith(name_starts) else (m, v))
+        for k, (m, v) in statistics.items()
+    }
+
+
+def test_statistics_set_between_pushes_are_the_next_pushes_and_only_theirs(
+    segment: Segment,
+) -> None:
+    other = _scaled(segment.statistics, "generator.", 4.0)
+    fixed = segment.stream([8])  # the oracle throughout
+    given = segment.stream([8], StreamingDecoder(segment.decoder, segment.style, other))
+    # set before any push: the same stream as built with them, bit for bit
+    before = StreamingDecoder(segment.decoder, segment.style, segment.statistics)
+    before.set_statistics(other)
+    assert before.statistics is other
+    for a, b in zip(segment.stream([8], before), given, strict=True):
+        assert torch.equal(a, b)
+
+    # set after the second push: the pushes before keep the oracle's audio, bit for bit, and
+    # from the third push on the generator's frames are normalised by the new statistics
+    before_third = 0
+    inputs: list[tuple[str, Any]] = []
+    switched = StreamingDecoder(
+        segment.decoder,
+        segment.style,
+        segment.statistics,
+        observe=lambda name, x: inputs.append((name, x.clone())),
+    )
+    outs = []
+    for k, start in enumerate(range(0, FRAMES, 8)):
+        if k == 2:
+            switched.set_statistics(other)
+            assert switched.statistics is other
+            before_third = len(inputs)
+        end = start + 8
+        outs.append(
+            switched.push(
+                segment.asr[..., start:end],
+                segment.f0[:, 2 * start : 2 * end],
+                segment.n[:, 2 * start : 2 * end],
+                segment.harmonics[:, start * SAMPLES_PER_FRAME : end * SAMPLES_PER_FRAME],
+            )
+        )
+    outs.append(switched.flush())
+    assert outs[1].shape[-1] > 0  # (the second push gave audio)
+    for k in range(2):
+        assert torch.equal(outs[k], fixed[k])
+    assert all(not torch.equal(a, b) for a, b in zip(outs[2:], fixed[2:], strict=True))
+    # and what the norms saw before the switch is what they see under the oracle alone
+    fixed_inputs: list[tuple[str, Any]] = []
+    segment.stream(
+        [8],
+        StreamingDecoder(
+            segment.decoder,
+            segment.style,
+            segment.statistics,
+            observe=lambda name, x: fixed_inputs.append((name, x.clone())),
+        ),
+    )
+    for (name, x), (fixed_name, y) in zip(inputs[:before_third], fixed_inputs, strict=False):
+        assert name == fixed_name
+        assert torch.equal(x, y)
+
+
+def test_statistics_without_every_norm_are_refused_and_change_nothing(segment: Segment) -> None:
+    decoder = StreamingDecoder(segment.decoder, segment.style, segment.statistics)
+    partial = {k: v for k, v in segment.statistics.items() if not k.startswith("generator")}
+    with pytest.raises(KeyError, match="generator"):
+        decoder.set_statistics(partial)
+    assert decoder.statistics is segment.statistics
+    assert snr_db(segment.audio, torch.cat(segment.stream([8], decoder), dim=-1)) >= 80.0
+
+
+def test_the_observer_is_told_every_norms_input_over_the_segment(segment: Segment) -> None:
+    """With the oracle's statistics the norms' inputs, told push by push, are the whole call's:
+    their means over the segment are the oracle's."""
+    sums: dict[str, Any] = {}
+    steps: dict[str, int] = {}
+
+    def observe(name: str, x: Any) -> None:
+        sums[name] = sums.get(name, 0) + x.double().sum(-1, keepdim=True)
+        steps[name] = steps.get(name, 0) + x.shape[-1]
+
+    decoder = StreamingDecoder(segment.decoder, segment.style, segment.statistics, observe=observe)
+    segment.stream([5], decoder)
+    assert sums.keys() == segment.statistics.keys()
+    for name, (mean, _var) in segment.statistics.items():
+        torch.testing.assert_close(sums[name] / steps[name], mean, rtol=0, atol=1e-4)
+
+
+def test_statistics_set_by_the_observer_apply_to_the_input_it_was_told(segment: Segment) -> None:
+    """The observer is told a norm's input before the norm normalises it: statistics it sets
+    then (a rule counting each push's own frames) already normalise that input."""
+    other = _scaled(segment.statistics, "", 4.0)
+    given = segment.stream([8], StreamingDecoder(segment.decoder, segment.style, other))
+    told: list[str] = []
+    streams: list[StreamingDecoder] = []
+
+    def observe(name: str, _x: Any) -> None:
+        if not told:  # the first norm of the first push
+            streams[0].set_statistics(other)
+        told.append(name)
+
+    streams.append(
+        StreamingDecoder(segment.decoder, segment.style, segment.statistics, observe=observe)
+    )
+    for a, b in zip(segment.stream([8], streams[0]), given, strict=True):
+        assert torch.equal(a, b)
+    assert told[0] == "encode.norm1.norm"

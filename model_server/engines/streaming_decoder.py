@@ -26,7 +26,9 @@ segment, which no window knows before the segment is over. Here each norm takes 
 from outside (`Statistics`: a mean and a variance per channel, by the norm's module name under
 the decoder). With the whole call's own, recorded by `recording_statistics` around one whole
 call (the *oracle*), the streamed audio is that call's to float precision; any other source of
-statistics (a prior, a whole-segment body pass) is the only approximation left.
+statistics (a prior, a whole-segment body pass) is the only approximation left. They may change
+between pushes (`set_statistics`, e.g. carried from what the norms have seen so far, which
+`observe` tells), but what was pushed keeps the statistics it was normalised by.
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ from model_server.engines.streaming import (
 
 # Each norm's statistics over the whole segment: (mean, biased variance), (1, channels, 1).
 Statistics = dict[str, tuple[Tensor, Tensor]]
+# told each norm's input (by the norm's name) as a push normalises it: (1, channels, steps)
+Observer = Callable[[str, Tensor], None]
 
 
 @contextmanager
@@ -82,30 +86,69 @@ def recording_statistics(decoder: nn.Module) -> Iterator[Statistics]:
             handle.remove()
 
 
+class _Norms:
+    """Every norm's statistics, as the norms read them at each push: by name, the mean and
+    1 / sqrt(variance + eps) in the decoder's dtype, from the `Statistics` last set."""
+
+    def __init__(self, statistics: Statistics, dtype: Any, observe: Observer | None) -> None:
+        self.statistics = statistics
+        self.observe = observe
+        self._dtype = dtype
+        self._eps: dict[str, float] = {}  # the norms built so far, by name
+        self._scaled: dict[str, tuple[Tensor, Tensor]] = {}
+
+    def add(self, name: str, eps: float) -> None:
+        """A norm built: it has statistics now, or `KeyError`."""
+        if name not in self.statistics:
+            raise KeyError(f"no statistics for the norm {name}")
+        self._eps[name] = eps
+        self._scaled[name] = self._scale(self.statistics[name], eps)
+
+    def set(self, statistics: Statistics) -> None:
+        """Every norm's statistics from now on (`KeyError`, nothing changed, where one has
+        none)."""
+        for name in self._eps:
+            if name not in statistics:
+                raise KeyError(f"no statistics for the norm {name}")
+        self._scaled = {n: self._scale(statistics[n], eps) for n, eps in self._eps.items()}
+        self.statistics = statistics
+
+    def _scale(self, stats: tuple[Tensor, Tensor], eps: float) -> tuple[Tensor, Tensor]:
+        mean, var = (t.to(self._dtype) for t in stats)
+        return mean, torch.rsqrt(var + eps)
+
+    def normalise(self, name: str, x: Tensor) -> Tensor:
+        if self.observe is not None:
+            self.observe(name, x)
+        mean, inverse = self._scaled[name]
+        return (x - mean) * inverse
+
+
 @dataclass(frozen=True)
 class _Build:
     """What every layer is built with: the style's decoder half, the norms' statistics, the
     norms' names, the dtype the decoder computes in."""
 
     style: Tensor
-    statistics: Statistics
+    norms: _Norms
     names: dict[nn.Module, str]
     dtype: Any
 
     def adain(self, module: nn.Module) -> Pointwise:
-        """`AdaIN1d` with its norm's statistics fixed: a scale and a shift per channel."""
+        """`AdaIN1d` with its norm's statistics given from outside (`_Norms`, read at each
+        push): a scale and a shift per channel."""
         norm = module.norm
         name = self.names[norm]
-        if name not in self.statistics:
-            raise KeyError(f"no statistics for the norm {name}")
-        mean, var = (t.to(self.dtype) for t in self.statistics[name])
-        inverse = torch.rsqrt(var + norm.eps)
+        norms = self.norms
+        norms.add(name, norm.eps)
         h = module.fc(self.style)
         gamma, beta = torch.chunk(h.view(h.size(0), h.size(1), 1), chunks=2, dim=1)
         if norm.affine:
             weight, bias = norm.weight.view(1, -1, 1), norm.bias.view(1, -1, 1)
-            return Pointwise(lambda x: (1 + gamma) * ((x - mean) * inverse * weight + bias) + beta)
-        return Pointwise(lambda x: (1 + gamma) * ((x - mean) * inverse) + beta)
+            return Pointwise(
+                lambda x: (1 + gamma) * (norms.normalise(name, x) * weight + bias) + beta
+            )
+        return Pointwise(lambda x: (1 + gamma) * norms.normalise(name, x) + beta)
 
 
 # frames of the harmonic source let in ahead of the body's output: the fewest that do not delay
@@ -230,7 +273,12 @@ class StreamingDecoder:
     carried: `push(asr, f0, n, harmonics)` for the next frames (`asr` (1, hidden, frames),
     `f0` and `n` (1, 2 x frames), `harmonics` (1, frames x samples per frame), in the
     decoder's dtype and device), then `flush()`; the audio joined is one whole call's (with
-    the whole call's norm statistics). Cancelling between windows is dropping the object."""
+    the whole call's norm statistics). Cancelling between windows is dropping the object.
+
+    The norms' statistics are read at each push: `set_statistics` between pushes changes them
+    for the frames pushed next (a rule that carries them as the segment streams); `observe`,
+    when given, is told each norm's input as a push comes to normalise it, just before (a
+    `set_statistics` from it applies to that input already)."""
 
     def __init__(
         self,
@@ -238,6 +286,7 @@ class StreamingDecoder:
         style: Tensor,
         statistics: Statistics,
         source_ahead: int = SOURCE_AHEAD,
+        observe: Observer | None = None,
     ) -> None:
         gen = decoder.generator
         self._per_half_frame = int(gen.f0_upsamp.scale_factor)  # source samples per F0 step
@@ -248,7 +297,8 @@ class StreamingDecoder:
             raise ValueError("a generator without torch's STFT (disable_complex) is not streamed")
         dtype = next(decoder.parameters()).dtype
         names = {module: name for name, module in decoder.named_modules()}
-        build = _Build(style.to(dtype), statistics, names, dtype)
+        self._norms = _Norms(statistics, dtype, observe)
+        build = _Build(style.to(dtype), self._norms, names, dtype)
         with torch.inference_mode():
             # the body, at the frame rate (2 x frames for the F0 and N curves, and after pool)
             self._f0 = conv1d(decoder.F0_conv)
@@ -302,6 +352,18 @@ class StreamingDecoder:
             )
         self._stage_steps = [0] * len(self._stages)  # steps each stage's upsampling gave
         self._like: tuple[Tensor, Tensor, Tensor, Tensor] | None = None
+
+    @property
+    def statistics(self) -> Statistics:
+        """The norms' statistics the next push normalises by."""
+        return self._norms.statistics
+
+    def set_statistics(self, statistics: Statistics) -> None:
+        """The norms' statistics from the next push on (every norm's, or `KeyError` and none
+        changed): what was pushed before keeps the statistics it was normalised by, as the
+        audio it gave (and the layers' state) already holds them."""
+        with torch.inference_mode():
+            self._norms.set(statistics)
 
     def push(self, asr: Tensor, f0: Tensor, n: Tensor, harmonics: Tensor) -> Tensor:
         """The audio (1, 1, samples) the frames pushed so far determine, after what came."""
