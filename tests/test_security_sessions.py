@@ -80,12 +80,15 @@ async def exchange_until_closed(
     ws: ClientConnection, messages: list[str | bytes] | None
 ) -> tuple[list[dict[str, Any]], int, str]:
     """Send each of `messages` in turn, again and again, reading its answer (None: send
-    nothing), until the server closes; the JSON frames read, and the close's code and reason."""
+    nothing), until the server closes; the JSON frames read, and the close's code and reason.
+    A send that finds the connection closed goes on reading: what the server said before it
+    closed (its reason, as an error frame) may still wait to be read."""
     events = []
     try:
         for n in range(10**9):
             if messages:
-                await ws.send(messages[n % len(messages)])
+                with contextlib.suppress(ConnectionClosed):
+                    await ws.send(messages[n % len(messages)])
             frame = await ws.recv()
             if isinstance(frame, str):
                 events.append(orjson.loads(frame))
