@@ -6,7 +6,8 @@ Starts the real model server on a loopback port in this process (Kokoro-82M int8
 
 - progressive synthesis (local servers only): for sentences of 1 to 11 s of audio, one
   session, the first and the last audio (send -> first / last PCM frame) of a server with
-  `--progressive on` and of one with `--progressive off`, side by side in one run beside one raw
+  `--progressive on` (onnx: with each decoder, `--decoder stream` and `--decoder windows`) and
+  of one with `--progressive off`, side by side in one run beside one raw
   call of the whole sentence (onnx: one onnxruntime call of the registry's graph, the same
   threads; torch: one call of the engine outside the server, KModel's forward on the same
   device and checkpoint; the same phonemes and voice), in turn, the order rotating from run to
@@ -180,7 +181,7 @@ async def progressive_table(
                     whole.append(await asyncio.to_thread(raw, text))
                 else:
                     got[mode].append(await first_and_last(urls[mode], text, f"{name}{r}{mode}"))
-        audio = got["on"][0][2]
+        audio = next(iter(got.values()))[0][2]
         cells = [f"{name} ({audio:.1f} s)", f"{statistics.median(whole) * 1000:.0f}"]
         for mode in urls:
             first = [g[0] for g in got[mode]]
@@ -314,12 +315,14 @@ def main() -> None:
 
 def progressive(settings: Settings, runs: int) -> None:
     with ExitStack() as stack:
-        urls = {
-            mode: stack.enter_context(
-                local_server(dataclasses.replace(settings, progressive=mode == "on"))
-            )
-            for mode in ("on", "off")
-        }
+        modes = {"on": dataclasses.replace(settings, progressive=True)}
+        if settings.engine == "onnx":  # the streamed decoder (default) and the windows before
+            modes = {
+                "stream": dataclasses.replace(settings, progressive=True, decoder="stream"),
+                "windows": dataclasses.replace(settings, progressive=True, decoder="windows"),
+            }
+        modes["off"] = dataclasses.replace(settings, progressive=False)
+        urls = {mode: stack.enter_context(local_server(s)) for mode, s in modes.items()}
         voice = settings.default_voice or "jm_kumo"
         raw = raw_whole_call(settings, voice)
         where = (

@@ -346,25 +346,29 @@ def progressive_tables(
     started = time.perf_counter()
     rows: list[tuple[str, Score]] = []
     progressive: list[tuple[bytes, list[int]]] = []
+    crossfaded: list[tuple[bytes, list[int]]] = []
     whole: list[bytes] = []
     with (
         stack(["--progressive", "off"], []) as off,
-        stack(["--progressive", "on"], []) as on,
+        stack(["--progressive", "on", "--decoder", "stream"], []) as on,
+        stack(["--progressive", "on", "--decoder", "windows"], []) as by_windows,
         httpx.Client(base_url=off.model_server, timeout=600) as whole_http,
     ):
         for reply in replies:
             whole.append(batch(whole_http, reply.text, voice))
             progressive.append(asyncio.run(ws_reply(on.model_server, reply.text, voice)))
-    windows = sum(len(sizes) for _, sizes in progressive)
+            crossfaded.append(asyncio.run(ws_reply(by_windows.model_server, reply.text, voice)))
     one_call = [pcm_clip(p, r.spoken) for p, r in zip(whole, replies, strict=True)]
-    windowed = [pcm_clip(p, r.spoken) for (p, _), r in zip(progressive, replies, strict=True)]
     rows.append(("one call per segment (--progressive off)", judge.judge(one_call)))
-    rows.append((f"progressive ({windows} windows)", judge.judge(windowed)))
+    pairs = (("--decoder stream", progressive), ("--decoder windows (default)", crossfaded))
+    for label, got in pairs:
+        clips = [pcm_clip(p, r.spoken) for (p, _), r in zip(got, replies, strict=True)]
+        rows.append((f"{label} ({sum(len(s) for _, s in got)} windows)", judge.judge(clips)))
     # the gateway's lossy formats at their registry settings, on both: a seam the PCM judge
     # does not mind could still be smeared by a codec
     for name in ("mp3", "aac"):
         fmt = FORMATS[name]
-        for label, pcms in (("one call", whole), ("progressive", [p for p, _ in progressive])):
+        for label, pcms in (("one call", whole), ("stream", [p for p, _ in progressive])):
             clips = [
                 Clip(judges.round_trip(p, fmt), r.spoken)
                 for p, r in zip(pcms, replies, strict=True)
@@ -376,9 +380,10 @@ def progressive_tables(
         print(f"  progressive {label:<40} {describe(score)}", flush=True)
 
     measures: dict[str, list[float]] = {}
-    for (pcm, sizes), reference in zip(progressive, whole, strict=True):
+    for (pcm, _), (windowed, sizes), reference in zip(progressive, crossfaded, whole, strict=True):
+        # the windows decoder's seams, and the stream's audio and one call's at those points
         at = [int(a) for a in np.cumsum([s // 2 for s in sizes])[:-1]]
-        for label, audio in (("progressive", pcm), ("one call", reference)):
+        for label, audio in (("windows", windowed), ("stream", pcm), ("one call", reference)):
             samples = judges.pcm16(audio)
             points = [a for a in at if 0 < a < samples.size - 1]
             if not points:

@@ -48,6 +48,7 @@ def default_engine_factory(settings: Settings) -> Engine:
             intra_op_threads=settings.engine_threads,
             shared_threads=settings.shared_threads,
             progressive=settings.progressive,
+            decoder=settings.decoder,
         )
     )
 

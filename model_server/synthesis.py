@@ -21,7 +21,7 @@ import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Hashable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -77,6 +77,9 @@ class Synthesizer:
             engine if progressive and isinstance(engine, ProgressiveEngine) else None
         )
         self.schedule = schedule or Schedule()
+        if self.progressive is not None and self.progressive.exact_windows:
+            # nothing to hide at a seam, nothing to decode twice
+            self.schedule = replace(self.schedule, context=0, body_context=0, crossfade=0)
         scheduler.progressive = self.progressive is not None  # its /load says so
         # G2P is quick but espeak-ng is single-threaded: one thread, off the event loop.
         self._g2p_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="g2p")

@@ -1,4 +1,5 @@
-"""Progressive synthesis with the real Kokoro-82M int8 weights: the split graphs (the front
+"""Progressive synthesis by windows (`--decoder windows`) with the real Kokoro-82M int8 weights:
+the split graphs (the front
 pass and the decoder) against the whole graph, and the decoder over windows against one call
 (guards: the level and spectrum within stated tolerances, DistillMOS, a seam detector, the
 word timings). No timing in any assertion.
@@ -7,6 +8,7 @@ word timings). No timing in any assertion.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from pathlib import Path
 
@@ -33,7 +35,19 @@ NORMS = 54  # Kokoro's decoder: 54 instance norms (AdaIN), every one's statistic
 
 @pytest.fixture(scope="module")
 def engine() -> OnnxEngine:
-    return OnnxEngine(OnnxOptions(intra_op_threads=2))
+    return OnnxEngine(OnnxOptions(intra_op_threads=2, decoder="windows"))
+
+
+@pytest.fixture(scope="module")
+def streamed() -> OnnxEngine:
+    """The streamed decoder (`--decoder stream`): the same judges hold for it."""
+    return OnnxEngine(OnnxOptions(intra_op_threads=2, decoder="stream"))
+
+
+@pytest.fixture(params=["windows", "stream"])
+def either(request: pytest.FixtureRequest) -> OnnxEngine:
+    fixture = "engine" if request.param == "windows" else "streamed"
+    return request.getfixturevalue(fixture)  # type: ignore[no-any-return]
 
 
 def test_the_split_graphs_are_made_once_beside_the_timed_variant_and_recorded(
@@ -120,7 +134,7 @@ def test_the_graph_halves_in_sequence_are_the_whole_graph_sample_for_sample(
     nothing = NormStats.none(NORMS)
     for phonemes in (HELLO, FOX):
         whole = engine.infer_timed(phonemes, VOICE, 1.0, cancel)
-        front = engine._front(phonemes, VOICE, 1.0, cancel, nothing)
+        front = engine._window_front(phonemes, VOICE, 1.0, cancel, nothing)
         assert front.frames == int(whole.durations.sum())
         assert front.durations.tolist() == whole.durations.tolist()  # the same word timings
         audio = engine.decode(front, Window(0, front.frames, 0, 0), cancel)
@@ -192,6 +206,10 @@ SENTENCES = {
 # same points of one call: 0.43-0.85; hard cuts measured 1.45-3.05), high frequencies 0.49-0.90
 # (0.36-0.86), level 0.42-0.84 (0.60-0.90)
 ENVELOPE_DB = 1.8
+# the streamed decoder (2026-12-06): the generator normalised by the voice's prior, whose level
+# a segment follows more or less closely: 0.37 dB on the fox, 2.04 on the evening sentence; the
+# spectrum 2.8 and 4.2 dB, DistillMOS +0.03 and +0.13 against one call
+STREAM_ENVELOPE_DB = 2.5
 SPECTRUM_DB = 5.0
 MOS_MARGIN = 0.10
 SEAM_STEP = 1.3
@@ -204,6 +222,8 @@ def _progressive(engine: OnnxEngine, phonemes: str) -> tuple[np.ndarray, list[in
     cancel = CancelToken()
     front = engine.front(phonemes, VOICE, 1.0, cancel)
     schedule = Schedule()
+    if engine.exact_windows:  # as the synthesizer asks it: no context, no crossfade
+        schedule = dataclasses.replace(schedule, context=0, body_context=0, crossfade=0)
     pause = int(front.durations[0])  # the pad before the first phoneme, as the server reads it
     windows = plan_windows(front.frames, schedule, AT_HALF_REALTIME, pause=pause)
     assert windows[0].end == schedule.first + pause - schedule.lead_margin
@@ -234,8 +254,9 @@ def mos() -> judges.MosJudge:
 
 @pytest.mark.parametrize("name", sorted(SENTENCES))
 def test_progressive_audio_is_the_whole_calls_within_tolerance_and_its_seams_are_inaudible(
-    engine: OnnxEngine, mos: judges.MosJudge, name: str
+    either: OnnxEngine, mos: judges.MosJudge, name: str
 ) -> None:
+    engine = either
     phonemes = SENTENCES[name]
     whole = engine.infer(phonemes, VOICE, 1.0, CancelToken())
     progressive, at = _progressive(engine, phonemes)
@@ -245,7 +266,8 @@ def test_progressive_audio_is_the_whole_calls_within_tolerance_and_its_seams_are
     level = _frames_db(whole)
     loud = level > level.max() - 30
     envelope = np.abs(_frames_db(progressive) - _frames_db(whole))[loud]
-    assert envelope.mean() < ENVELOPE_DB, envelope.mean()
+    bound = STREAM_ENVELOPE_DB if engine.exact_windows else ENVELOPE_DB
+    assert envelope.mean() < bound, envelope.mean()
     # the spectrum (int8 decodings of different lengths quantize differently: the waveforms
     # differ in fine phase, not in what is heard)
     reference = _spectrum_db(whole)
@@ -257,6 +279,8 @@ def test_progressive_audio_is_the_whole_calls_within_tolerance_and_its_seams_are
            (("whole", whole), ("progressive", progressive))}  # fmt: skip
     scores = {k: mos.score(judges.decode(p, "pcm")) for k, p in pcm.items()}
     assert scores["progressive"] >= scores["whole"] - MOS_MARGIN, scores
+    if engine.exact_windows:
+        return  # no seams: its samples do not depend on its windows (tests/test_streamed.py)
     # the seams: no step, no burst of high frequencies, no jump in level
     report = seams.seams(progressive, at)
     assert report.worst_jump < SEAM_STEP, report
@@ -264,7 +288,8 @@ def test_progressive_audio_is_the_whole_calls_within_tolerance_and_its_seams_are
     assert report.worst_level_db < SEAM_LEVEL, report
 
 
-async def test_word_timings_progressive_are_the_whole_calls(engine: OnnxEngine) -> None:
+async def test_word_timings_progressive_are_the_whole_calls(either: OnnxEngine) -> None:
+    engine = either
     from kokoro_contract.protocol import SynthesisRequest
     from model_server.scheduler import Scheduler
     from model_server.synthesis import Synthesizer

@@ -123,6 +123,13 @@ class ProgressiveEngine(Engine, Protocol):
     """An engine that voices a segment in two passes: `front` over the whole segment, then
     `decode` over windows of its frames, each as soon as it is wanted."""
 
+    @property
+    def exact_windows(self) -> bool:
+        """Whether `decode` gives any window's core as one call gives those frames, with no
+        context (its decoder carries every layer's state): its windows then need none, and
+        their sizes change when audio is computed, not its samples."""
+        ...
+
     def front(self, phonemes: str, voice: str, speed: float, cancel: CancelToken) -> Front:
         """The front pass over one segment (at most `max_phonemes`)."""
         ...

@@ -280,6 +280,8 @@ class TorchEngine:
         ids = self._torch.tensor([[0, *tokens, 0]], dtype=self._torch.long, device=self._device)
         return ids, pack[style_row(len(tokens), len(pack))]  # (1, 256)
 
+    exact_windows = False  # windows with context, crossfaded (not yet the streamed decoder)
+
     def front(self, phonemes: str, voice: str, speed: float, cancel: CancelToken) -> Front:
         return self._front(phonemes, voice, speed, cancel, self._prior(voice))
 

@@ -13,6 +13,7 @@ reference text, and kept in the cache directory)."""
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import threading
@@ -46,6 +47,14 @@ from model_server.engines.carried_norms import (
     prior_weight,
     voice_prior,
 )
+from model_server.engines.streamed import (
+    Inputs,
+    SegmentStream,
+    StreamedDecoder,
+    TorchThread,
+    pooled,
+)
+from model_server.engines.streaming_decoder import Statistics
 from model_server.engines.weights import (
     BODY_INPUTS,
     DECODER_INPUTS,
@@ -63,7 +72,7 @@ from model_server.engines.weights import (
     split_models,
     timed_model,
 )
-from model_server.errors import SynthesisCancelled, SynthesisFailed
+from model_server.errors import ModelUnavailable, SynthesisCancelled, SynthesisFailed
 from model_server.text.split import MAX_PHONEMES
 from model_server.windows import Window
 
@@ -81,7 +90,12 @@ class OnnxOptions:
     # cores instead of oversubscribing them (0: the same as intra_op_threads)
     shared_threads: int = 0
     spinning: bool = False  # busy-wait between ops: faster alone, wasteful beside other workers
-    progressive: bool = True  # also load the front and decoder graphs (`front`, `decode`)
+    progressive: bool = True  # also load the front graph and a decoder for windows
+    # the decoder of progressive synthesis: windows (the body and generator graphs over
+    # windows with context, crossfaded, the norms carried: `carried_norms`) or stream (every
+    # layer's state carried, exact, the voice's prior for the generator's norms: `streamed`;
+    # torch with the registry's weights, slower than the int8 graphs on a CPU: docs/measured.md)
+    decoder: str = "windows"
 
 
 # how each decoder input is sliced for a window of frames [start, end): its axis and the
@@ -96,6 +110,30 @@ _PER_FRAME = {
 }
 
 
+DECODERS = ("windows", "stream")
+
+
+def chosen_decoder(asked: str) -> str:
+    """`OnnxOptions.decoder`, checked: stream needs torch and kokoro (the project's `torch`
+    extra, which `make setup` installs)."""
+    if asked not in DECODERS:
+        raise ValueError(f"decoder {asked!r}: one of {', '.join(DECODERS)}")
+    if asked == "stream" and any(importlib.util.find_spec(m) is None for m in ("torch", "kokoro")):
+        raise ModelUnavailable("--decoder stream needs torch and kokoro (the torch extra)")
+    return asked
+
+
+def _streamed_decoder(model: Path, threads: int) -> StreamedDecoder:
+    """The registry graph's decoder weights in kokoro's torch `Decoder`, streamed, computing
+    on `threads` CPU threads of its own thread (built there too)."""
+    import onnx
+
+    from model_server.engines.registry_decoder import registry_decoder
+
+    thread = TorchThread(threads)
+    return StreamedDecoder(thread.run(registry_decoder, onnx.load(str(model))), thread)
+
+
 class OnnxEngine:
     name = "onnx"
     max_phonemes = MAX_PHONEMES
@@ -106,20 +144,30 @@ class OnnxEngine:
         alone = options.intra_op_threads or (os.cpu_count() or 1)
         shared = options.shared_threads or alone
         self._whole = self._sessions(model, alone, shared, options.spinning)
-        self._split: tuple[Sessions, Sessions, Sessions] | None = None  # front, body, generator
+        self._front_sessions: Sessions | None = None
+        self._split: tuple[Sessions, Sessions] | None = None  # windows: body, generator
+        self._streamed: StreamedDecoder | None = None
         self._norms = 0
         self._priors: dict[str, NormStats] = {}
+        self._stream_priors: dict[str, Statistics] = {}
         self._prior_lock = threading.Lock()  # one calibration at a time
         self._prior_key = ""
         self._prior_dir = cache_dir / "norm-priors"
+        decoder = chosen_decoder(options.decoder)
         if options.progressive:
             parts = split_models(model, cache_dir)
-            front, body, generator = (
-                self._sessions(p, alone, shared, options.spinning) for p in parts
-            )
-            self._split = (front, body, generator)
-            self._norms = sum(1 for n in body.inputs | generator.inputs if n.endswith("/sum"))
-            self._prior_key = ":".join(recorded_sha256(p) for p in parts[1:])
+            self._front_sessions = self._sessions(parts[0], alone, shared, options.spinning)
+            if decoder == "stream":
+                self._streamed = _streamed_decoder(model, alone)
+                self._norms = len(self._streamed.generator_norms)
+                self._prior_key = f"stream:{recorded_sha256(model)}"
+            else:
+                body, generator = (
+                    self._sessions(p, alone, shared, options.spinning) for p in parts[1:]
+                )
+                self._split = (body, generator)
+                self._norms = sum(1 for n in body.inputs | generator.inputs if n.endswith("/sum"))
+                self._prior_key = ":".join(recorded_sha256(p) for p in parts[1:])
         self._running = 0
         self._lock = threading.Lock()
         self._vocab = load_vocab()
@@ -177,35 +225,62 @@ class OnnxEngine:
             SAMPLES_PER_FRAME,
         )
 
-    def front(self, phonemes: str, voice: str, speed: float, cancel: CancelToken) -> Front:
-        if self._split is None:
-            raise SynthesisFailed("this onnx engine was loaded without its progressive graphs")
-        prior = self._prior(voice)
-        return self._front(phonemes, voice, speed, cancel, prior)
+    @property
+    def exact_windows(self) -> bool:
+        """Whether `decode` gives a window's frames as one call would, with no context: the
+        streamed decoder (`OnnxOptions.decoder` stream)."""
+        return self._streamed is not None
 
-    def _front(
+    def front(self, phonemes: str, voice: str, speed: float, cancel: CancelToken) -> Front:
+        if self._front_sessions is None:
+            raise SynthesisFailed("this onnx engine was loaded without its progressive graphs")
+        if self._streamed is not None:
+            return self._stream_front(phonemes, voice, speed, cancel, self._stream_prior(voice))
+        return self._window_front(phonemes, voice, speed, cancel, self._prior(voice))
+
+    def _window_front(
         self, phonemes: str, voice: str, speed: float, cancel: CancelToken, prior: NormStats
     ) -> Front:
-        assert self._split is not None
         tokens, feed = self._feed(phonemes, voice, speed)
         if not tokens:
             empty = _Segment({}, prior, NormStats.none(len(prior.sums)))
             return Front(0, np.zeros(len(phonemes) + 2, np.int64), SAMPLES_PER_FRAME, empty)
+        frames, durations, features = self._front_pass(phonemes, feed, cancel)
+        tensors = dict(zip(DECODER_INPUTS, features, strict=True))
+        segment = _Segment(tensors, prior, NormStats.none(len(prior.sums)))
+        return Front(frames, durations, SAMPLES_PER_FRAME, segment)
+
+    def _front_pass(
+        self, phonemes: str, feed: dict[str, Any], cancel: CancelToken
+    ) -> tuple[int, Any, list[Any]]:
+        """The front graph over a segment: its frames, its durations (`Timed.durations`), the
+        decoder's inputs (`DECODER_INPUTS`)."""
+        assert self._front_sessions is not None
         outputs = [*DECODER_INPUTS, DURATIONS_OUTPUT]
-        *features, durations = self._run(self._split[0], feed, cancel, outputs)
+        *features, durations = self._run(self._front_sessions, feed, cancel, outputs)
         frames = int(np.asarray(durations).sum())
-        return Front(
-            frames,
-            char_durations(phonemes, self._vocab, durations),
-            SAMPLES_PER_FRAME,
-            _Segment(
-                dict(zip(DECODER_INPUTS, features, strict=True)),
-                prior,
-                NormStats.none(len(prior.sums)),
-            ),
-        )
+        return frames, char_durations(phonemes, self._vocab, durations), features
+
+    def _stream_front(
+        self, phonemes: str, voice: str, speed: float, cancel: CancelToken, prior: Statistics
+    ) -> Front:
+        assert self._streamed is not None
+        tokens, feed = self._feed(phonemes, voice, speed)
+        if not tokens:
+            return Front(0, np.zeros(len(phonemes) + 2, np.int64), SAMPLES_PER_FRAME, None)
+        frames, durations, features = self._front_pass(phonemes, feed, cancel)
+        stream = self._streamed.open(Inputs.from_graph(features), prior)
+        return Front(frames, durations, SAMPLES_PER_FRAME, stream)
 
     def decode(self, front: Front, window: Window, cancel: CancelToken) -> FloatAudio:
+        if self._streamed is not None:
+            stream = front.features
+            if not isinstance(stream, SegmentStream):
+                raise SynthesisFailed("a front pass of another engine")
+            check_window(window, front.frames)
+            if window.left or window.right:
+                raise SynthesisFailed("the streamed decoder's windows have no context")
+            return stream.take(window.start, window.end, cancel)
         if self._split is None:
             raise SynthesisFailed("this onnx engine was loaded without its progressive graphs")
         segment = front.features
@@ -219,7 +294,7 @@ class OnnxEngine:
                 f"a window at frame {window.start}: this segment's next starts at "
                 f"{segment.next_start} (its windows are decoded in order)"
             )
-        _, body, generator = self._split
+        body, generator = self._split
         carried = segment.carried(front.frames - window.end).feed()
         carried[CORE_FRAMES] = np.array([window.end - window.start], np.float32)
         feed = {
@@ -267,12 +342,49 @@ class OnnxEngine:
             self._priors[voice] = prior
             return prior
 
+    def _stream_prior(self, voice: str) -> Statistics:
+        """The streamed decoder's prior for `voice`: its generator norms' statistics over the
+        reference text, from memory, the cache directory, or computed (once per voice: one
+        whole decoder call over each reference sentence)."""
+        streamed = self._streamed
+        assert streamed is not None
+        with self._prior_lock:
+            known = self._stream_priors.get(voice)
+            if known is not None:
+                return known
+            stats = voice_prior(
+                self._prior_dir,
+                voice,
+                self._prior_key,
+                self._packs[voice],
+                self._norms,
+                lambda: self._calibrate_stream(voice),
+            )
+            prior = streamed.prior_statistics(stats)
+            self._stream_priors[voice] = prior
+            return prior
+
+    def _calibrate_stream(self, voice: str) -> NormStats:
+        streamed = self._streamed
+        assert streamed is not None
+        total: dict[str, Any] = {}
+        frames = 0.0
+        for phonemes in CALIBRATION_PHONEMES:
+            _, feed = self._feed(phonemes, voice, 1.0)
+            n, _, features = self._front_pass(phonemes, feed, CancelToken())
+            _, found = streamed.whole(Inputs.from_graph(features))
+            for name in streamed.generator_norms:
+                stats = found[name]
+                total[name] = pooled(total[name], frames, stats, n) if frames else stats
+            frames += n
+        return streamed.prior(total, frames)
+
     def _calibrate(self, voice: str, norms: int) -> NormStats:
         """The statistics of every norm over the reference text, each segment in one window."""
         total: NormStats | None = None
         for phonemes in CALIBRATION_PHONEMES:
             cancel = CancelToken()
-            front = self._front(phonemes, voice, 1.0, cancel, NormStats.none(norms))
+            front = self._window_front(phonemes, voice, 1.0, cancel, NormStats.none(norms))
             self.decode(front, Window(0, front.frames, 0, 0), cancel)
             seen = front.features.seen
             total = seen if total is None else total.plus(seen)

@@ -1,0 +1,302 @@
+"""The onnx engine's decoder, streamed exactly: every layer's state carried from block to block
+(`streaming_decoder.StreamingDecoder` over kokoro's `Decoder` with the registry graph's own
+weights, `registry_decoder`), so a segment's audio is one call's, however it is asked for.
+
+A segment's front pass (the onnx front graph: aligned features, F0 and N curves, the harmonic
+source, durations) opens a `SegmentStream`; `take(start, end)` answers the audio of frames
+`[start, end)`, pushing the segment's frames into the decoder in fixed blocks (`blocks`: 16
+frames at first, then 32, then 64) as far as those samples need (the decoder's lookahead,
+13.3 frames, behind the frames pushed). The blocks are the segment's, never the caller's: how
+the synthesizer windows a segment (which follows the machine's speed) changes when its audio is
+computed, not its samples. Nothing is decoded twice and there is no seam to hide.
+
+The one approximation is the instance norms' statistics (Kokoro's AdaIN norms the whole
+segment's, which no stream knows before its end; docs/measured.md, 2026-12-06):
+- the body's (frame-rate layers, about 5 % of the decoder) exact: one whole-segment body pass
+  when the segment opens, its norms' statistics recorded;
+- the generator's the voice's prior: its statistics over `carried_norms.CALIBRATION_PHONEMES`
+  (two sentences, about 11 s), computed once per voice and kept in the cache directory, the
+  same for every frame of the segment. Over the quality corpus (430 words, jm_kumo, in
+  process) PocketSphinx misheard 97 words with it, against 93 for the int8 graph's one call per
+  segment, 99 for the torch decoder's one call (its own statistics, the oracle), and 120 for
+  the prior pooled with what each norm has normalised so far (the rule `carried_norms` gives
+  the windows): carried statistics move with the segment's opening, not with the segment.
+  Its cost is the level of segments far from the reference's (a short "Hello there." ends
+  quieter than one call's).
+
+The graph's iSTFT is torch's times `GRAPH_GAIN`: the stream's audio is scaled by it, so it
+speaks at the level of the graph's whole calls."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from model_server.engines.base import SAMPLES_PER_FRAME, CancelToken, FloatAudio
+from model_server.engines.carried_norms import NormStats
+from model_server.engines.registry_decoder import GRAPH_GAIN
+from model_server.engines.streaming_decoder import Statistics, StreamingDecoder
+from model_server.errors import SynthesisCancelled, SynthesisFailed
+
+T = TypeVar("T")
+
+# the decoder's blocks: these first (a reply's first audio needs ~14 frames past its first
+# window), then `LATER_BLOCK` frames each (a push costs ~1.2x its frames' share of one call at
+# 16 frames, ~1.09x at 32, on 2 CPU cores: docs/measured.md)
+FIRST_BLOCKS = (16, 16, 16, 16, 32, 32)
+LATER_BLOCK = 64
+
+
+def blocks(frames: int) -> list[tuple[int, int]]:
+    """The blocks `[start, end)` a segment of `frames` frames is pushed in, in order."""
+    out: list[tuple[int, int]] = []
+    start, sizes = 0, iter(FIRST_BLOCKS)
+    while start < frames:
+        end = min(frames, start + next(sizes, LATER_BLOCK))
+        out.append((start, end))
+        start = end
+    return out
+
+
+def pooled(
+    a: tuple[Tensor, Tensor], weight_a: float, b: tuple[Tensor, Tensor], weight_b: float
+) -> tuple[Tensor, Tensor]:
+    """Two norms' statistics (mean, variance) pooled, weighing `weight_a` and `weight_b`."""
+    mean = (weight_a * a[0] + weight_b * b[0]) / (weight_a + weight_b)
+    second = (weight_a * (a[1] + a[0] ** 2) + weight_b * (b[1] + b[0] ** 2)) / (weight_a + weight_b)
+    return mean, second - mean**2
+
+
+class _PerThread:
+    """Forward hooks on the shared decoder that act only for the thread that asked: record the
+    norms' statistics (`recording`), or give the generator its harmonic source (`source`)."""
+
+    def __init__(self, decoder: nn.Module) -> None:
+        self._local = threading.local()
+        for name, module in decoder.named_modules():
+            if isinstance(module, nn.InstanceNorm1d):
+                module.register_forward_hook(self._recorder(name))
+        decoder.generator.m_source.register_forward_hook(self._source)
+
+    def _recorder(self, name: str) -> Callable[[nn.Module, tuple[Tensor, ...], Tensor], None]:
+        def record(_module: nn.Module, inputs: tuple[Tensor, ...], _out: Tensor) -> None:
+            found = getattr(self._local, "found", None)
+            if found is not None:
+                x = inputs[0].double()
+                found[name] = (x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True))
+
+        return record
+
+    def _source(self, _module: nn.Module, _inputs: Any, out: Any) -> Any:
+        given = getattr(self._local, "harmonics", None)
+        return out if given is None else (given, *out[1:])
+
+    @contextmanager
+    def recording(self, harmonics: Tensor | None = None) -> Iterator[Statistics]:
+        found: Statistics = {}
+        self._local.found, self._local.harmonics = found, harmonics
+        try:
+            yield found
+        finally:
+            self._local.found = self._local.harmonics = None
+
+
+def decode_body(decoder: nn.Module, asr: Tensor, f0: Tensor, n: Tensor, style: Tensor) -> Tensor:
+    """`Decoder.forward` up to its generator (the frame-rate layers): the generator's input,
+    (1, channels, 2 x frames)."""
+    f0_down = decoder.F0_conv(f0.unsqueeze(1))
+    n_down = decoder.N_conv(n.unsqueeze(1))
+    x = decoder.encode(torch.cat([asr, f0_down, n_down], dim=1), style)
+    asr_res = decoder.asr_res(asr)
+    concatenate = True
+    for block in decoder.decode:
+        if concatenate:
+            x = torch.cat([x, asr_res, f0_down, n_down], dim=1)
+        x = block(x, style)
+        if block.upsample_type != "none":
+            concatenate = False
+    return x
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """A segment's decoder inputs as the front graph gives them, in torch: aligned features
+    (1, 512, frames), F0 and N (1, 2 x frames), the style's decoder half (1, 128), the harmonic
+    source (1, frames x 600)."""
+
+    asr: Tensor
+    f0: Tensor
+    n: Tensor
+    style: Tensor
+    harmonics: Tensor
+
+    @classmethod
+    def from_graph(cls, arrays: list[Any] | tuple[Any, ...]) -> Inputs:
+        asr, f0, n, style, harmonics = (torch.from_numpy(np.asarray(a, np.float32)) for a in arrays)
+        return cls(asr, f0, n, style, harmonics.reshape(1, -1))
+
+    @property
+    def frames(self) -> int:
+        return int(self.asr.shape[-1])
+
+
+class TorchThread:
+    """One thread for all of a decoder's torch work. On the CPU, torch computes in an OpenMP
+    team per calling thread: teams of several engine workers, idle or spinning, take the cores
+    from the one computing (measured on 2 cores: a segment 25-50 % slower from a second thread
+    than from the thread that loaded the decoder, and slower again with a third), so every
+    segment's blocks run here, one after another, each on all `threads`."""
+
+    def __init__(self, threads: int) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torch-decoder")
+        self.run(torch.set_num_threads, threads)
+
+    def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(*args)` on the thread, waited for."""
+        return self._pool.submit(fn, *args).result()
+
+
+class StreamedDecoder:
+    """The engine's decoder: the registry's weights in kokoro's `Decoder`, shared by every
+    segment's `SegmentStream`, computing on its `TorchThread`."""
+
+    def __init__(self, decoder: nn.Module, thread: TorchThread) -> None:
+        self.thread = thread
+        self.decoder = decoder.eval()
+        self._hooks = _PerThread(self.decoder)
+        self.generator_norms = sorted(
+            name
+            for name, m in self.decoder.named_modules()
+            if isinstance(m, nn.InstanceNorm1d) and name.startswith("generator.")
+        )
+
+    def whole(self, inputs: Inputs) -> tuple[FloatAudio, Statistics]:
+        """One whole call over `inputs` (the graph's harmonic source), at the graph's level,
+        and every norm's statistics in it (the oracle)."""
+        return self.thread.run(self._whole, inputs)
+
+    def _whole(self, inputs: Inputs) -> tuple[FloatAudio, Statistics]:
+        with torch.inference_mode(), self._hooks.recording(inputs.harmonics[..., None]) as found:
+            audio = self.decoder(inputs.asr, inputs.f0, inputs.n, inputs.style)
+        return (audio * GRAPH_GAIN).numpy().ravel(), dict(found)
+
+    def body_statistics(self, inputs: Inputs) -> Statistics:
+        """The body's norms' statistics over the whole segment: one pass of its frame-rate
+        layers."""
+        return self.thread.run(self._body_statistics, inputs)
+
+    def _body_statistics(self, inputs: Inputs) -> Statistics:
+        with torch.inference_mode(), self._hooks.recording() as found:
+            decode_body(self.decoder, inputs.asr, inputs.f0, inputs.n, inputs.style)
+        return dict(found)
+
+    def prior(self, generator: Statistics, frames: float) -> NormStats:
+        """The generator's statistics as `NormStats` (sums over `frames` frames, by
+        `generator_norms`' order), to keep in the cache directory."""
+        sums = tuple(
+            (generator[k][0] * frames).float().numpy().reshape(-1) for k in self.generator_norms
+        )
+        squares = tuple(
+            ((generator[k][1] + generator[k][0] ** 2) * frames).float().numpy().reshape(-1)
+            for k in self.generator_norms
+        )
+        return NormStats(sums, squares, frames)
+
+    def prior_statistics(self, stats: NormStats) -> Statistics:
+        """`prior`'s inverse: each generator norm's (mean, variance), (1, channels, 1)."""
+        out: Statistics = {}
+        for name, s, q in zip(self.generator_norms, stats.sums, stats.squares, strict=True):
+            mean = torch.from_numpy(np.asarray(s, np.float64)).reshape(1, -1, 1) / stats.frames
+            second = torch.from_numpy(np.asarray(q, np.float64)).reshape(1, -1, 1) / stats.frames
+            out[name] = (mean, second - mean**2)
+        return out
+
+    def open(self, inputs: Inputs, prior: Statistics) -> SegmentStream:
+        """A segment's stream: its body's statistics computed now (a whole-segment body pass),
+        the generator's `prior`'s."""
+        return SegmentStream(self, inputs, prior)
+
+
+class SegmentStream:
+    """One segment's audio, frame span after frame span (`take`, in order), pushed into its
+    decoder in the segment's fixed `blocks`; `Front.features` of a streamed segment."""
+
+    def __init__(self, owner: StreamedDecoder, inputs: Inputs, prior: Statistics) -> None:
+        self.inputs = inputs
+        self.frames = inputs.frames
+        self._blocks = blocks(self.frames)
+        self._pushed = 0  # blocks pushed
+        self._audio: list[Tensor] = []  # computed, not yet taken
+        self._computed = 0  # samples computed
+        self._taken = 0  # samples taken
+        self._decoder: StreamingDecoder | None = None
+        if self.frames == 0:
+            return
+        # the body's own, the generator's the voice's (docstring)
+        self.statistics = owner.body_statistics(inputs) | prior
+        self._thread = owner.thread
+        self._decoder = self._thread.run(
+            StreamingDecoder, owner.decoder, inputs.style, self.statistics
+        )
+
+    @property
+    def next_start(self) -> int:
+        """The frame the next `take` starts at."""
+        return self._taken // SAMPLES_PER_FRAME
+
+    def take(self, start: int, end: int, cancel: CancelToken) -> FloatAudio:
+        """The audio of frames `[start, end)` (`start` where the last ended), at the graph's
+        level; `SynthesisCancelled` between blocks when `cancel` fires."""
+        if start != self.next_start or not start <= end <= self.frames:
+            raise SynthesisFailed(
+                f"frames [{start}, {end}) of a segment of {self.frames}, whose next starts at "
+                f"{self.next_start}"
+            )
+        wanted = end * SAMPLES_PER_FRAME
+        while self._computed < wanted:
+            if cancel.cancelled:
+                raise SynthesisCancelled()
+            self._thread.run(self._step)
+        return self._thread.run(self._collect, wanted)
+
+    def _collect(self, wanted: int) -> FloatAudio:
+        """The samples computed up to `wanted`, taken."""
+        audio = torch.cat(self._audio, dim=-1).reshape(-1) if self._audio else torch.zeros(0)
+        n = wanted - self._taken
+        out, rest = audio[:n], audio[n:]
+        self._audio = [rest] if rest.numel() else []
+        self._taken = wanted
+        return np.asarray((out * GRAPH_GAIN).numpy(), dtype=np.float32)
+
+    def _step(self) -> None:
+        decoder = self._decoder
+        assert decoder is not None
+        with torch.inference_mode():
+            if self._pushed < len(self._blocks):
+                a, b = self._blocks[self._pushed]
+                x = self.inputs
+                out = decoder.push(
+                    x.asr[..., a:b],
+                    x.f0[:, 2 * a : 2 * b],
+                    x.n[:, 2 * a : 2 * b],
+                    x.harmonics[:, a * SAMPLES_PER_FRAME : b * SAMPLES_PER_FRAME],
+                )
+                self._pushed += 1
+            elif self._pushed == len(self._blocks):
+                out = decoder.flush()
+                self._pushed += 1
+            else:
+                raise SynthesisFailed(
+                    f"{self._computed} samples from {self.frames} frames: the decoder gave "
+                    "fewer than its frames"
+                )
+        self._audio.append(out.reshape(-1))
+        self._computed += int(out.numel())

@@ -1,0 +1,186 @@
+"""The onnx engine's streamed decoder (`engines/streamed.py`, `--decoder stream`):
+the fixed blocks as a pure unit, then, on the real Kokoro-82M weights, what makes it exact: a
+segment's samples are the same whatever windows ask for them (bit for bit), the same request
+gives the same bytes through the synthesizer under two schedules, with the whole call's
+statistics the stream is the whole call, its own are the body's exact and the voice's prior for
+the generator, cancelling stops it between blocks, and the word timings read the front pass's
+durations. (Its audio against one call, level, spectrum, DistillMOS and seams:
+tests/test_progressive.py, both decoders.)"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from model_server.engines.base import SAMPLES_PER_FRAME, CancelToken
+from model_server.engines.onnx import OnnxEngine, OnnxOptions
+from model_server.engines.streamed import FIRST_BLOCKS, LATER_BLOCK, blocks
+from model_server.errors import SynthesisCancelled, SynthesisFailed
+from model_server.windows import Window
+
+HELLO = "həlˈO ðˈɛɹ."
+FOX = "ðə kwˈɪk bɹˈWn fˈɑks ʤˈʌmps ˌOvəɹ ðə lˈAzi dˈɑɡ nˌɪɹ ðə ɹˈɪvəɹ bˈæŋk."
+VOICE = "jm_kumo"
+
+
+# --- pure ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("frames", [1, 15, 16, 17, 64, 128, 129, 200, 431])
+def test_blocks_tile_the_segment_on_a_fixed_ladder(frames: int) -> None:
+    got = blocks(frames)
+    assert got[0][0] == 0
+    assert got[-1][1] == frames
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(got))
+    ladder = [*FIRST_BLOCKS, *([LATER_BLOCK] * frames)]
+    for (start, end), size in zip(got[:-1], ladder, strict=False):
+        assert end - start == size  # every block but the last its ladder size
+    assert 0 < got[-1][1] - got[-1][0] <= ladder[len(got) - 1]
+    # the same frames, the same blocks: they depend on nothing else
+    assert blocks(frames) == got
+
+
+# --- the real weights ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def engine() -> OnnxEngine:
+    return OnnxEngine(OnnxOptions(intra_op_threads=2, decoder="stream"))
+
+
+def _audio(engine: OnnxEngine, phonemes: str, sizes: list[int]) -> np.ndarray:
+    """A segment's audio asked for in windows of `sizes` frames (the last as needed)."""
+    front = engine.front(phonemes, VOICE, 1.0, CancelToken())
+    pieces, start = [], 0
+    for size in [*sizes, front.frames]:
+        end = min(front.frames, start + size)
+        pieces.append(engine.decode(front, Window(start, end, 0, 0), CancelToken()))
+        start = end
+        if start == front.frames:
+            break
+    return np.concatenate(pieces)
+
+
+@pytest.mark.real_model
+def test_a_segments_samples_do_not_depend_on_its_windows(engine: OnnxEngine) -> None:
+    assert engine.exact_windows
+    for phonemes in (HELLO, FOX):
+        frames = engine.front(phonemes, VOICE, 1.0, CancelToken()).frames
+        a = _audio(engine, phonemes, [24, 48, 96])
+        b = _audio(engine, phonemes, [1, 7, 3, 100])
+        c = _audio(engine, phonemes, [frames])
+        assert a.size == frames * SAMPLES_PER_FRAME
+        assert np.abs(a).max() > 0.1  # speech, not silence
+        assert np.array_equal(a, b)
+        assert np.array_equal(a, c)
+
+
+@pytest.mark.real_model
+async def test_the_same_request_under_two_schedules_gives_the_same_bytes(
+    engine: OnnxEngine,
+) -> None:
+    """The synthesizer's windows follow the speed it measures and the schedule; the bytes do
+    not."""
+    from kokoro_contract.protocol import SynthesisRequest
+    from model_server.scheduler import Scheduler
+    from model_server.synthesis import Synthesizer
+    from model_server.text.g2p import english_g2p
+    from model_server.windows import Schedule
+
+    g2p = english_g2p()
+    text = "Your order shipped this morning. It arrives Friday."
+    request = SynthesisRequest(text, VOICE, 1.0, "r")
+    got = []
+    for schedule in (Schedule(), Schedule(first=40, largest=40, smallest=40)):
+        synthesizer = Synthesizer(engine, g2p, Scheduler(1), schedule=schedule)
+        try:
+            chunks = [c async for c in synthesizer.stream(request, "k")]
+        finally:
+            synthesizer.close()
+        got.append(chunks)
+    assert [len(c) for c in got[0]] != [len(c) for c in got[1]]  # other windows
+    assert b"".join(got[0]) == b"".join(got[1])
+
+
+@pytest.mark.real_model
+def test_with_the_whole_calls_statistics_the_stream_is_the_whole_call(
+    engine: OnnxEngine,
+) -> None:
+    """The only approximation is the norms' statistics: given the whole call's (the oracle),
+    the segment pushed in its blocks is the whole call, to float32's rounding."""
+    from model_server.engines.registry_decoder import GRAPH_GAIN
+    from model_server.engines.streaming_decoder import StreamingDecoder
+
+    streamed = engine._streamed
+    assert streamed is not None
+    front = engine.front(FOX, VOICE, 1.0, CancelToken())
+    x = front.features.inputs
+    whole, oracle = streamed.whole(x)
+    decoder = StreamingDecoder(streamed.decoder, x.style, oracle)
+    pieces = [
+        decoder.push(
+            x.asr[..., a:b],
+            x.f0[:, 2 * a : 2 * b],
+            x.n[:, 2 * a : 2 * b],
+            x.harmonics[:, a * SAMPLES_PER_FRAME : b * SAMPLES_PER_FRAME],
+        )
+        for a, b in blocks(x.frames)
+    ]
+    pieces.append(decoder.flush())
+    stream = torch.cat(pieces, dim=-1).numpy().ravel() * GRAPH_GAIN
+    assert stream.size == whole.size == front.frames * SAMPLES_PER_FRAME
+    error = np.sum((stream.astype(np.float64) - whole) ** 2)
+    snr = 10 * math.log10(np.sum(whole.astype(np.float64) ** 2) / error)
+    assert snr >= 80, snr  # measured 118 dB
+
+
+@pytest.mark.real_model
+def test_cancelling_stops_the_stream_between_blocks(engine: OnnxEngine) -> None:
+    front = engine.front(FOX, VOICE, 1.0, CancelToken())
+    first = engine.decode(front, Window(0, 10, 0, 0), CancelToken())
+    assert first.size == 10 * SAMPLES_PER_FRAME
+    cancel = CancelToken()
+    cancel.cancel()
+    with pytest.raises(SynthesisCancelled):
+        engine.decode(front, Window(10, front.frames, 0, 0), cancel)
+    # out of order, or with context: refused by name, not a wrong answer
+    with pytest.raises(SynthesisFailed, match="next starts at 10"):
+        engine.decode(front, Window(20, 30, 0, 0), CancelToken())
+    with pytest.raises(SynthesisFailed, match="no context"):
+        engine.decode(front, Window(10, 30, 3, 3), CancelToken())
+
+
+@pytest.mark.real_model
+def test_the_word_timings_read_the_whole_calls_durations(engine: OnnxEngine) -> None:
+    for phonemes in (HELLO, FOX):
+        whole = engine.infer_timed(phonemes, VOICE, 1.0, CancelToken())
+        front = engine.front(phonemes, VOICE, 1.0, CancelToken())
+        assert np.array_equal(front.durations, whole.durations)
+        assert front.frames * SAMPLES_PER_FRAME == whole.audio.size
+
+
+@pytest.mark.real_model
+def test_the_body_normalises_by_the_segments_own_and_the_generator_by_the_voices(
+    engine: OnnxEngine,
+) -> None:
+    streamed = engine._streamed
+    assert streamed is not None
+    front = engine.front(FOX, VOICE, 1.0, CancelToken())
+    _, oracle = streamed.whole(front.features.inputs)
+    prior = engine._stream_prior(VOICE)
+    got = front.features.statistics
+    assert set(got) == set(oracle)
+    generator = {k for k in got if k.startswith("generator.")}
+    assert generator == set(prior) == set(streamed.generator_norms)
+    assert len(generator) < len(got)  # the body has norms of its own
+    for name, (mean, var) in got.items():
+        want = prior[name] if name in generator else oracle[name]
+        torch.testing.assert_close(mean, want[0])
+        torch.testing.assert_close(var, want[1])
+    # and the prior is not the segment's own (or this test could not tell them apart)
+    name = sorted(generator)[0]
+    assert not torch.allclose(got[name][0], oracle[name][0])
