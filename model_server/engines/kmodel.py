@@ -326,6 +326,7 @@ class TorchEngine:
         the front pass's features, its generator over the frames `window.decoded` of the body's
         output and those samples of the harmonic source, each norm normalising by the
         segment's statistics so far (`torch_norms`), then carrying the core's on."""
+        from model_server.engines.streamed import decode_body
         from model_server.engines.torch_norms import Run, carrying
 
         check_window(window, front.frames)
@@ -352,8 +353,8 @@ class TorchEngine:
         try:
             with self._inference():
                 with carrying(body_run):
-                    x = _decode_body(
-                        self._model,
+                    x = decode_body(
+                        self._model.decoder,
                         features.asr[:, :, body_start:body_end],
                         features.f0[:, 2 * body_start : 2 * body_end],
                         features.n[:, 2 * body_start : 2 * body_end],
@@ -467,26 +468,6 @@ def _front_pass(
     harmonics, _noise, _uv = generator.m_source(upsampled)  # random: initial phase, noise
     source = harmonics.transpose(1, 2).squeeze(1)
     return Features(asr, f0, n, ref_s[:, :128], source, carry), pred_dur
-
-
-def _decode_body(model: Any, asr: Any, f0: Any, n: Any, s: Any) -> Any:
-    """`Decoder.forward` over some frames up to its generator (the frame-rate layers): the
-    generator's input, of shape (1, channels, 2 x frames)."""
-    import torch
-
-    decoder = model.decoder
-    f0_down = decoder.F0_conv(f0.unsqueeze(1))
-    n_down = decoder.N_conv(n.unsqueeze(1))
-    x = decoder.encode(torch.cat([asr, f0_down, n_down], axis=1), s)
-    asr_res = decoder.asr_res(asr)
-    res = True
-    for block in decoder.decode:
-        if res:
-            x = torch.cat([x, asr_res, f0_down, n_down], axis=1)
-        x = block(x, s)
-        if block.upsample_type != "none":
-            res = False
-    return x
 
 
 def _generate(model: Any, x: Any, s: Any, harmonics: Any, cancel: CancelToken) -> Any:
