@@ -29,6 +29,7 @@ Each: SNR against the whole call, and the per-frame (25 ms) level error in dB ov
 within 40 dB of the loudest; `--judges` adds DistillMOS and PocketSphinx's word errors.
 
     .venv/bin/python -m bench.bench_streaming [--threads 2] [--judges]
+    .venv/bin/python -m bench.bench_streaming --corpus prior,oracle,carried,onecall
 """
 
 from __future__ import annotations
@@ -502,7 +503,15 @@ def main() -> None:
     parser.add_argument("--judges", action="store_true", help="DistillMOS and PocketSphinx too")
     parser.add_argument("--rules", default="", help="only the rules whose name has this")
     parser.add_argument("--skip-twin", action="store_true", help="not the graph comparison")
+    parser.add_argument(
+        "--corpus",
+        default="",
+        help="instead: the corpus's word errors by rule (prior,oracle,carried,onecall)",
+    )
     args = parser.parse_args()
+    if args.corpus:
+        corpus_rules(args.corpus.split(","))
+        return
     import torch
 
     torch.set_num_threads(args.threads)
@@ -561,6 +570,78 @@ def main() -> None:
             row += f" {_judged(judges, audios)} |"
         print(row, flush=True)
     print(f"\n{time.perf_counter() - started:.0f} s in all")
+
+
+def corpus_rules(names: list[str]) -> None:
+    """The quality corpus's word errors (PocketSphinx, jm_kumo) through the server's
+    synthesizer, in process, by the generator's rule in `--decoder stream` (the body's exact):
+    `prior` (the engine's), `oracle` (the segment's own: the torch decoder's whole call),
+    `carried` (the prior pooled with what each norm has normalised, its block counted), and
+    `onecall` (the int8 graph, one call per segment)."""
+    import asyncio
+
+    from kokoro_contract.protocol import SynthesisRequest
+    from model_server.engines import streamed
+    from model_server.engines.onnx import OnnxEngine, OnnxOptions
+    from model_server.engines.streaming_decoder import StreamingDecoder
+    from model_server.scheduler import Scheduler
+    from model_server.synthesis import Synthesizer
+    from model_server.text.g2p import english_g2p
+    from quality import corpus, judges
+    from quality.wer import total, word_errors
+
+    engine = OnnxEngine(OnnxOptions(decoder="stream"))
+    owner = engine._streamed
+    assert owner is not None
+    opened = streamed.StreamedDecoder.open
+
+    def ruled(rule: str) -> Callable[..., Any]:
+        def open_(self: Any, inputs: Any, prior: dict[str, Any]) -> Any:
+            segment = opened(self, inputs, prior)
+            if rule in ("prior", "onecall") or segment.frames == 0:
+                return segment
+            _, oracle = self.whole(inputs)
+            body = {k: v for k, v in segment.statistics.items() if k not in prior}
+            if rule == "oracle":
+                fixed = oracle
+            else:  # carried: bench's `Carried`, set as each norm meets its input
+                n = segment.frames
+                carried = Carried(self.decoder, body, prior, n, unseen, own=True)
+                fixed = carried.statistics()
+
+            def build() -> Any:
+                observe = carried.observe if rule == "carried" else None
+                return StreamingDecoder(self.decoder, inputs.style, fixed, observe=observe)
+
+            segment._decoder = self.thread.run(build)
+            if rule == "carried":
+                carried.target = segment._decoder
+            return segment
+
+        return open_
+
+    g2p, asr = english_g2p(), judges.AsrJudge()
+
+    async def run(rule: str) -> str:
+        streamed.StreamedDecoder.open = ruled(rule)  # type: ignore[method-assign]
+        synthesizer = Synthesizer(engine, g2p, Scheduler(1), progressive=rule != "onecall")
+        errors = []
+        try:
+            for reply in corpus.load():
+                request = SynthesisRequest(reply.text, VOICE, 1.0, "bench")
+                pcm = b"".join([c async for c in synthesizer.stream(request, "k")])
+                heard = asr.transcribe(judges.decode(pcm, "pcm"))
+                errors.append(word_errors(reply.spoken, heard))
+        finally:
+            synthesizer.close()
+            streamed.StreamedDecoder.open = opened  # type: ignore[method-assign]
+        got = total(errors)
+        return f"| {rule} | {got.errors}/{got.words} | {got.rate:.3f} |"
+
+    print("\n## the corpus by the generator's rule (--decoder stream)\n")
+    print("| rule | misheard | WER |\n|---|---:|---:|")
+    for name in names:
+        print(asyncio.run(run(name)), flush=True)
 
 
 def _judges() -> Any:

@@ -36,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from kokoro_contract.load import FIRST_CHUNK_PHONEMES, LoadReport
 from kokoro_contract.speed import SpeedModel
 from model_server.engines.base import CancelToken
 
@@ -200,29 +201,6 @@ class Tally:
     shared: bool = False  # a step started beside another call
 
 
-@dataclass(frozen=True)
-class Load:
-    """What admission control reads: how far behind the engine is, in seconds."""
-
-    workers: int
-    busy: int
-    waiting: int
-    backlog_s: float  # compute queued or still running, per worker: the wait a new segment sees
-    min_slack_s: float | None  # tightest waiting deadline minus its projected finish (EDF order)
-    deadline_misses: int
-    seconds_per_call: float  # the learned speed: a + b x phonemes
-    seconds_per_phoneme: float
-    realtime_streams: float  # replies it can voice at once without falling behind (learned)
-    shared_seconds_per_call: float  # the speed of calls that ran beside another (learned)
-    shared_seconds_per_phoneme: float
-    # progressive: a typical first chunk's front pass and first window, the compute before a
-    # new reply's first audio and what its start takes from the others (learned; None: off)
-    first_window_s: float | None = None
-
-
-FIRST_CHUNK_PHONEMES = 45  # a typical first chunk, as the gateway's admission counts it
-
-
 def _retrieve(future: asyncio.Future[Any]) -> None:
     if not future.cancelled():
         future.exception()
@@ -356,7 +334,7 @@ class Scheduler:
         now = self.clock()
         return max((now - started for started, _ in self._running.values()), default=0.0)
 
-    def load(self) -> Load:
+    def load(self) -> LoadReport:
         now = self.clock()
         workers = self.slots.slots
         remaining = [max(0.0, cost - (now - started)) for started, cost in self._running.values()]
@@ -371,7 +349,7 @@ class Scheduler:
             min_slack = slack if min_slack is None else min(min_slack, slack)
         a, b = self.speed.line
         shared_a, shared_b = self.shared_speed.line
-        return Load(
+        return LoadReport(
             workers=workers,
             busy=self.slots.busy,
             waiting=len(waiters),

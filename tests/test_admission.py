@@ -8,13 +8,13 @@ import dataclasses
 import pytest
 
 from gateway.routing.admission import (
-    FIRST_CHUNK_PHONEMES,
     Candidate,
     LoadReport,
     Refusal,
     choose,
     refusal,
 )
+from kokoro_contract.load import FIRST_CHUNK_PHONEMES
 
 
 def load(
@@ -224,3 +224,23 @@ def test_a_refusal_time_may_clear_is_given_before_one_it_cannot() -> None:
     only_backlogged = choose([a], budget_s=3.0)
     assert isinstance(only_backlogged, Refusal)
     assert not only_backlogged.deferrable
+
+
+def test_the_servers_load_answer_is_what_admission_reads() -> None:
+    """One `/load` answer for both services (`kokoro_contract.load`): what the scheduler says,
+    through JSON, is what the gateway reads, every field."""
+    import orjson
+
+    from model_server.scheduler import Scheduler
+
+    scheduler = Scheduler(2)
+    scheduler.progressive = True
+    try:
+        said = scheduler.load()
+    finally:
+        scheduler.close()
+    read = LoadReport.from_json(orjson.loads(orjson.dumps(said.to_json())))
+    assert isinstance(read, LoadReport)
+    assert read.to_json() == said.to_json()
+    assert read.first_window_s is not None
+    assert read.first_chunk_s == read.first_window_s

@@ -25,15 +25,13 @@ reply a moment and ask again (`ModelServerPool.admit`) rather than refuse it.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
-# a new reply's first chunk as admission counts it: a typical five-word first chunk is 20-28
-# phonemes; counting it as 45 is the margin that kept admitted replies free of gaps on 2 cores
-# (with 25, 2 of 5 served replies had gaps at 3 conversations: docs/measured.md)
-FIRST_CHUNK_PHONEMES = 45
-SEGMENT_PHONEMES = 60  # a typical later chunk, for comparing speeds alone and side by side
+from kokoro_contract import load as contract
+from kokoro_contract.load import FIRST_CHUNK_PHONEMES, SEGMENT_PHONEMES
+
 # a typical reply, for one still starting (its text unknown): the demo's five sentences,
 # 230 phonemes in 6 chunks
 REPLY_PHONEMES, REPLY_CALLS = 230, 6
@@ -63,37 +61,8 @@ class InProgress(Protocol):
 
 
 @dataclass(frozen=True)
-class LoadReport:
-    workers: int
-    busy: int
-    waiting: int
-    backlog_s: float
-    min_slack_s: float | None
-    seconds_per_call: float
-    seconds_per_phoneme: float
-    realtime_streams: float = 1e9  # replies it can voice at once (older servers: unbounded)
-    shared_seconds_per_call: float | None = None  # calls beside another (older servers: None)
-    shared_seconds_per_phoneme: float | None = None
-    # a progressive server's time to a new reply's first audio on a free worker (its front
-    # pass and first decoder window), what its start costs the others (older servers: None)
-    first_window_s: float | None = None
-
-    @classmethod
-    def from_json(cls, body: Mapping[str, Any]) -> LoadReport:
-        slack = body.get("min_slack_s")
-        return cls(
-            workers=int(body["workers"]),
-            busy=int(body["busy"]),
-            waiting=int(body["waiting"]),
-            backlog_s=float(body["backlog_s"]),
-            min_slack_s=None if slack is None else float(slack),
-            seconds_per_call=float(body["seconds_per_call"]),
-            seconds_per_phoneme=float(body["seconds_per_phoneme"]),
-            realtime_streams=float(body.get("realtime_streams", 1e9)),
-            shared_seconds_per_call=_optional(body.get("shared_seconds_per_call")),
-            shared_seconds_per_phoneme=_optional(body.get("shared_seconds_per_phoneme")),
-            first_window_s=_optional(body.get("first_window_s")),
-        )
+class LoadReport(contract.LoadReport):
+    """A model server's `/load` answer (`kokoro_contract.load`) as admission reads it."""
 
     @property
     def first_chunk_s(self) -> float:
@@ -134,10 +103,6 @@ class LoadReport:
         """When a new reply's first audio would come: the wait for a worker, then its chunk."""
         wait = self.backlog_s if self.busy >= self.workers else 0.0
         return wait + self.first_chunk_s
-
-
-def _optional(value: Any) -> float | None:
-    return None if value is None else float(value)
 
 
 @dataclass(frozen=True)

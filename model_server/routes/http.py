@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Coroutine
@@ -97,7 +96,7 @@ async def load(request: Request) -> JSONResponse:
     if stuck is not None:
         raise ServiceError(stuck, code="stuck", status=503, retryable=True)
     scheduler = service.get().synthesizer.scheduler
-    body = dataclasses.asdict(scheduler.load())
+    body = scheduler.load().to_json()
     body["scheduling"] = scheduler.scheduling
     body["inflight"] = request.app.state.inflight.count
     return JSONResponse(body)
