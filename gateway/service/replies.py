@@ -21,6 +21,7 @@ from gateway.reply.chunk_plan import (
     PlanConfig,
     SentencePlan,
     SpeechRate,
+    chunk_speed,
 )
 from gateway.reply.chunker import ChunkerConfig
 from gateway.reply.events import Event
@@ -66,10 +67,9 @@ class ReplyFactory:
         self.chunker = chunker_config(settings)
         self.plan = plan_config(settings)
         # what every reply's plan learns and reads (they share the engine): seconds per chunk
-        # against its characters, as the model server reports them (prior: int8 ONNX on 2
-        # cores, through the stack: 0.35 s a call, 0.032 s a character), and characters
-        # spoken per second
-        self.speed = SpeedModel(prior_a=0.35, prior_b=0.032)
+        # against its characters, as the model server reports them, and characters spoken
+        # per second
+        self.speed = chunk_speed()
         self.speech = SpeechRate()
         # and seconds to a chunk's first audio, which the plans read once the model server
         # shows it speaks progressively (its first audio before its last; until then, the
