@@ -184,3 +184,30 @@ def test_the_body_normalises_by_the_segments_own_and_the_generator_by_the_voices
     # and the prior is not the segment's own (or this test could not tell them apart)
     name = sorted(generator)[0]
     assert not torch.allclose(got[name][0], oracle[name][0])
+
+
+def test_the_onnx_engine_needs_torch_only_for_the_stream(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The CPU image has no torch: the onnx engine and the server import without it, and
+    asking for the stream there is refused by name at start."""
+    import subprocess
+    import sys
+
+    hidden = "import sys; sys.modules['torch'] = None; "
+    code = hidden + "import model_server.engines.onnx, model_server.service; print('imported')"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "imported"
+
+    import importlib.util
+
+    from model_server.engines import onnx
+    from model_server.errors import ModelUnavailable
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    assert onnx.chosen_decoder("windows") == "windows"
+    with pytest.raises(ModelUnavailable, match="torch extra"):
+        onnx.chosen_decoder("stream")
+    with pytest.raises(ValueError, match="one of windows, stream"):
+        onnx.chosen_decoder("auto")

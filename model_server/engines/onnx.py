@@ -9,7 +9,9 @@ context, then the generator over `Window.decoded` from the body's output, the ha
 sliced from the front pass's so the phase of every window is the whole segment's. The instance
 norms' statistics are carried from window to window beside the voice's prior, which weighs
 less as fewer frames are left to come (`carried_norms`: computed once per voice over a
-reference text, and kept in the cache directory)."""
+reference text, and kept in the cache directory). With `OnnxOptions.decoder` stream the front
+graph's output goes instead to the streamed decoder (`streamed`: torch, the graph's weights,
+every layer's state carried, windows without context), imported only then."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnxruntime as ort
@@ -47,14 +49,6 @@ from model_server.engines.carried_norms import (
     prior_weight,
     voice_prior,
 )
-from model_server.engines.streamed import (
-    Inputs,
-    SegmentStream,
-    StreamedDecoder,
-    TorchThread,
-    pooled,
-)
-from model_server.engines.streaming_decoder import Statistics
 from model_server.engines.weights import (
     BODY_INPUTS,
     DECODER_INPUTS,
@@ -75,6 +69,10 @@ from model_server.engines.weights import (
 from model_server.errors import ModelUnavailable, SynthesisCancelled, SynthesisFailed
 from model_server.text.split import MAX_PHONEMES
 from model_server.windows import Window
+
+if TYPE_CHECKING:  # torch: imported only with --decoder stream (the CPU image has none)
+    from model_server.engines.streamed import StreamedDecoder
+    from model_server.engines.streaming_decoder import Statistics
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +127,7 @@ def _streamed_decoder(model: Path, threads: int) -> StreamedDecoder:
     import onnx
 
     from model_server.engines.registry_decoder import registry_decoder
+    from model_server.engines.streamed import StreamedDecoder, TorchThread
 
     thread = TorchThread(threads)
     return StreamedDecoder(thread.run(registry_decoder, onnx.load(str(model))), thread)
@@ -264,6 +263,8 @@ class OnnxEngine:
     def _stream_front(
         self, phonemes: str, voice: str, speed: float, cancel: CancelToken, prior: Statistics
     ) -> Front:
+        from model_server.engines.streamed import Inputs
+
         assert self._streamed is not None
         tokens, feed = self._feed(phonemes, voice, speed)
         if not tokens:
@@ -274,6 +275,8 @@ class OnnxEngine:
 
     def decode(self, front: Front, window: Window, cancel: CancelToken) -> FloatAudio:
         if self._streamed is not None:
+            from model_server.engines.streamed import SegmentStream
+
             stream = front.features
             if not isinstance(stream, SegmentStream):
                 raise SynthesisFailed("a front pass of another engine")
@@ -365,6 +368,8 @@ class OnnxEngine:
             return prior
 
     def _calibrate_stream(self, voice: str) -> NormStats:
+        from model_server.engines.streamed import Inputs, pooled
+
         streamed = self._streamed
         assert streamed is not None
         total: dict[str, Any] = {}
