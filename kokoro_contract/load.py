@@ -1,7 +1,8 @@
 """The model server's `GET /load` answer: what it says of its engine's speed and backlog, and
 what a gateway's admission reads of it. One dataclass for both sides (the server fills every
-field; a gateway reading an older server gets the defaults), and the typical sizes in phonemes
-both sides count a reply's chunks by."""
+field; a gateway reading an older server gets the defaults), the typical sizes in phonemes
+both sides count a reply's chunks by, and the progressive server's window sizes the gateway's
+chunk plan expects."""
 
 from __future__ import annotations
 
@@ -16,6 +17,10 @@ from typing import Any, Self
 # replies had gaps at 3 conversations: docs/measured.md)
 FIRST_CHUNK_PHONEMES = 45
 SEGMENT_PHONEMES = 60  # a typical later chunk, for comparing speeds alone and side by side
+# a progressive server's decoder windows, which a gateway's chunk plan expects: Kokoro's frame
+# (600 samples at 24 kHz), and the largest window (`model_server.windows.Schedule.largest`)
+FRAME_S = 0.025
+LARGEST_WINDOW_FRAMES = 192
 
 
 @dataclass(frozen=True)

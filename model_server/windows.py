@@ -50,6 +50,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from kokoro_contract.load import LARGEST_WINDOW_FRAMES
+
 FloatAudio = npt.NDArray[np.float32]
 
 
@@ -102,7 +104,7 @@ class Schedule:
     generator frames than 6."""
 
     first: int = 24
-    largest: int = 192
+    largest: int = LARGEST_WINDOW_FRAMES  # 192, which the gateways' chunk plans expect
     context: int = 3
     body_context: int = 10
     crossfade: int = 3

@@ -50,6 +50,7 @@ from gateway.reply.chunker import (
     IncrementalSentenceChunker,
     word_of,
 )
+from kokoro_contract.load import FRAME_S, LARGEST_WINDOW_FRAMES
 from kokoro_contract.speed import SpeedModel
 
 # chunks a reply may have at the model server, unfinished: a model server's --max-pending is at
@@ -91,9 +92,8 @@ class PlanConfig:
     first_hold_s: float = 1.0
     # a progressive model server's windows, as the plan expects them (`window_spans`): the
     # first holds what a first chunk's first frame held (`EarlyAudio`), each after it twice
-    # the one before, up to this much audio (the model server's `Schedule.largest`, 192
-    # frames of 25 ms)
-    largest_window_s: float = 4.8
+    # the one before, up to this much audio (the model server's largest window: 4.8 s)
+    largest_window_s: float = round(LARGEST_WINDOW_FRAMES * FRAME_S, 6)
 
 
 @dataclass
