@@ -196,19 +196,28 @@ def carry_statistics(model: Any) -> int:
     return len(norms)
 
 
-def _sort_topologically(graph: Any) -> None:
-    known = {i.name for i in graph.input} | {t.name for t in graph.initializer} | {""}
+def topological(nodes: list[Any], known: set[str], what: str) -> list[Any]:
+    """The onnx `nodes` in an order that computes each input before it is read, given the
+    tensor names already `known` (graph inputs, initializers); `ValueError` naming `what` at
+    a cycle."""
+    known = known | {""}  # an omitted optional input
     ordered: list[Any] = []
-    pending = list(graph.node)
+    pending = list(nodes)
     while pending:
         ready = [n for n in pending if all(i in known for i in n.input)]
         if not ready:
-            raise ValueError(f"the rewritten graph has a cycle at {pending[0].name}")
+            raise ValueError(f"{what} has a cycle at {pending[0].name}")
         for n in ready:
             known.update(n.output)
         ordered += ready
         ready_ids = {id(n) for n in ready}
         pending = [n for n in pending if id(n) not in ready_ids]
+    return ordered
+
+
+def _sort_topologically(graph: Any) -> None:
+    known = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    ordered = topological(list(graph.node), known, "the rewritten graph")
     del graph.node[:]
     graph.node.extend(ordered)
 

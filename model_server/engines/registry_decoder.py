@@ -41,6 +41,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from model_server.engines.carried_norms import topological
+
 if TYPE_CHECKING:
     import onnx
     from torch import nn
@@ -373,16 +375,7 @@ def float_twin(decoder: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def _topological(nodes: list[Any], inputs: set[str], extra: list[Any], g: _Graph) -> list[Any]:
-    known = inputs | set(g.inits) | {i.name for i in extra} | {""}
-    ordered: list[Any] = []
-    pending = nodes
-    while pending:
-        ready = [n for n in pending if all(i in known for i in n.input)]
-        if not ready:
-            raise MappingError(f"the float twin has a cycle at {pending[0].name}")
-        for n in ready:
-            known.update(n.output)
-        ordered += ready
-        ids = {id(n) for n in ready}
-        pending = [n for n in pending if id(n) not in ids]
-    return ordered
+    try:
+        return topological(nodes, inputs | set(g.inits) | {i.name for i in extra}, "the float twin")
+    except ValueError as exc:
+        raise MappingError(str(exc)) from exc
