@@ -598,7 +598,7 @@ def corpus_rules(names: list[str]) -> None:
     def ruled(rule: str) -> Callable[..., Any]:
         def open_(self: Any, inputs: Any, prior: dict[str, Any]) -> Any:
             segment = opened(self, inputs, prior)
-            if rule in ("prior", "onecall") or segment.frames == 0:
+            if rule in ("prior", "onecall", "prior-float") or segment.frames == 0:
                 return segment
             _, oracle = self.whole(inputs)
             body = {k: v for k, v in segment.statistics.items() if k not in prior}
@@ -624,6 +624,7 @@ def corpus_rules(names: list[str]) -> None:
 
     async def run(rule: str) -> str:
         streamed.StreamedDecoder.open = ruled(rule)  # type: ignore[method-assign]
+        kernels, owner.kernels = owner.kernels, None if rule == "prior-float" else owner.kernels
         synthesizer = Synthesizer(engine, g2p, Scheduler(1), progressive=rule != "onecall")
         errors = []
         try:
@@ -635,6 +636,7 @@ def corpus_rules(names: list[str]) -> None:
         finally:
             synthesizer.close()
             streamed.StreamedDecoder.open = opened  # type: ignore[method-assign]
+            owner.kernels = kernels
         got = total(errors)
         return f"| {rule} | {got.errors}/{got.words} | {got.rate:.3f} |"
 

@@ -19,6 +19,7 @@ import torch
 from model_server.engines.base import SAMPLES_PER_FRAME, CancelToken
 from model_server.engines.onnx import OnnxEngine, OnnxOptions
 from model_server.engines.streamed import FIRST_BLOCKS, LATER_BLOCK, blocks
+from model_server.engines.streaming_decoder import Kernels
 from model_server.errors import SynthesisCancelled, SynthesisFailed
 from model_server.windows import Window
 
@@ -106,12 +107,9 @@ async def test_the_same_request_under_two_schedules_gives_the_same_bytes(
     assert b"".join(got[0]) == b"".join(got[1])
 
 
-@pytest.mark.real_model
-def test_with_the_whole_calls_statistics_the_stream_is_the_whole_call(
-    engine: OnnxEngine,
-) -> None:
-    """The only approximation is the norms' statistics: given the whole call's (the oracle),
-    the segment pushed in its blocks is the whole call, to float32's rounding."""
+def _oracle_stream(engine: OnnxEngine, kernels: Kernels | None) -> tuple[np.ndarray, np.ndarray]:
+    """FOX's whole torch call, and its segment pushed in its blocks with that call's own
+    statistics (the oracle), its resblocks' convolutions computed by `kernels`."""
     from model_server.engines.registry_decoder import GRAPH_GAIN
     from model_server.engines.streaming_decoder import StreamingDecoder
 
@@ -120,22 +118,59 @@ def test_with_the_whole_calls_statistics_the_stream_is_the_whole_call(
     front = engine.front(FOX, VOICE, 1.0, CancelToken())
     x = front.features.inputs
     whole, oracle = streamed.whole(x)
-    decoder = StreamingDecoder(streamed.decoder, x.style, oracle)
-    pieces = [
-        decoder.push(
-            x.asr[..., a:b],
-            x.f0[:, 2 * a : 2 * b],
-            x.n[:, 2 * a : 2 * b],
-            x.harmonics[:, a * SAMPLES_PER_FRAME : b * SAMPLES_PER_FRAME],
-        )
-        for a, b in blocks(x.frames)
-    ]
-    pieces.append(decoder.flush())
-    stream = torch.cat(pieces, dim=-1).numpy().ravel() * GRAPH_GAIN
+
+    def push() -> torch.Tensor:
+        decoder = StreamingDecoder(streamed.decoder, x.style, oracle, kernels=kernels)
+        pieces = [
+            decoder.push(
+                x.asr[..., a:b],
+                x.f0[:, 2 * a : 2 * b],
+                x.n[:, 2 * a : 2 * b],
+                x.harmonics[:, a * SAMPLES_PER_FRAME : b * SAMPLES_PER_FRAME],
+            )
+            for a, b in blocks(x.frames)
+        ]
+        return torch.cat([*pieces, decoder.flush()], dim=-1)
+
+    stream = streamed.thread.run(push).numpy().ravel() * GRAPH_GAIN
     assert stream.size == whole.size == front.frames * SAMPLES_PER_FRAME
-    error = np.sum((stream.astype(np.float64) - whole) ** 2)
-    snr = 10 * math.log10(np.sum(whole.astype(np.float64) ** 2) / error)
+    return whole, stream
+
+
+def _snr_db(reference: np.ndarray, other: np.ndarray) -> float:
+    error = np.sum((other.astype(np.float64) - reference) ** 2)
+    return 10 * math.log10(np.sum(reference.astype(np.float64) ** 2) / error)
+
+
+@pytest.mark.real_model
+def test_with_the_whole_calls_statistics_the_stream_is_the_whole_call(
+    engine: OnnxEngine,
+) -> None:
+    """The only approximation is the norms' statistics: given the whole call's (the oracle),
+    the segment pushed in its blocks is the whole call, to float32's rounding."""
+    whole, stream = _oracle_stream(engine, None)
+    snr = _snr_db(whole, stream)
     assert snr >= 80, snr  # measured 118 dB
+
+
+@pytest.mark.real_model
+def test_the_engine_streams_its_resblocks_in_int8_close_to_the_float_call(
+    engine: OnnxEngine,
+) -> None:
+    """On a CPU with oneDNN the engine computes the generator's resblocks' convolutions in
+    int8 (as the registry graph's are): with the oracle's statistics, 8 bits' precision of
+    the float call, and not the float stream."""
+    from model_server.engines import int8
+
+    streamed = engine._streamed
+    assert streamed is not None
+    if not int8.available():
+        assert streamed.kernels is None
+        pytest.skip("this torch has no oneDNN: the stream is float")
+    assert streamed.kernels is not None
+    whole, stream = _oracle_stream(engine, streamed.kernels)
+    snr = _snr_db(whole, stream)
+    assert 20 <= snr < 80, snr  # measured 24 dB
 
 
 @pytest.mark.real_model

@@ -140,6 +140,32 @@ def test_streamed_with_the_oracle_norms_is_the_whole_call(
     assert snr_db(segment.audio, audio) >= 80.0
 
 
+@pytest.mark.skipif(DEVICE != "cpu", reason="oneDNN's int8 convolutions are the CPU's")
+def test_with_int8_convolutions_the_stream_is_close_to_the_whole_call_and_follows_its_blocks(
+    segment: Segment,
+) -> None:
+    """The residual blocks' convolutions in int8 (`int8.Int8Convs`, as the onnx engine streams
+    on a CPU): each quantises what a push gives it, so the same blocks give the same bytes and
+    the audio is the whole float call's to 8 bits' precision."""
+    from model_server.engines import int8
+
+    if not int8.available():
+        pytest.skip("this torch has no oneDNN")
+    kernels = int8.Int8Convs().kernel
+
+    def streamed(sizes: list[int]) -> Any:
+        decoder = StreamingDecoder(
+            segment.decoder, segment.style, segment.statistics, kernels=kernels
+        )
+        return torch.cat(segment.stream(sizes, decoder), dim=-1)
+
+    audio = streamed([16])
+    assert audio.shape == segment.audio.shape
+    assert torch.equal(audio, streamed([16]))
+    assert not torch.equal(audio, torch.cat(segment.stream([16]), dim=-1))  # not float's
+    assert snr_db(segment.audio, audio) >= 20.0  # measured 31 dB
+
+
 def test_a_segment_shorter_than_the_lookahead_comes_out_whole_at_the_flush(decoder: Any) -> None:
     # 5 frames: over 2 or 3 frames some channels' variance is far below the norms' epsilon, and
     # fixed statistics pass on what the whole call's own cancel (float32 rounding, amplified):

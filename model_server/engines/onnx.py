@@ -123,14 +123,17 @@ def chosen_decoder(asked: str) -> str:
 
 def _streamed_decoder(model: Path, threads: int) -> StreamedDecoder:
     """The registry graph's decoder weights in kokoro's torch `Decoder`, streamed, computing
-    on `threads` CPU threads of its own thread (built there too)."""
+    on `threads` CPU threads of its own thread (built there too); the generator's resblocks'
+    convolutions in int8 where this torch has oneDNN's (`int8`), as the graph's are."""
     import onnx
 
+    from model_server.engines import int8
     from model_server.engines.registry_decoder import registry_decoder
     from model_server.engines.streamed import StreamedDecoder, TorchThread
 
     thread = TorchThread(threads)
-    return StreamedDecoder(thread.run(registry_decoder, onnx.load(str(model))), thread)
+    decoder = thread.run(registry_decoder, onnx.load(str(model)))
+    return StreamedDecoder(decoder, thread, int8=int8.available())
 
 
 class OnnxEngine:

@@ -42,8 +42,9 @@ from torch import Tensor, nn
 
 from model_server.engines.base import SAMPLES_PER_FRAME, CancelToken, FloatAudio
 from model_server.engines.carried_norms import NormStats
+from model_server.engines.int8 import Int8Convs
 from model_server.engines.registry_decoder import GRAPH_GAIN
-from model_server.engines.streaming_decoder import Statistics, StreamingDecoder
+from model_server.engines.streaming_decoder import Kernels, Statistics, StreamingDecoder
 from model_server.errors import SynthesisCancelled, SynthesisFailed
 
 T = TypeVar("T")
@@ -168,9 +169,11 @@ class StreamedDecoder:
     """The engine's decoder: the registry's weights in kokoro's `Decoder`, shared by every
     segment's `SegmentStream`, computing on its `TorchThread`."""
 
-    def __init__(self, decoder: nn.Module, thread: TorchThread) -> None:
+    def __init__(self, decoder: nn.Module, thread: TorchThread, int8: bool = False) -> None:
         self.thread = thread
         self.decoder = decoder.eval()
+        # the generator's resblocks' convolutions in int8 (`int8.Int8Convs`), or float
+        self.kernels: Kernels | None = Int8Convs().kernel if int8 else None
         self._hooks = _PerThread(self.decoder)
         self.generator_norms = sorted(
             name
@@ -244,7 +247,9 @@ class SegmentStream:
         self.statistics = owner.body_statistics(inputs) | prior
         self._thread = owner.thread
         self._decoder = self._thread.run(
-            StreamingDecoder, owner.decoder, inputs.style, self.statistics
+            lambda: StreamingDecoder(
+                owner.decoder, inputs.style, self.statistics, kernels=owner.kernels
+            )
         )
 
     @property

@@ -148,11 +148,15 @@ class Conv1d:
         stride: int = 1,
         dilation: int = 1,
         groups: int = 1,
+        kernel: Callable[[Tensor], Tensor] | None = None,
     ) -> None:
         self.weight, self.bias = weight, bias
         self.stride, self.dilation, self.groups = stride, dilation, groups
         self.span = dilation * (weight.shape[-1] - 1) + 1
         self._pending: Tensor | None = None
+        # the valid convolution of the inputs given, when not `F.conv1d` with this weight
+        # (e.g. `int8.Int8Conv`, computing with the same weight in int8)
+        self._kernel = kernel
 
     def push(self, x: Tensor) -> Tensor:
         buffer = _cat(self._pending, x)
@@ -163,6 +167,8 @@ class Conv1d:
         count = (length - self.span) // self.stride + 1
         used = buffer[..., : (count - 1) * self.stride + self.span]
         self._pending = buffer[..., count * self.stride :]
+        if self._kernel is not None:
+            return self._kernel(used)
         return F.conv1d(used, self.weight, self.bias, self.stride, 0, self.dilation, self.groups)
 
     def flush(self) -> Tensor:
@@ -354,9 +360,10 @@ class Parallel:
         return sum(b.state_bytes() for b in self.branches) + self.join.state_bytes()
 
 
-def conv1d(module: nn.Conv1d) -> Seq:
+def conv1d(module: nn.Conv1d, kernel: Callable[[Tensor], Tensor] | None = None) -> Seq:
     """An `nn.Conv1d` (zero padding, any stride, dilation, groups; weight-normed or not),
-    streamed: its padding, then the valid convolution, with its own weight and bias."""
+    streamed: its padding, then the valid convolution, with its own weight and bias (computed
+    by `kernel` when one is given: `Conv1d`)."""
     if module.padding_mode != "zeros":
         raise ValueError(f"padding mode {module.padding_mode!r}")
     if isinstance(module.padding, str):
@@ -368,6 +375,7 @@ def conv1d(module: nn.Conv1d) -> Seq:
         module.stride[0],
         module.dilation[0],
         module.groups,
+        kernel,
     )
     return Seq(Pad(pad, pad), conv)
 

@@ -59,6 +59,8 @@ from model_server.engines.streaming import (
 Statistics = dict[str, tuple[Tensor, Tensor]]
 # told each norm's input (by the norm's name) as a push normalises it: (1, channels, steps)
 Observer = Callable[[str, Tensor], None]
+# a convolution's valid convolution, computed another way than float `F.conv1d` (or None: that)
+Kernels = Callable[[nn.Conv1d], Callable[[Tensor], Tensor]]
 
 
 @contextmanager
@@ -127,12 +129,18 @@ class _Norms:
 @dataclass(frozen=True)
 class _Build:
     """What every layer is built with: the style's decoder half, the norms' statistics, the
-    norms' names, the dtype the decoder computes in."""
+    norms' names, the dtype the decoder computes in, how the generator's resblocks'
+    convolutions compute (`kernels`: None, in float)."""
 
     style: Tensor
     norms: _Norms
     names: dict[nn.Module, str]
     dtype: Any
+    kernels: Kernels | None
+
+    def conv(self, module: nn.Conv1d) -> Seq:
+        """A generator resblock's convolution, streamed (through `kernels` when given)."""
+        return conv1d(module, None if self.kernels is None else self.kernels(module))
 
     def adain(self, module: nn.Module) -> Pointwise:
         """`AdaIN1d` with its norm's statistics given from outside (`_Norms`, read at each
@@ -232,7 +240,7 @@ def _resblock1(block: nn.Module, build: _Build) -> Seq:
         strict=True,
     ):
         branch = Seq(
-            build.adain(n1), _snake(a1), conv1d(c1), build.adain(n2), _snake(a2), conv1d(c2)
+            build.adain(n1), _snake(a1), build.conv(c1), build.adain(n2), _snake(a2), build.conv(c2)
         )
         steps.append(Parallel([branch, identity()], torch.add))  # xt + x
     return Seq(*steps)
@@ -278,7 +286,10 @@ class StreamingDecoder:
     The norms' statistics are read at each push: `set_statistics` between pushes changes them
     for the frames pushed next (a rule that carries them as the segment streams); `observe`,
     when given, is told each norm's input as a push comes to normalise it, just before (a
-    `set_statistics` from it applies to that input already)."""
+    `set_statistics` from it applies to that input already). `kernels`, when given, computes
+    the generator's resblocks' convolutions (nearly all of the decoder's multiply-adds) another
+    way, e.g. `int8.Int8Convs.kernel`; the body's stay float, as its errors reach every
+    sample after it (docs/measured.md)."""
 
     def __init__(
         self,
@@ -287,6 +298,7 @@ class StreamingDecoder:
         statistics: Statistics,
         source_ahead: int = SOURCE_AHEAD,
         observe: Observer | None = None,
+        kernels: Kernels | None = None,
     ) -> None:
         gen = decoder.generator
         self._per_half_frame = int(gen.f0_upsamp.scale_factor)  # source samples per F0 step
@@ -298,7 +310,7 @@ class StreamingDecoder:
         dtype = next(decoder.parameters()).dtype
         names = {module: name for name, module in decoder.named_modules()}
         self._norms = _Norms(statistics, dtype, observe)
-        build = _Build(style.to(dtype), self._norms, names, dtype)
+        build = _Build(style.to(dtype), self._norms, names, dtype, kernels)
         with torch.inference_mode():
             # the body, at the frame rate (2 x frames for the F0 and N curves, and after pool)
             self._f0 = conv1d(decoder.F0_conv)
