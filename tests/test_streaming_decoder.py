@@ -191,6 +191,39 @@ def test_the_audio_trails_the_frames_by_a_fixed_lookahead(segment: Segment) -> N
     assert outs[-1].shape[-1] == lookahead  # the flush gives the rest
 
 
+def test_given_the_bodys_output_the_generator_streams_alone_a_shorter_lookahead_behind(
+    segment: Segment,
+) -> None:
+    """`push_generator`: the body's output of the whole segment (as the onnx engine's stream
+    has it from the body's whole pass) pushed into the generator frame by frame is the whole
+    call, and the audio trails the frames by the generator's lookahead alone."""
+    from model_server.engines.streamed import decode_body
+
+    with torch.inference_mode():
+        body = decode_body(segment.decoder, segment.asr, segment.f0, segment.n, segment.style)
+    assert body.shape[-1] == 2 * FRAMES
+    decoder = StreamingDecoder(segment.decoder, segment.style, segment.statistics)
+    outs = [
+        decoder.push_generator(
+            body[..., 2 * k : 2 * k + 2],
+            segment.harmonics[:, k * SAMPLES_PER_FRAME : (k + 1) * SAMPLES_PER_FRAME],
+        )
+        for k in range(FRAMES)
+    ]
+    outs.append(decoder.flush())
+    audio = torch.cat(outs, dim=-1)
+    assert audio.shape == segment.audio.shape
+    assert snr_db(segment.audio, audio) >= 80.0
+    lookahead = FRAMES * SAMPLES_PER_FRAME - sum(o.shape[-1] for o in outs[:-1])
+    # the whole decoder's is 10.5-14 frames (the test above); the generator's alone 2.6 here
+    # (one resblock kernel a stage), 5.4 with Kokoro-82M's three (tests/test_streamed.py)
+    assert 2 * SAMPLES_PER_FRAME < lookahead < 7 * SAMPLES_PER_FRAME
+    assert outs[-1].shape[-1] == lookahead
+    # one stream is pushed one way
+    with pytest.raises(RuntimeError, match="the whole decoder's inputs or the generator's"):
+        decoder.push(segment.asr[..., :1], segment.f0[:, :2], segment.n[:, :2], body[..., :0])
+
+
 def test_the_state_carried_is_the_layers_caches_and_delay_lines(segment: Segment) -> None:
     decoder = StreamingDecoder(segment.decoder, segment.style, segment.statistics)
     segment.stream([4], decoder)  # flushed: nothing left

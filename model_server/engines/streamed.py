@@ -3,17 +3,20 @@
 weights, `registry_decoder`), so a segment's audio is one call's, however it is asked for.
 
 A segment's front pass (the onnx front graph: aligned features, F0 and N curves, the harmonic
-source, durations) opens a `SegmentStream`; `take(start, end)` answers the audio of frames
-`[start, end)`, pushing the segment's frames into the decoder in fixed blocks (`blocks`: 16
-frames at first, then 32, then 64) as far as those samples need (the decoder's lookahead,
-13.3 frames, behind the frames pushed). The blocks are the segment's, never the caller's: how
-the synthesizer windows a segment (which follows the machine's speed) changes when its audio is
-computed, not its samples. Nothing is decoded twice and there is no seam to hide.
+source, durations) opens a `SegmentStream`, which runs the decoder's body (its frame-rate
+layers, about 5 % of the decoder) over the whole segment at once: its norms' statistics are then
+the segment's own, and its output is the whole call's. `take(start, end)` answers the audio of
+frames `[start, end)`, pushing that output into the generator in fixed blocks (`blocks`: 16
+frames at first, then 32, then 64) as far as those samples need (the generator's lookahead,
+about 5 frames, behind the frames pushed). The blocks are the segment's, never the caller's:
+how the synthesizer windows a segment (which follows the machine's speed) changes when its audio
+is computed, not its samples. Nothing is decoded twice and there is no seam to hide. The
+generator's resblocks compute in int8 where this torch has oneDNN (`int8`), as the registry
+graph's convolutions do.
 
 The one approximation is the instance norms' statistics (Kokoro's AdaIN norms the whole
 segment's, which no stream knows before its end; docs/measured.md, 2026-12-06):
-- the body's (frame-rate layers, about 5 % of the decoder) exact: one whole-segment body pass
-  when the segment opens, its norms' statistics recorded;
+- the body's exact: recorded in its whole-segment pass;
 - the generator's the voice's prior: its statistics over `carried_norms.CALIBRATION_PHONEMES`
   (two sentences, about 11 s), computed once per voice and kept in the cache directory, the
   same for every frame of the segment. Over the quality corpus (430 words, jm_kumo, in
@@ -191,15 +194,15 @@ class StreamedDecoder:
             audio = self.decoder(inputs.asr, inputs.f0, inputs.n, inputs.style)
         return (audio * GRAPH_GAIN).numpy().ravel(), dict(found)
 
-    def body_statistics(self, inputs: Inputs) -> Statistics:
-        """The body's norms' statistics over the whole segment: one pass of its frame-rate
-        layers."""
-        return self.thread.run(self._body_statistics, inputs)
+    def body(self, inputs: Inputs) -> tuple[Tensor, Statistics]:
+        """One pass of the body (its frame-rate layers) over the whole segment: its output (the
+        generator's input, (1, channels, 2 x frames)) and its norms' statistics."""
+        return self.thread.run(self._body, inputs)
 
-    def _body_statistics(self, inputs: Inputs) -> Statistics:
+    def _body(self, inputs: Inputs) -> tuple[Tensor, Statistics]:
         with torch.inference_mode(), self._hooks.recording() as found:
-            decode_body(self.decoder, inputs.asr, inputs.f0, inputs.n, inputs.style)
-        return dict(found)
+            out = decode_body(self.decoder, inputs.asr, inputs.f0, inputs.n, inputs.style)
+        return out, dict(found)
 
     def prior(self, generator: Statistics, frames: float) -> NormStats:
         """The generator's statistics as `NormStats` (sums over `frames` frames, by
@@ -243,14 +246,26 @@ class SegmentStream:
         self._decoder: StreamingDecoder | None = None
         if self.frames == 0:
             return
-        # the body's own, the generator's the voice's (docstring)
-        self.statistics = owner.body_statistics(inputs) | prior
+        # the body's own, the generator's the voice's (docstring); the body's output is the
+        # whole call's, so only the generator streams
+        self._body, body_statistics = owner.body(inputs)
+        self.statistics = body_statistics | prior
         self._thread = owner.thread
         self._decoder = self._thread.run(
             lambda: StreamingDecoder(
                 owner.decoder, inputs.style, self.statistics, kernels=owner.kernels
             )
         )
+
+    @property
+    def pushed(self) -> int:
+        """How many of the segment's blocks have gone into the generator."""
+        return self._pushed
+
+    @property
+    def computed(self) -> int:
+        """Samples computed so far (taken or not)."""
+        return self._computed
 
     @property
     def next_start(self) -> int:
@@ -287,12 +302,9 @@ class SegmentStream:
         with torch.inference_mode():
             if self._pushed < len(self._blocks):
                 a, b = self._blocks[self._pushed]
-                x = self.inputs
-                out = decoder.push(
-                    x.asr[..., a:b],
-                    x.f0[:, 2 * a : 2 * b],
-                    x.n[:, 2 * a : 2 * b],
-                    x.harmonics[:, a * SAMPLES_PER_FRAME : b * SAMPLES_PER_FRAME],
+                out = decoder.push_generator(
+                    self._body[..., 2 * a : 2 * b],
+                    self.inputs.harmonics[:, a * SAMPLES_PER_FRAME : b * SAMPLES_PER_FRAME],
                 )
                 self._pushed += 1
             elif self._pushed == len(self._blocks):

@@ -363,7 +363,9 @@ class StreamingDecoder:
                 ISTFT(n_fft, hop, window),
             )
         self._stage_steps = [0] * len(self._stages)  # steps each stage's upsampling gave
-        self._like: tuple[Tensor, Tensor, Tensor, Tensor] | None = None
+        # what the first push was (empty, for the flush): the whole decoder's four inputs, or
+        # the generator's two (`push_generator`)
+        self._like: tuple[Tensor, ...] | None = None
 
     @property
     def statistics(self) -> Statistics:
@@ -379,17 +381,35 @@ class StreamingDecoder:
 
     def push(self, asr: Tensor, f0: Tensor, n: Tensor, harmonics: Tensor) -> Tensor:
         """The audio (1, 1, samples) the frames pushed so far determine, after what came."""
-        if self._like is None:
-            self._like = (asr[..., :0], f0[..., :0], n[..., :0], harmonics[..., :0])
+        self._first((asr, f0, n, harmonics))
         with torch.inference_mode():
             return self._step(asr, f0, n, harmonics, final=False)
+
+    def push_generator(self, body: Tensor, harmonics: Tensor) -> Tensor:
+        """As `push`, for a caller that has the body's output already (the generator's input,
+        (1, channels, 2 x frames), as `Decoder.forward` computes it over the whole segment):
+        only the generator streams, so the audio trails the frames by the generator's
+        lookahead alone (about 5 frames, not 13.3). Not mixed with `push` in one stream."""
+        self._first((body, harmonics))
+        with torch.inference_mode():
+            return self._generator(body, harmonics, final=False)
+
+    def _first(self, inputs: tuple[Tensor, ...]) -> None:
+        if self._like is None:
+            self._like = tuple(t[..., :0] for t in inputs)
+        elif len(self._like) != len(inputs):
+            raise RuntimeError("a stream is pushed the whole decoder's inputs or the generator's")
 
     def flush(self) -> Tensor:
         """The rest of the segment's audio: the input is over."""
         if self._like is None:
             raise RuntimeError("flush before any push")
         with torch.inference_mode():
-            return self._step(*self._like, final=True)
+            if len(self._like) == 2:
+                body, harmonics = self._like
+                return self._generator(body, harmonics, final=True)
+            asr, f0, n, harmonics = self._like
+            return self._step(asr, f0, n, harmonics, final=True)
 
     def _step(self, asr: Tensor, f0: Tensor, n: Tensor, harmonics: Tensor, final: bool) -> Tensor:
         f0_down = _through(self._f0, final, f0.unsqueeze(1))
@@ -401,6 +421,9 @@ class StreamingDecoder:
             if concatenate:
                 x = _through(join, final, x, asr_res, f0_down, n_down)
             x = _through(block, final, x)
+        return self._generator(x, harmonics, final)
+
+    def _generator(self, x: Tensor, harmonics: Tensor, final: bool) -> Tensor:
         self._body_out += x.shape[-1]
         # the source goes in only as far ahead of the body as its branches read: what it would
         # run ahead by waits here, one channel, not in the delay lines of 256 and 128 after it
