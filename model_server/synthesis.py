@@ -36,7 +36,7 @@ from model_server.text.g2p import G2P
 from model_server.text.split import split_phonemes
 from model_server.text.words import WordMap, map_words
 from model_server.timings import WordClock
-from model_server.windows import Joiner, Schedule, Speed, plan_windows
+from model_server.windows import EXACT_FIRST, Joiner, Schedule, Speed, plan_windows
 
 log = logging.getLogger(__name__)
 
@@ -78,8 +78,12 @@ class Synthesizer:
         )
         self.schedule = schedule or Schedule()
         if self.progressive is not None and self.progressive.exact_windows:
-            # nothing to hide at a seam, nothing to decode twice
-            self.schedule = replace(self.schedule, context=0, body_context=0, crossfade=0)
+            # nothing to hide at a seam, nothing to decode twice: no context, no crossfade, and
+            # by default `EXACT_FIRST` frames first
+            exact = replace(self.schedule, context=0, body_context=0, crossfade=0)
+            self.schedule = (
+                exact if schedule else replace(exact, first=EXACT_FIRST, smallest=EXACT_FIRST)
+            )
         scheduler.progressive = self.progressive is not None  # its /load says so
         # G2P is quick but espeak-ng is single-threaded: one thread, off the event loop.
         self._g2p_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="g2p")

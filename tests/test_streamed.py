@@ -90,26 +90,32 @@ async def test_the_same_request_under_two_schedules_gives_the_same_bytes(
     from model_server.scheduler import Scheduler
     from model_server.synthesis import Synthesizer
     from model_server.text.g2p import english_g2p
-    from model_server.windows import Schedule
+    from model_server.windows import EXACT_FIRST, Schedule
 
     g2p = english_g2p()
     text = "Your order shipped this morning. It arrives Friday."
     request = SynthesisRequest(text, VOICE, 1.0, "r")
     got = []
-    for schedule in (Schedule(), Schedule(first=40, largest=40, smallest=40)):
+    # the default (an exact engine's: `EXACT_FIRST` frames first), the windows decoder's
+    # ladder, and one of 40 frames
+    for schedule in (None, Schedule(), Schedule(first=40, largest=40, smallest=40)):
         synthesizer = Synthesizer(engine, g2p, Scheduler(1), schedule=schedule)
+        assert synthesizer.schedule.context == synthesizer.schedule.crossfade == 0
+        if schedule is None:
+            assert synthesizer.schedule.first == EXACT_FIRST
         try:
             chunks = [c async for c in synthesizer.stream(request, "k")]
         finally:
             synthesizer.close()
         got.append(chunks)
-    assert [len(c) for c in got[0]] != [len(c) for c in got[1]]  # other windows
-    assert b"".join(got[0]) == b"".join(got[1])
+    assert len({tuple(len(c) for c in chunks) for chunks in got}) == 3  # other windows
+    assert b"".join(got[0]) == b"".join(got[1]) == b"".join(got[2])
 
 
 def _oracle_stream(engine: OnnxEngine, kernels: Kernels | None) -> tuple[np.ndarray, np.ndarray]:
-    """FOX's whole torch call, and its segment pushed in its blocks with that call's own
-    statistics (the oracle), its resblocks' convolutions computed by `kernels`."""
+    """FOX's whole torch call, and its segment streamed as the engine streams it (the body's
+    whole pass, its output pushed into the generator in the segment's blocks) with that
+    call's own statistics (the oracle), its resblocks' convolutions computed by `kernels`."""
     from model_server.engines.registry_decoder import GRAPH_GAIN
     from model_server.engines.streaming_decoder import StreamingDecoder
 
@@ -119,13 +125,13 @@ def _oracle_stream(engine: OnnxEngine, kernels: Kernels | None) -> tuple[np.ndar
     x = front.features.inputs
     whole, oracle = streamed.whole(x)
 
+    body, _ = streamed.body(x)
+
     def push() -> torch.Tensor:
         decoder = StreamingDecoder(streamed.decoder, x.style, oracle, kernels=kernels)
         pieces = [
-            decoder.push(
-                x.asr[..., a:b],
-                x.f0[:, 2 * a : 2 * b],
-                x.n[:, 2 * a : 2 * b],
+            decoder.push_generator(
+                body[..., 2 * a : 2 * b],
                 x.harmonics[:, a * SAMPLES_PER_FRAME : b * SAMPLES_PER_FRAME],
             )
             for a, b in blocks(x.frames)
@@ -171,6 +177,20 @@ def test_the_engine_streams_its_resblocks_in_int8_close_to_the_float_call(
     whole, stream = _oracle_stream(engine, streamed.kernels)
     snr = _snr_db(whole, stream)
     assert 20 <= snr < 80, snr  # measured 24 dB
+
+
+@pytest.mark.real_model
+def test_a_block_gives_its_frames_but_the_generators_lookahead(engine: OnnxEngine) -> None:
+    """The body ran over the whole segment when it opened: the audio trails the frames pushed
+    by the generator's lookahead alone (5.4 frames), so a first window of 24 frames needs two
+    blocks of 16, not three."""
+    front = engine.front(FOX, VOICE, 1.0, CancelToken())
+    engine.decode(front, Window(0, 1, 0, 0), CancelToken())
+    assert front.features.pushed == 1
+    behind = FIRST_BLOCKS[0] * SAMPLES_PER_FRAME - front.features.computed
+    assert 5 * SAMPLES_PER_FRAME < behind < 6 * SAMPLES_PER_FRAME
+    engine.decode(front, Window(1, 24, 0, 0), CancelToken())
+    assert front.features.pushed == 2
 
 
 @pytest.mark.real_model
@@ -240,9 +260,13 @@ def test_the_onnx_engine_needs_torch_only_for_the_stream(
     from model_server.engines import onnx
     from model_server.errors import ModelUnavailable
 
+    # here torch and kokoro are installed: the default is the stream
+    assert onnx.OnnxOptions().decoder == "auto"
+    assert onnx.chosen_decoder("auto") == "stream"
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     assert onnx.chosen_decoder("windows") == "windows"
+    assert onnx.chosen_decoder("auto") == "windows"
     with pytest.raises(ModelUnavailable, match="torch extra"):
         onnx.chosen_decoder("stream")
-    with pytest.raises(ValueError, match="one of windows, stream"):
-        onnx.chosen_decoder("auto")
+    with pytest.raises(ValueError, match="one of auto, stream, windows"):
+        onnx.chosen_decoder("exact")

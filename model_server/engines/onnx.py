@@ -89,11 +89,12 @@ class OnnxOptions:
     shared_threads: int = 0
     spinning: bool = False  # busy-wait between ops: faster alone, wasteful beside other workers
     progressive: bool = True  # also load the front graph and a decoder for windows
-    # the decoder of progressive synthesis: windows (the body and generator graphs over
-    # windows with context, crossfaded, the norms carried: `carried_norms`) or stream (every
-    # layer's state carried, exact, the voice's prior for the generator's norms: `streamed`;
-    # torch with the registry's weights, slower than the int8 graphs on a CPU: docs/measured.md)
-    decoder: str = "windows"
+    # the decoder of progressive synthesis: stream (every layer's state carried, exact, the
+    # voice's prior for the generator's norms: `streamed`; torch with the registry's weights,
+    # the generator's resblocks in int8), windows (the body and generator graphs over windows
+    # with context, crossfaded, the norms carried: `carried_norms`), or auto: stream where
+    # torch and kokoro are installed, else windows (`chosen_decoder`)
+    decoder: str = "auto"
 
 
 # how each decoder input is sliced for a window of frames [start, end): its axis and the
@@ -108,15 +109,19 @@ _PER_FRAME = {
 }
 
 
-DECODERS = ("windows", "stream")
+DECODERS = ("auto", "stream", "windows")
 
 
 def chosen_decoder(asked: str) -> str:
-    """`OnnxOptions.decoder`, checked: stream needs torch and kokoro (the project's `torch`
-    extra, which `make setup` installs)."""
+    """`OnnxOptions.decoder`, checked and resolved: stream needs torch and kokoro (the
+    project's `torch` extra, which `make setup` installs); auto is stream where they are
+    installed, windows where not (the CPU image)."""
     if asked not in DECODERS:
         raise ValueError(f"decoder {asked!r}: one of {', '.join(DECODERS)}")
-    if asked == "stream" and any(importlib.util.find_spec(m) is None for m in ("torch", "kokoro")):
+    missing = any(importlib.util.find_spec(m) is None for m in ("torch", "kokoro"))
+    if asked == "auto":
+        return "windows" if missing else "stream"
+    if asked == "stream" and missing:
         raise ModelUnavailable("--decoder stream needs torch and kokoro (the torch extra)")
     return asked
 
@@ -155,7 +160,7 @@ class OnnxEngine:
         self._prior_lock = threading.Lock()  # one calibration at a time
         self._prior_key = ""
         self._prior_dir = cache_dir / "norm-priors"
-        decoder = chosen_decoder(options.decoder)
+        decoder = self.decoder = chosen_decoder(options.decoder)
         if options.progressive:
             parts = split_models(model, cache_dir)
             self._front_sessions = self._sessions(parts[0], alone, shared, options.spinning)
@@ -180,10 +185,11 @@ class OnnxEngine:
         )
         self.threads = (alone, shared)
         log.info(
-            "onnx engine: %s, %d threads per call (%d beside another), voices %s; %s",
+            "onnx engine: %s, %d threads per call (%d beside another), %s, voices %s; %s",
             model,
             alone,
             shared,
+            f"progressive decoder {decoder}" if options.progressive else "whole calls",
             ", ".join(self._packs),
             self.voice_note,
         )
@@ -208,7 +214,8 @@ class OnnxEngine:
 
     @property
     def description(self) -> str:
-        return f"onnx on cpu ({self.threads[0]} threads)"
+        decoder = "" if self._front_sessions is None else f", decoder {self.decoder}"
+        return f"onnx on cpu ({self.threads[0]} threads{decoder})"
 
     def voices(self) -> dict[str, str]:
         return dict(self._origin)
