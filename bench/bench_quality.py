@@ -16,13 +16,19 @@ hear. Starts the real model server and gateway (separate processes, `make dev` d
   beside the one batch), and 3-second windows of the paced gateway replies centred on the
   joins between chunks against windows centred inside chunks (MOS only: a window cuts words;
   short clips score lower, so windows are compared only with windows);
-- progressive: each reply from a model server with `--progressive on` (the decoder over
-  windows, one binary frame per window on the WebSocket) beside one
-  from a second model server with `--progressive off` (one engine call per segment), the whole
-  corpus: MOS and WER of each, and the seam detector (`quality/seams.py`: the largest step,
-  the high-frequency energy and the level change at each seam, against the rest of the clip)
-  at the seams between windows, beside the same measures at the same points of the
-  one-call audio (where there is no seam);
+- progressive: each reply from model servers with `--progressive on`, one with each decoder
+  (`--decoder stream`, and `--decoder windows`, the default; one binary frame per window on
+  the WebSocket), beside one from a model server with `--progressive off` (one engine call
+  per segment), the whole corpus: MOS and WER of each, and the seam detector
+  (`quality/seams.py`: the largest step, the high-frequency energy and the level change at
+  each seam, against the rest of the clip) at the windows decoder's seams, beside the same
+  measures at the same points of the stream's and the one-call audio;
+- stack: the path users get, end to end: each reply through the default gateway and model
+  server (`make dev`'s settings, the SSE route, paced like an LLM), quiet, and again while a
+  second conversation streams another reply through the same gateway, against one engine call
+  per segment (a model server with `--progressive off`); every clip given the same silent
+  margins (`MARGIN_S`) before the judges, as the served audio starts and ends closer to the
+  speech than one call's;
 - layouts (not run by default): the decoder's window layouts at a fixed speed, in this
   process (`bench/window_layouts.py`): one call per segment, the default schedule as a
   reply's first segment, the same with wider context, and the largest windows; MOS, WER and
@@ -61,6 +67,9 @@ from quality.baseline import Baseline
 from quality.wer import WordErrors, total, word_errors
 
 WINDOW_S = 3.0
+# silence around every clip of the stack section: PocketSphinx misreads a first word that
+# starts within a few ms of its clip, and one call keeps more of its pauses than served audio
+MARGIN_S = 0.5
 # (format, kbit/s) judged beside the registry's own setting of each codec
 BITRATES: dict[str, tuple[int, ...]] = {
     "mp3": (32, 40, 48, 64, 96),
@@ -223,6 +232,8 @@ def run(args: argparse.Namespace) -> dict[str, list[tuple[str, Score]]]:
                 tables["progressive"], seam_rows = progressive_tables(judge, default, replies)
                 tables["progressive seams"] = seam_rows
 
+            if "stack" in args.sections:
+                tables["stack"] = stack_table(judge, urls.gateway, default, replies)
             if "layouts" in args.sections:
                 tables["window layouts"] = layout_table(judge, default, replies)
             if "format" in args.sections:
@@ -336,6 +347,60 @@ async def ws_reply(url: str, text: str, voice: str) -> tuple[bytes, list[int]]:
             if event["type"] == "error":
                 raise RuntimeError(f"model server error: {event}")
     raise RuntimeError("the model server closed early")
+
+
+def margined(pcm: bytes, spoken: str) -> Clip:
+    """A PCM clip with `MARGIN_S` of silence on each side."""
+    samples = judges.decode(pcm, "pcm")
+    pad = np.zeros(int(MARGIN_S * judges.JUDGE_RATE), samples.dtype)
+    return Clip(np.concatenate([pad, samples, pad]), spoken)
+
+
+def stack_table(
+    judge: Judges, gateway: str, voice: str, replies: list[corpus.Reply]
+) -> list[tuple[str, Score]]:
+    """The default stack end to end, quiet and with a second conversation beside it, against
+    one call per segment (the module's docstring)."""
+    started = time.perf_counter()
+
+    refused = 0  # second conversations the gateway refused (then the machine was not busy)
+
+    async def busy(reply: corpus.Reply, other: corpus.Reply) -> GatewayReply:
+        nonlocal refused
+        mine, second = await asyncio.gather(
+            gateway_reply(gateway, reply.text, voice, True),
+            gateway_reply(gateway, other.text, voice, True),
+            return_exceptions=True,
+        )
+        if isinstance(mine, BaseException):
+            raise mine
+        refused += isinstance(second, BaseException)
+        return mine
+
+    with (
+        stack(["--progressive", "off"], []) as off,
+        httpx.Client(base_url=off.model_server, timeout=600) as whole_http,
+    ):
+        whole = [batch(whole_http, r.text, voice) for r in replies]
+    quiet = [asyncio.run(gateway_reply(gateway, r.text, voice, True)) for r in replies]
+    beside = [asyncio.run(busy(r, replies[(k + 1) % len(replies)])) for k, r in enumerate(replies)]
+    rows = [
+        ("one call per segment (--progressive off)", whole),
+        ("the default stack, quiet", [g.pcm for g in quiet]),
+        ("the default stack, a second conversation beside it", [g.pcm for g in beside]),
+    ]
+    scored = [
+        (label, judge.judge([margined(p, r.spoken) for p, r in zip(pcms, replies, strict=True)]))
+        for label, pcms in rows
+    ]
+    for label, score in scored:
+        print(f"  stack {label:<52} {describe(score)}", flush=True)
+    print(
+        f"  [stack: {time.perf_counter() - started:.0f} s; second conversations refused: "
+        f"{refused} of {len(replies)}]",
+        flush=True,
+    )
+    return scored
 
 
 def progressive_tables(
@@ -463,8 +528,9 @@ def main() -> None:
     parser.add_argument("--judges", type=int, default=os.cpu_count() or 1, help="processes")
     parser.add_argument(
         "--sections",
-        default="voice,format,plan,progressive",
-        help="which tables (plan: chunk plans, joins; progressive: windows against one call; "
+        default="voice,format,plan,stack,progressive",
+        help="which tables (plan: chunk plans, joins; stack: the default stack end to end, "
+        "quiet and busy, against one call; progressive: the decoders against one call; "
         "layouts: window layouts at a fixed speed, not run by default)",
     )
     parser.add_argument(
