@@ -15,6 +15,7 @@ every layer's state carried, windows without context), imported only then."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import logging
 import os
@@ -71,8 +72,7 @@ from model_server.text.split import MAX_PHONEMES
 from model_server.windows import Window
 
 if TYPE_CHECKING:  # torch: imported only with --decoder stream (the CPU image has none)
-    from model_server.engines.streamed import StreamedDecoder
-    from model_server.engines.streaming_decoder import Statistics
+    from model_server.engines.streamed import LengthPrior, StreamedDecoder
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ class OnnxEngine:
         self._streamed: StreamedDecoder | None = None
         self._norms = 0
         self._priors: dict[str, NormStats] = {}
-        self._stream_priors: dict[str, Statistics] = {}
+        self._stream_priors: dict[str, LengthPrior] = {}
         self._prior_lock = threading.Lock()  # one calibration at a time
         self._prior_key = ""
         self._prior_dir = cache_dir / "norm-priors"
@@ -267,7 +267,7 @@ class OnnxEngine:
         return frames, char_durations(phonemes, self._vocab, durations), features
 
     def _stream_front(
-        self, phonemes: str, voice: str, speed: float, cancel: CancelToken, prior: Statistics
+        self, phonemes: str, voice: str, speed: float, cancel: CancelToken, prior: LengthPrior
     ) -> Front:
         from model_server.engines.streamed import Inputs
 
@@ -276,7 +276,7 @@ class OnnxEngine:
         if not tokens:
             return Front(0, np.zeros(len(phonemes) + 2, np.int64), SAMPLES_PER_FRAME, None)
         frames, durations, features = self._front_pass(phonemes, feed, cancel)
-        stream = self._streamed.open(Inputs.from_graph(features), prior)
+        stream = self._streamed.open(Inputs.from_graph(features), prior.at(frames))
         return Front(frames, durations, SAMPLES_PER_FRAME, stream)
 
     def decode(self, front: Front, window: Window, cancel: CancelToken) -> FloatAudio:
@@ -351,44 +351,51 @@ class OnnxEngine:
             self._priors[voice] = prior
             return prior
 
-    def _stream_prior(self, voice: str) -> Statistics:
-        """The streamed decoder's prior for `voice`: its generator norms' statistics over the
-        reference text, from memory, the cache directory, or computed (once per voice: one
-        whole decoder call over each reference sentence)."""
+    def _stream_prior(self, voice: str) -> LengthPrior:
+        """The streamed decoder's prior for `voice`: its generator norms' statistics at each
+        length of `streamed.LENGTH_CALIBRATION`, from memory, the cache directory, or computed
+        (once per voice: one whole decoder call over each phrase, about 35 s of speech)."""
+        from model_server.engines.streamed import LENGTH_CALIBRATION, LengthPrior
+
         streamed = self._streamed
         assert streamed is not None
         with self._prior_lock:
             known = self._stream_priors.get(voice)
             if known is not None:
                 return known
-            stats = voice_prior(
-                self._prior_dir,
-                voice,
-                self._prior_key,
-                self._packs[voice],
-                self._norms,
-                lambda: self._calibrate_stream(voice),
-            )
-            prior = streamed.prior_statistics(stats)
+            points = []
+            for name, phrases in LENGTH_CALIBRATION.items():
+                stats = voice_prior(
+                    self._prior_dir,
+                    voice,
+                    "\n".join([self._prior_key, name, *phrases]),
+                    self._packs[voice],
+                    self._norms,
+                    functools.partial(self._calibrate_stream, voice, phrases),
+                )
+                points.append((stats.frames, streamed.prior_statistics(stats)))
+            prior = LengthPrior(tuple(points))
             self._stream_priors[voice] = prior
             return prior
 
-    def _calibrate_stream(self, voice: str) -> NormStats:
+    def _calibrate_stream(self, voice: str, phrases: tuple[str, ...]) -> NormStats:
+        """The generator norms' statistics of `phrases`, each phrase's own (a whole call)
+        averaged, at their average length."""
         from model_server.engines.streamed import Inputs, pooled
 
         streamed = self._streamed
         assert streamed is not None
         total: dict[str, Any] = {}
-        frames = 0.0
-        for phonemes in CALIBRATION_PHONEMES:
+        frames = []
+        for count, phonemes in enumerate(phrases):
             _, feed = self._feed(phonemes, voice, 1.0)
             n, _, features = self._front_pass(phonemes, feed, CancelToken())
             _, found = streamed.whole(Inputs.from_graph(features))
             for name in streamed.generator_norms:
                 stats = found[name]
-                total[name] = pooled(total[name], frames, stats, n) if frames else stats
-            frames += n
-        return streamed.prior(total, frames)
+                total[name] = pooled(total[name], count, stats, 1) if count else stats
+            frames.append(n)
+        return streamed.prior(total, sum(frames) / len(frames))
 
     def _calibrate(self, voice: str, norms: int) -> NormStats:
         """The statistics of every norm over the reference text, each segment in one window."""
