@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import random
 import re
-from collections.abc import Iterator
 
 import httpx
 import numpy as np
@@ -25,7 +24,7 @@ from tests.support.gateway_client import (
     sse_post,
     wait_for_metric,
 )
-from tests.support.servers import RunningServer, serve, serve_real_model
+from tests.support.servers import RunningServer
 
 pytestmark = pytest.mark.real_model
 
@@ -158,28 +157,13 @@ def voiced_s(pcm: bytes) -> float:
     return float((rms > 0.01 * rms.max()).sum() * 0.02)
 
 
-@pytest.fixture(scope="module")
-def stream_gateway() -> Iterator[RunningServer]:
-    """The real gateway in front of a real model server with the streamed decoder
-    (`--decoder stream`), whose samples do not follow the machine's speed."""
-    from gateway.app import create_app as create_gateway
-    from gateway.config import Settings as GatewaySettings
-    from model_server.config import Settings
-
-    with serve_real_model(Settings(workers=2, english_voices="off", decoder="stream")) as model:
-        app = create_gateway(GatewaySettings(model_server_url=model.http_url))
-        with serve(app) as running:
-            yield running
-
-
-async def test_bidi_and_batch_give_the_same_audio_duration(stream_gateway: RunningServer) -> None:
+async def test_bidi_and_batch_give_the_same_audio_duration(gateway_server: RunningServer) -> None:
     """The same speech either way; the pauses between sentences differ with where the chunks
-    fall (a sentence end inside a bidi chunk keeps Kokoro's pause, as one call does). On the
-    streamed decoder: on the windows decoder a segment's windows, and so its level and what
-    counts as voiced here, follow the speed the server has learned (bidi 3.42 s voiced against
-    batch 3.6 in a fresh-clone run after the rest of the suite, and in the issue that asked for
-    exact streaming; 5 % apart, the bound below)."""
-    gateway_server = stream_gateway
+    fall (a sentence end inside a bidi chunk keeps Kokoro's pause, as one call does). The
+    default model server streams its decoder: a segment's samples do not follow the speed the
+    server has learned (on the windows decoder its windows, and so its level and what counts as
+    voiced here, do: bidi 3.42 s voiced against batch 3.6 in a fresh-clone run after the rest of
+    the suite, 5 % apart, the bound below)."""
     durations = {}
     voiced = {}
     for mode in ("bidi", "batch"):

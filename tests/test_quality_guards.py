@@ -14,11 +14,12 @@ timing in any assertion.
   than the stored baseline (`make bench-quality BENCH_ARGS=--write-baseline`; the stored one,
   0.230, is of one call per segment) plus `WER_MARGIN`: text normalisation, G2P, the segment
   split, the voice and the trim;
-- the streamed decoder (`--decoder stream`) on the same corpus in the same run, no more than
-  `STREAM_MARGIN` over one call per segment, and a reply asked while another runs beside it
-  the same bytes as asked alone: its audio does not follow the machine's speed. The default
-  windows decoder's does, so its WER is `make bench-quality`'s alone; tests/test_progressive.py
-  guards its level, spectrum, MOS and seams at a fixed speed.
+- the default model server (progressive, the streamed decoder) on the same corpus in the same
+  run, no more than `STREAM_MARGIN` over one call per segment, and a reply asked while another
+  runs beside it the same bytes as asked alone: its audio does not follow the machine's speed.
+  The windows decoder's (`--decoder windows`, where torch is not installed) does, so its WER is
+  `make bench-quality`'s alone; tests/test_progressive.py guards its level, spectrum, MOS and
+  seams at a fixed speed.
 """
 
 from __future__ import annotations
@@ -128,35 +129,29 @@ async def test_default_voice_word_error_rate_no_worse_than_baseline(
     assert measured.rate <= baseline.rate + WER_MARGIN, (measured, baseline)
 
 
-@pytest.fixture(scope="module")
-def stream_server() -> Iterator[RunningServer]:
-    """A model server with the streamed decoder (progressive, `--decoder stream`), otherwise
-    the defaults: two workers, so a second request runs beside one."""
-    with serve_real_model(Settings(english_voices="off", decoder="stream")) as running:
-        yield running
-
-
-async def test_the_streamed_decoder_is_heard_as_one_call_and_the_same_when_busy(
-    stream_server: RunningServer, one_call_errors: list[WordErrors]
+async def test_the_default_server_is_heard_as_one_call_and_the_same_when_busy(
+    model_server: RunningServer, one_call_errors: list[WordErrors]
 ) -> None:
-    """The streamed decoder's replies (windows that follow the speed the server measures)
-    against one call per segment of the same text: the recogniser misses at most
-    `STREAM_MARGIN` more of the corpus's words; and a reply asked again while another is
-    synthesized beside it is the same bytes (the windows change when audio is computed,
-    never its samples)."""
-    async with httpx.AsyncClient(base_url=stream_server.http_url) as http:
+    """The default model server's replies (progressive, the streamed decoder: windows that
+    follow the speed the server measures) against one call per segment of the same text: the
+    recogniser misses at most `STREAM_MARGIN` more of the corpus's words; and a reply asked
+    again while another is synthesized beside it is the same bytes (the windows change when
+    audio is computed, never its samples)."""
+    async with httpx.AsyncClient(base_url=model_server.http_url) as http:
         load = (await http.get("/load")).json()
+        engine = (await http.get("/ping")).json()["engine"]
     assert load["first_window_s"] is not None, load  # the path under guard is progressive
+    assert "decoder stream" in engine, engine
     asr = judges.AsrJudge()
     replies = corpus.load()
     streamed = []
     for reply in replies:
-        pcm = await batch(stream_server, reply.text)
+        pcm = await batch(model_server, reply.text)
         streamed.append(word_errors(reply.spoken, asr.transcribe(judges.decode(pcm, "pcm"))))
         if reply in replies[:2]:  # busy: two replies at once, on the server's two workers
             other = replies[-1].text
             busy, _ = await asyncio.gather(
-                batch(stream_server, reply.text), batch(stream_server, other)
+                batch(model_server, reply.text), batch(model_server, other)
             )
             assert busy == pcm, reply.text[:40]
     got, reference = total(streamed), total(one_call_errors)

@@ -299,9 +299,13 @@ def test_the_onnx_engine_needs_torch_only_for_the_stream(
     from model_server.engines import onnx
     from model_server.errors import ModelUnavailable
 
+    # here torch and kokoro are installed: the default is the stream
+    assert onnx.OnnxOptions().decoder == "auto"
+    assert onnx.chosen_decoder("auto") == "stream"
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     assert onnx.chosen_decoder("windows") == "windows"
+    assert onnx.chosen_decoder("auto") == "windows"
     with pytest.raises(ModelUnavailable, match="torch extra"):
         onnx.chosen_decoder("stream")
-    with pytest.raises(ValueError, match="one of windows, stream"):
-        onnx.chosen_decoder("auto")
+    with pytest.raises(ValueError, match="one of auto, stream, windows"):
+        onnx.chosen_decoder("exact")

@@ -89,12 +89,13 @@ class OnnxOptions:
     shared_threads: int = 0
     spinning: bool = False  # busy-wait between ops: faster alone, wasteful beside other workers
     progressive: bool = True  # also load the front graph and a decoder for windows
-    # the decoder of progressive synthesis: windows (the body and generator graphs over
-    # windows with context, crossfaded, the norms carried: `carried_norms`) or stream (every
-    # layer's state carried, exact, the voice's prior for the generator's norms: `streamed`;
-    # torch with the registry's weights, the generator's resblocks in int8; short segments
-    # speak quieter than one call: docs/measured.md)
-    decoder: str = "windows"
+    # the decoder of progressive synthesis: stream (every layer's state carried, exact, the
+    # voice's prior at the segment's length for the generator's norms: `streamed`; torch with
+    # the registry's weights, the generator's resblocks in int8), windows (the body and
+    # generator graphs over windows with context, crossfaded, the norms carried:
+    # `carried_norms`), or auto: stream where torch and kokoro are installed, else windows
+    # (`chosen_decoder`)
+    decoder: str = "auto"
 
 
 # how each decoder input is sliced for a window of frames [start, end): its axis and the
@@ -109,15 +110,19 @@ _PER_FRAME = {
 }
 
 
-DECODERS = ("windows", "stream")
+DECODERS = ("auto", "stream", "windows")
 
 
 def chosen_decoder(asked: str) -> str:
-    """`OnnxOptions.decoder`, checked: stream needs torch and kokoro (the project's `torch`
-    extra, which `make setup` installs)."""
+    """`OnnxOptions.decoder`, checked and resolved: stream needs torch and kokoro (the
+    project's `torch` extra, which `make setup` installs); auto is stream where they are
+    installed, windows where not (the CPU image)."""
     if asked not in DECODERS:
         raise ValueError(f"decoder {asked!r}: one of {', '.join(DECODERS)}")
-    if asked == "stream" and any(importlib.util.find_spec(m) is None for m in ("torch", "kokoro")):
+    missing = any(importlib.util.find_spec(m) is None for m in ("torch", "kokoro"))
+    if asked == "auto":
+        return "windows" if missing else "stream"
+    if asked == "stream" and missing:
         raise ModelUnavailable("--decoder stream needs torch and kokoro (the torch extra)")
     return asked
 
