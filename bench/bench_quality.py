@@ -17,7 +17,7 @@ hear. Starts the real model server and gateway (separate processes, `make dev` d
   joins between chunks against windows centred inside chunks (MOS only: a window cuts words;
   short clips score lower, so windows are compared only with windows);
 - progressive: each reply from model servers with `--progressive on`, one with each decoder
-  (`--decoder stream`, and `--decoder windows`, the default; one binary frame per window on
+  (`--decoder stream`, the default, and `--decoder windows`; one binary frame per window on
   the WebSocket), beside one from a model server with `--progressive off` (one engine call
   per segment), the whole corpus: MOS and WER of each, and the seam detector
   (`quality/seams.py`: the largest step, the high-frequency energy and the level change at
@@ -425,7 +425,7 @@ def progressive_tables(
             crossfaded.append(asyncio.run(ws_reply(by_windows.model_server, reply.text, voice)))
     one_call = [pcm_clip(p, r.spoken) for p, r in zip(whole, replies, strict=True)]
     rows.append(("one call per segment (--progressive off)", judge.judge(one_call)))
-    pairs = (("--decoder stream", progressive), ("--decoder windows (default)", crossfaded))
+    pairs = (("--decoder stream (default)", progressive), ("--decoder windows", crossfaded))
     for label, got in pairs:
         clips = [pcm_clip(p, r.spoken) for (p, _), r in zip(got, replies, strict=True)]
         rows.append((f"{label} ({sum(len(s) for _, s in got)} windows)", judge.judge(clips)))

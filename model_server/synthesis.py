@@ -81,9 +81,8 @@ class Synthesizer:
             # nothing to hide at a seam, nothing to decode twice: no context, no crossfade, and
             # by default `EXACT_FIRST` frames first
             exact = replace(self.schedule, context=0, body_context=0, crossfade=0)
-            self.schedule = (
-                exact if schedule else replace(exact, first=EXACT_FIRST, smallest=EXACT_FIRST)
-            )
+            small = replace(exact, first=EXACT_FIRST, smallest=EXACT_FIRST, remainder=exact.first)
+            self.schedule = exact if schedule else small
         scheduler.progressive = self.progressive is not None  # its /load says so
         # G2P is quick but espeak-ng is single-threaded: one thread, off the event loop.
         self._g2p_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="g2p")

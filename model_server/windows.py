@@ -15,17 +15,17 @@ window is at least twice the one before (up to `largest`), or larger: the larges
 decoding, at the measured speed, fits in the time before the listener needs its audio. So the
 context's share of the compute shrinks window by window, and where synthesis is slower than
 playback (or too little audio is ahead yet to pay for a window's context) the wait before
-playback can run without a gap stays short. A remainder shorter than `first` goes into the
-window before it. A first segment's first window is smaller than `first` (down to
-`Schedule.smallest`) when, at the speed the schedule is designed for (`Schedule.design`, the
-int8 graph on 2 CPU cores), every window after it is still decoded before the audio ahead of
-it has played (`keeps_ahead`): a short segment speaks sooner, a long one keeps `first`. That
-choice reads the segment alone, never the learned speed, so the same text gives the same
-windows, and the same bytes, however busy the machine is. Worked out for a 430-frame
-(10.8 s) sentence at RTF 0.5 with 12 frames of context (24, 48, 96, 192, 70 frames): gapless
-playback could start 1.35 s after the request, at 1.22x the decoder compute of one call
-(with 6 frames, 1.11x); with the rest in one window after the first, 5.1 s at 1.06x; one
-call, 5.4 s.
+playback can run without a gap stays short. A remainder shorter than `first` (or
+`Schedule.remainder`) goes into the window before it. A first segment's first window is
+smaller than `first` (down to `Schedule.smallest`) when, at the speed the schedule is designed
+for (`Schedule.design`, the int8 graph on 2 CPU cores), every window after it is still decoded
+before the audio ahead of it has played (`keeps_ahead`): a short segment speaks sooner, a
+long one keeps `first`. That choice reads the segment alone, never the learned speed, so the
+same text gives the same windows, and the same bytes, however busy the machine is. Worked
+out for a 430-frame (10.8 s) sentence at RTF 0.5 with 12 frames of context (24, 48, 96, 192,
+70 frames): gapless playback could start 1.35 s after the request, at 1.22x the decoder
+compute of one call (with 6 frames, 1.11x); with the rest in one window after the first,
+5.1 s at 1.06x; one call, 5.4 s.
 
 The leading pause: a segment's first frames voice the pad before its first phoneme (13-17
 frames of Kokoro's output over the quality corpus), silence the trim cuts to 30 ms. So the first
@@ -92,7 +92,8 @@ class Window:
 # ready with the stream's first block (16 frames) less the generator's lookahead (5.4 frames),
 # so a first window of 8 and the leading pause's frames come from one block. In process, 2
 # cores, medians of 3 (docs/measured.md, 2026-12-06 night): "Hello there." first audio 255 ms
-# against 460 with 24, a 9 s sentence 526 ms against 622. Later windows double as usual.
+# against 460 with 24, a 9 s sentence 526 ms against 622. Later windows double as usual, and
+# a remainder shorter than the usual first window (24) still joins the window before it.
 EXACT_FIRST = 8
 
 
@@ -125,6 +126,10 @@ class Schedule:
     # for the int8 decoder on 2 cores. A 12-frame first window's seam measured HF 3.15 over
     # the corpus (one call 0.14 there), 16's 1.70 (one call 1.70)
     smallest: int = 16
+    # a segment's last frames shorter than this go into the window before them (None:
+    # `first`): a segment's trailing pause (Kokoro gives one up to about 20 frames) is never a
+    # window of its own, so its last word's timing comes with the audio it ends in
+    remainder: int | None = None
     step: int = 2
     gapless: float = 0.9
     design: tuple[float, float] = (0.045, 0.0118)
@@ -217,7 +222,8 @@ def _plan(
     needed at once."""
 
     def window(start: int, core: int) -> Window:
-        if frames - (start + core) < schedule.first:
+        remainder = schedule.first if schedule.remainder is None else schedule.remainder
+        if frames - (start + core) < remainder:
             core = frames - start  # a short remainder: into this window
         end = start + core
         context, body = schedule.context, schedule.body_context

@@ -5,6 +5,7 @@ audio so far (timings.WordClock), and the seam detector (quality/seams.py)."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -85,6 +86,18 @@ def test_each_window_is_at_least_twice_the_one_before() -> None:
     assert sizes == [24, 48, *[96] * 9, 64]  # up to the largest, 96 here
     wider = Schedule(first=24, largest=192, context=12, body_context=0, crossfade=3)
     assert [w.end - w.start for w in plan_windows(430, wider, SLOW)] == [24, 48, 96, 192, 70]
+
+
+def test_a_remainder_shorter_than_its_threshold_joins_the_window_before_it() -> None:
+    # an exact engine's schedule: 8 frames first, and the trailing pause (under 24 frames)
+    # never a window of its own, so the last word's timing comes with the audio it ends in
+    exact = Schedule(first=8, smallest=8, remainder=24, context=0, body_context=0, crossfade=0)
+    ends = [w.end for w in plan_windows(8 + 16 + 32 + 20, exact, SLOW)]
+    assert ends == [8, 24, 76]  # 20 frames left after 56: into the third window
+    assert [w.end for w in plan_windows(8 + 16 + 32 + 24, exact, SLOW)] == [8, 24, 56, 80]
+    # without it, the remainder is measured against `first`
+    ends = [w.end for w in plan_windows(76, replace(exact, remainder=None), SLOW)]
+    assert ends == [8, 24, 56, 76]
 
 
 def test_a_segment_with_audio_before_it_starts_with_a_larger_window() -> None:

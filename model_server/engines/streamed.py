@@ -17,15 +17,15 @@ graph's convolutions do.
 The one approximation is the instance norms' statistics (Kokoro's AdaIN norms the whole
 segment's, which no stream knows before its end; docs/measured.md, 2026-12-06):
 - the body's exact: recorded in its whole-segment pass;
-- the generator's the voice's prior: its statistics over `carried_norms.CALIBRATION_PHONEMES`
-  (two sentences, about 11 s), computed once per voice and kept in the cache directory, the
-  same for every frame of the segment. Over the quality corpus (430 words, jm_kumo, in
-  process) PocketSphinx misheard 97 words with it, against 93 for the int8 graph's one call per
-  segment, 99 for the torch decoder's one call (its own statistics, the oracle), and 120 for
-  the prior pooled with what each norm has normalised so far (the rule `carried_norms` gives
-  the windows): carried statistics move with the segment's opening, not with the segment.
-  Its cost is the level of segments far from the reference's (a short "Hello there." ends
-  quieter than one call's).
+- the generator's the voice's prior at the segment's length (`LengthPrior`: its statistics
+  at three lengths, `LENGTH_CALIBRATION`, computed once per voice and kept in the cache
+  directory), the same for every frame of the segment. Over the quality corpus (430 words,
+  jm_kumo, in process) PocketSphinx misheard 89 words with it, against 93 for the int8 graph's
+  one call per segment, 97 for one prior of long sentences (`carried_norms.CALIBRATION_PHONEMES`,
+  under which a short segment spoke quieter than one call: "Hello there." 15 dB per frame), 99
+  for the torch decoder's one call (its own statistics, the oracle), and 120 for the prior
+  pooled with what each norm has normalised so far (the rule `carried_norms` gives the
+  windows): carried statistics move with the segment's opening, not with the segment.
 
 The graph's iSTFT is torch's times `GRAPH_GAIN`: the stream's audio is scaled by it, so it
 speaks at the level of the graph's whole calls."""
