@@ -363,18 +363,26 @@ def stack_table(
     one call per segment (the module's docstring)."""
     started = time.perf_counter()
 
-    refused = 0  # second conversations the gateway refused (then the machine was not busy)
+    refused = {"second": 0, "judged": 0}  # replies the gateway's admission refused (503)
 
     async def busy(reply: corpus.Reply, other: corpus.Reply) -> GatewayReply:
-        nonlocal refused
-        mine, second = await asyncio.gather(
-            gateway_reply(gateway, reply.text, voice, True),
-            gateway_reply(gateway, other.text, voice, True),
-            return_exceptions=True,
-        )
-        if isinstance(mine, BaseException):
-            raise mine
-        refused += isinstance(second, BaseException)
+        """`reply` while `other` streams: the other conversation starts first; a refused reply
+        (the machine has room for one at a time) is asked again, and counted."""
+        second = asyncio.create_task(gateway_reply(gateway, other.text, voice, True))
+        await asyncio.sleep(0.3)  # its first chunk has gone to the model server
+        while True:
+            try:
+                mine = await gateway_reply(gateway, reply.text, voice, True)
+                break
+            except httpx.HTTPStatusError as exc:
+                if exc.response.status_code != 503:
+                    raise
+                refused["judged"] += 1
+                await asyncio.sleep(0.5)
+        try:
+            await second
+        except httpx.HTTPStatusError:
+            refused["second"] += 1
         return mine
 
     with (
@@ -396,8 +404,8 @@ def stack_table(
     for label, score in scored:
         print(f"  stack {label:<52} {describe(score)}", flush=True)
     print(
-        f"  [stack: {time.perf_counter() - started:.0f} s; second conversations refused: "
-        f"{refused} of {len(replies)}]",
+        f"  [stack: {time.perf_counter() - started:.0f} s; refused while busy: the judged "
+        f"reply {refused['judged']} times, the second conversation {refused['second']} times]",
         flush=True,
     )
     return scored
