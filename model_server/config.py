@@ -37,7 +37,7 @@ class Settings:
     # sentence's length; as intelligible as one call since the norms' statistics are carried
     # (docs/measured.md, "Progressive synthesis")
     progressive: bool = True
-    decoder: str = "auto"  # onnx, progressive: stream (exact), windows, auto (stream with torch)
+    decoder: str = "auto"  # progressive: stream (exact), windows, auto (stream with torch)
     threads: int = 0  # onnxruntime intra-op threads per call; 0: all cores
     max_text_chars: int = limits.MAX_TEXT_CHARS
     max_pending: int = 32  # queued + running requests per WebSocket session
@@ -93,12 +93,12 @@ _HELP = {
     "progressive": "on: voice each segment in windows of frames after one front pass, each "
     "window's audio sent as soon as it is decoded (first audio early, whatever the sentence's "
     "length); off: one engine call per segment, its audio sent when all of it is computed",
-    "decoder": "onnx, progressive: stream: the decoder carries every layer's state from block "
-    "to block (torch with the registry graph's weights, the generator's resblocks in int8; the "
-    "torch extra): a segment's samples do not depend on its windows or the machine's speed, no "
-    "seams, heard as one call; windows: the onnx graphs decode each window with context, joined "
-    "by crossfades (no torch needed); auto: stream where torch and kokoro are installed, else "
-    "windows (docs/measured.md)",
+    "decoder": "progressive: stream: the decoder carries every layer's state from block to "
+    "block (onnx: torch with the registry graph's weights, the generator's resblocks in int8, "
+    "the torch extra; torch: KModel's decoder): a segment's samples do not depend on its "
+    "windows or the machine's speed, no seams, heard as one call; windows: each window decoded "
+    "with context, joined by crossfades (onnx: no torch needed); auto: stream where torch and "
+    "kokoro are installed, else windows (docs/measured.md)",
     "threads": "CPU threads per engine call (0: all cores for onnx, torch's default for torch)",
     "max_text_chars": "longest text accepted in one request",
     "max_pending": "requests queued or running per WebSocket session",

@@ -35,6 +35,7 @@ def default_engine_factory(settings: Settings) -> Engine:
                 device=settings.device,
                 threads=settings.threads,
                 cache_dir=settings.cache_dir,
+                decoder=settings.decoder,
             )
         )
     from model_server.engines.onnx import OnnxEngine, OnnxOptions

@@ -226,7 +226,9 @@ def test_the_body_normalises_by_the_segments_own_and_the_generator_by_the_voices
     assert streamed is not None
     front = engine.front(FOX, VOICE, 1.0, CancelToken())
     _, oracle = streamed.whole(front.features.inputs)
-    prior = engine._stream_prior(VOICE).at(front.frames)
+    priors = engine._stream_priors
+    assert priors is not None
+    prior = priors(VOICE, engine._packs[VOICE]).at(front.frames)
     got = front.features.statistics
     assert set(got) == set(oracle)
     generator = {k for k in got if k.startswith("generator.")}

@@ -25,9 +25,11 @@ from websockets.asyncio.client import connect
 from model_server import cli
 from model_server.app import create_app
 from model_server.config import Settings
-from model_server.engines.base import CancelToken, Front, ProgressiveEngine
+from model_server.engines import seeded
+from model_server.engines.base import CancelToken, Front, ProgressiveEngine, tokenize
 from model_server.engines.carried_norms import CALIBRATION_PHONEMES, PRIOR_FRAMES, NormStats
 from model_server.engines.kmodel import Features, TorchEngine, TorchOptions, torch_version_ok
+from model_server.engines.seeded import segment_seed
 from model_server.errors import ModelUnavailable, SynthesisCancelled, SynthesisFailed
 from model_server.windows import Joiner, Schedule, Speed, Window, plan_windows
 from tests.support.kokoro_checkpoint import (
@@ -62,7 +64,12 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def engine(checkpoint_dir: Path, cache_dir: Path) -> TorchEngine:
-    return TorchEngine(TorchOptions(model_dir=checkpoint_dir, device=DEVICE, cache_dir=cache_dir))
+    """The engine with its windows decoder (`--decoder windows`): the whole calls, the two
+    passes and the windows' carried norms; the streamed decoder's: `streaming`."""
+    options = TorchOptions(
+        model_dir=checkpoint_dir, device=DEVICE, cache_dir=cache_dir, decoder="windows"
+    )
+    return TorchEngine(options)
 
 
 def _torch_server(
@@ -95,7 +102,6 @@ def progressive_torch_server(checkpoint_dir: Path, cache_dir: Path) -> Iterator[
 
 
 def _infer(engine: TorchEngine, phonemes: str = HELLO, speed: float = 1.0) -> np.ndarray:
-    torch.manual_seed(7)  # the vocoder's excitation noise; durations are deterministic anyway
     return engine.infer(phonemes, VOICE, speed, CancelToken())
 
 
@@ -109,7 +115,8 @@ def test_engine_output_is_kokoros_own_forward(engine: TorchEngine, checkpoint_di
     ).eval()
     pack = torch.load(checkpoint_dir / "voices" / f"{VOICE}.pt", weights_only=True)
     n_tokens = sum(c in reference.vocab for c in HELLO)
-    torch.manual_seed(7)
+    # the engine draws the harmonic source's random numbers from the segment's own seed
+    torch.manual_seed(segment_seed(_tokens(engine, HELLO), VOICE, 1.0))
     expected = reference(HELLO, pack[n_tokens - 1]).numpy()
 
     audio = _infer(engine)
@@ -129,7 +136,6 @@ def test_speed_shortens_and_phonemes_map_through_the_config_vocab(engine: TorchE
 
 
 def test_durations_come_from_pred_dur_and_add_up_to_the_audio(engine: TorchEngine) -> None:
-    torch.manual_seed(7)
     timed = engine.infer_timed("\u2603" + HELLO, VOICE, 1.0, CancelToken())
     assert timed.frame_samples == SAMPLES_PER_FRAME
     assert timed.durations.size == len(HELLO) + 3  # every character, and the two pads
@@ -149,15 +155,12 @@ def test_a_cancelled_segment_does_not_run(engine: TorchEngine) -> None:
 # Progressive synthesis: the front pass over the whole segment, the decoder over windows of it.
 
 
-def _front(engine: TorchEngine, phonemes: str = HELLO, seed: int = 7) -> Front:
-    engine.front(phonemes, VOICE, 1.0, CancelToken())  # the voice's prior, computed once
-    torch.manual_seed(seed)  # the harmonic source's random initial phase and noise
+def _front(engine: TorchEngine, phonemes: str = HELLO) -> Front:
     return engine.front(phonemes, VOICE, 1.0, CancelToken())
 
 
-def _own(engine: TorchEngine, phonemes: str = HELLO, seed: int = 7) -> Front:
+def _own(engine: TorchEngine, phonemes: str = HELLO) -> Front:
     """A front pass whose windows carry nothing: each norm its window's own statistics."""
-    torch.manual_seed(seed)
     return engine._front(phonemes, VOICE, 1.0, CancelToken(), None)
 
 
@@ -166,10 +169,9 @@ def test_the_torch_engine_has_two_passes(engine: TorchEngine) -> None:
 
 
 def test_front_and_decode_over_the_whole_segment_are_the_whole_call(engine: TorchEngine) -> None:
-    """With the seed the whole call had, the front pass draws the harmonic source's random
-    numbers the whole call drew: decoding all of its frames, nothing carried in, gives the
-    whole call's audio (the norms replaced to carry statistics are kokoro's own then)."""
-    torch.manual_seed(7)
+    """The front pass draws the harmonic source's random numbers the whole call drew (the
+    segment's seed): decoding all of its frames, nothing carried in, gives the whole call's
+    audio (the norms replaced to carry statistics are kokoro's own then)."""
     whole = engine.infer_timed(HELLO, VOICE, 1.0, CancelToken())
     front = _own(engine)
     assert front.frame_samples == SAMPLES_PER_FRAME
@@ -185,21 +187,47 @@ def test_front_and_decode_over_the_whole_segment_are_the_whole_call(engine: Torc
 
 
 def test_the_harmonic_source_is_the_front_pass_s_and_windows_slice_it(
-    engine: TorchEngine,
+    engine: TorchEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The source's randomness is drawn once, in the front pass: a window decodes the same
-    whatever the random state when it runs, and a front pass with another seed differs."""
+    """The source's randomness is drawn once, in the front pass, from the segment's seed: a
+    window decodes the same whatever the random state when either runs, the global state is
+    left as it was, and a front pass with another seed differs."""
     window = Window(0, 30, 0, 10)
-    front = _front(engine, seed=7)
+    torch.manual_seed(1)
+    front = _front(engine)
     torch.manual_seed(1)
     first = engine.decode(front, window, CancelToken())
-    front = _front(engine, seed=7)  # the same segment again: its windows go in order
+    assert torch.rand(1).item() == _first_draw(1)  # the front pass drew from a fork
     torch.manual_seed(2)
+    front = _front(engine)  # the same segment again: its windows go in order
+    torch.manual_seed(3)
     again = engine.decode(front, window, CancelToken())
     np.testing.assert_array_equal(first, again)
-    other = engine.decode(_front(engine, seed=8), window, CancelToken())
+    monkeypatch.setattr(seeded, "segment_seed", lambda *_: 12345)
+    other = engine.decode(_front(engine), window, CancelToken())
     assert other.size == first.size == 40 * SAMPLES_PER_FRAME
     assert not np.allclose(other, first)
+
+
+def _first_draw(seed: int) -> float:
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return float(torch.rand(1).item())
+
+
+def test_the_segment_seed_is_what_the_segment_is() -> None:
+    tokens = [50, 83, 54, 156]
+    base = segment_seed(tokens, VOICE, 1.0)
+    assert base == segment_seed(list(tokens), VOICE, 1.0)
+    assert 0 <= base < 2**63
+    others = {segment_seed(tokens, "af_other", 1.0), segment_seed(tokens, VOICE, 1.1)}
+    others |= {segment_seed([*tokens, 16], VOICE, 1.0), segment_seed([5, 0, 83], VOICE, 1.0)}
+    assert base not in others
+    assert len(others) == 4
+
+
+def _tokens(engine: TorchEngine, phonemes: str) -> list[int]:
+    return tokenize(phonemes, engine._vocab, engine.max_phonemes)
 
 
 def test_windows_joined_are_the_segment_s_length_and_audible(engine: TorchEngine) -> None:
@@ -366,7 +394,7 @@ def test_segments_decoded_on_two_threads_at_once_are_as_one_after_the_other(
     phrases = (HELLO, FOX)
 
     def fronts() -> list[Front]:
-        return [_front(engine, p, seed=7 + i) for i, p in enumerate(phrases)]
+        return [_front(engine, p) for p in phrases]
 
     alone = [[engine.decode(f, w, CancelToken()) for w in _thirds(f)] for f in fronts()]
     barrier = threading.Barrier(len(phrases))
@@ -404,7 +432,9 @@ def test_the_prior_is_the_voices_over_the_reference_text_computed_once_and_kept(
     """Segments of a voice starting at once share one calibration; its statistics (over the
     reference text, scaled to `PRIOR_FRAMES`) are kept in the cache directory, where a later
     engine reads them instead of computing them again."""
-    fresh = TorchEngine(TorchOptions(model_dir=checkpoint_dir, device=DEVICE, cache_dir=tmp_path))
+    fresh = TorchEngine(
+        TorchOptions(model_dir=checkpoint_dir, device=DEVICE, cache_dir=tmp_path, decoder="windows")
+    )
     calls: list[str] = []
     calibrate = fresh._calibrate
 
@@ -439,7 +469,9 @@ def test_the_prior_is_the_voices_over_the_reference_text_computed_once_and_kept(
         assert s.shape[1] > 1  # a sum per channel
         np.testing.assert_allclose(p.cpu().numpy(), s * (PRIOR_FRAMES / expected), rtol=1e-6)
 
-    later = TorchEngine(TorchOptions(model_dir=checkpoint_dir, device=DEVICE, cache_dir=tmp_path))
+    later = TorchEngine(
+        TorchOptions(model_dir=checkpoint_dir, device=DEVICE, cache_dir=tmp_path, decoder="windows")
+    )
     monkeypatch.setattr(later, "_calibrate", lambda voice: pytest.fail(f"{voice} computed again"))
     again = later._prior(VOICE)
     for a, b in zip(again.squares, prior.squares, strict=True):
@@ -474,6 +506,139 @@ def test_the_whole_segments_statistics_bring_a_window_closer_to_the_whole_call(
     reference = whole[at.start * SAMPLES_PER_FRAME : at.end * SAMPLES_PER_FRAME]
     own, carried = _snr_db(core(None), reference), _snr_db(core(segment), reference)
     assert carried > own, (carried, own)
+
+
+# The streamed decoder (the default, `--decoder stream`): kokoro's decoder over KModel's own
+# weights, every layer's state carried (`engines/streamed.py`; its onnx twin:
+# tests/test_streamed.py).
+
+
+@pytest.fixture(scope="session")
+def streaming(checkpoint_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> TorchEngine:
+    cache = tmp_path_factory.mktemp("torch-stream-cache")
+    return TorchEngine(TorchOptions(model_dir=checkpoint_dir, device=DEVICE, cache_dir=cache))
+
+
+def test_the_default_decoder_streams_exactly(streaming: TorchEngine) -> None:
+    assert streaming.decoder == "stream"
+    assert streaming.exact_windows
+    assert streaming.description.endswith("decoder stream)")
+    assert isinstance(streaming, ProgressiveEngine)
+
+
+def _stream_whole(streaming: TorchEngine, front: Front) -> np.ndarray:
+    """All of a streamed segment's frames, in windows of 1, 7, 13, ... frames."""
+    pieces, start, sizes = [], 0, itertools.cycle((1, 7, 13, 30))
+    while start < front.frames:
+        end = min(front.frames, start + next(sizes))
+        pieces.append(streaming.decode(front, Window(start, end, 0, 0), CancelToken()))
+        start = end
+    return np.concatenate(pieces)
+
+
+def test_with_the_whole_calls_statistics_the_stream_is_kokoros_whole_call(
+    streaming: TorchEngine,
+) -> None:
+    """The front pass and the whole call draw the same harmonic source (the segment's seed):
+    given the whole call's norm statistics (the oracle), the decoder streamed in float with
+    its state carried is KModel's own whole call, to float32's rounding."""
+    from model_server.engines.streamed import CallingThread, StreamedDecoder
+
+    whole = streaming.infer(FOX, VOICE, 1.0, CancelToken())
+    inputs, _ = streaming._front_inputs(FOX, VOICE, 1.0, CancelToken()) or pytest.fail("no tokens")
+    decoder = StreamedDecoder(streaming._model.decoder, CallingThread())  # float
+    oracle_audio, oracle = decoder.whole(inputs)
+    np.testing.assert_allclose(oracle_audio, whole, atol=1e-5)  # the oracle: the whole call
+    stream = decoder.open(inputs, {k: oracle[k] for k in decoder.generator_norms})
+    audio = np.concatenate(
+        [stream.take(a, b, CancelToken()) for a, b in itertools.pairwise([0, 5, 37, inputs.frames])]
+    )
+    assert audio.size == whole.size == inputs.frames * SAMPLES_PER_FRAME
+    snr = _snr_db(audio, whole)
+    assert snr >= 80, snr
+
+
+def test_a_streamed_segment_is_the_same_bytes_whatever_its_windows_and_however_often(
+    streaming: TorchEngine,
+) -> None:
+    """The segment's seed, its fixed blocks and its prior at its length: the same request twice,
+    with other random draws between and windows of other sizes, gives the same samples."""
+    front = streaming.front(FOX, VOICE, 1.0, CancelToken())
+    one = _stream_whole(streaming, front)
+    torch.manual_seed(99)
+    torch.rand(1000)
+    again = streaming.front(FOX, VOICE, 1.0, CancelToken())
+    other = np.concatenate(
+        [
+            streaming.decode(again, Window(a, b, 0, 0), CancelToken())
+            for a, b in itertools.pairwise([0, again.frames // 2, again.frames])
+        ]
+    )
+    assert one.size == front.frames * SAMPLES_PER_FRAME
+    np.testing.assert_array_equal(one, other)
+    assert np.sqrt(np.mean(one**2)) > 0.01  # heard, not silence
+
+
+def test_the_stream_prior_is_the_voices_at_the_segments_length_kept_in_the_cache(
+    streaming: TorchEngine, checkpoint_dir: Path
+) -> None:
+    """The generator's norms read the voice's prior at the segment's length (three lengths,
+    computed once from whole calls and kept); the body's are the segment's own."""
+    front = streaming.front(HELLO, VOICE, 1.0, CancelToken())
+    priors = streaming._stream_priors
+    assert priors is not None
+    prior = priors(VOICE, streaming._pack_array(VOICE)).at(front.frames)
+    got = front.features.statistics
+    generator = {k for k in got if k.startswith("generator.")}
+    assert generator == set(prior)
+    for name in generator:
+        torch.testing.assert_close(got[name][0], prior[name][0])
+    assert len(got) > len(generator)  # and the body's own
+    cache = streaming._prior_dir
+    assert len(list(cache.glob(f"{VOICE}.*.npz"))) == 3  # short, medium, long
+    later = TorchEngine(
+        TorchOptions(model_dir=checkpoint_dir, device=DEVICE, cache_dir=cache.parent)
+    )
+    assert later._stream_priors is not None
+    later._stream_priors._calibrate = lambda *_: pytest.fail("computed again")  # type: ignore[method-assign]
+    again = later._stream_priors(VOICE, later._pack_array(VOICE)).at(front.frames)
+    for name in generator:
+        torch.testing.assert_close(again[name][0], prior[name][0])
+
+
+def test_a_cancelled_stream_stops_between_blocks_and_refuses_context(
+    streaming: TorchEngine,
+) -> None:
+    front = streaming.front(FOX, VOICE, 1.0, CancelToken())
+    assert (
+        streaming.decode(front, Window(0, 10, 0, 0), CancelToken()).size == 10 * SAMPLES_PER_FRAME
+    )
+    cancel = CancelToken()
+    cancel.cancel()
+    with pytest.raises(SynthesisCancelled):
+        streaming.decode(front, Window(10, front.frames, 0, 0), cancel)
+    with pytest.raises(SynthesisFailed, match="next starts at 10"):
+        streaming.decode(front, Window(20, 30, 0, 0), CancelToken())
+    with pytest.raises(SynthesisFailed, match="no context"):
+        streaming.decode(front, Window(10, 30, 3, 3), CancelToken())
+    windows_front = Front(front.frames, front.durations, front.frame_samples, {"asr": None})
+    with pytest.raises(SynthesisFailed, match="another engine"):
+        streaming.decode(windows_front, Window(0, 10, 0, 0), CancelToken())
+
+
+async def test_a_streaming_torch_server_gives_the_same_bytes_twice(
+    progressive_torch_server: RunningServer,
+) -> None:
+    """Over the real routes (the server's default decoder, the stream): one request twice on
+    one session, the same PCM bytes."""
+    replies = []
+    async with connect(progressive_torch_server.ws_url + BIDI) as ws:
+        for rid in ("a", "b"):
+            await ws.send(synth("The quick brown fox jumps over the lazy dog.", rid))
+            replies.append(await read_until_terminal(ws, rid))
+    assert [r.last["type"] for r in replies] == ["synthesis_complete"] * 2
+    assert len(replies[0].pcm) > 24_000  # over half a second
+    assert bytes(replies[0].pcm) == bytes(replies[1].pcm)
 
 
 async def _frames(server: RunningServer, text: str, rid: str) -> tuple[int, int]:

@@ -12,13 +12,20 @@ modules in the order `forward_with_tokens`, `Decoder.forward` and `Generator.for
 front pass runs everything up to the decoder's inputs (aligned features, F0 and N curves, the
 style's decoder half, the durations) and the generator's harmonic source over the whole
 segment (its sine phase is a cumulative sum over the segment, its initial phase and noise are
-random): so a window's source is a slice of the segment's, no window restarts the phase, and
-decoding all of a segment's frames gives the whole call's audio (the same seed, the same
-samples). The decoder then runs over any window of frames, the STFT of the source included.
-Its instance norms carry their statistics from window to window of a segment, starting from
-the voice's prior, as the onnx engine's do (`torch_norms`: each `AdaIN1d`'s norm replaced once
-at load; the prior computed once per voice over `carried_norms.CALIBRATION_PHONEMES` and kept
-in memory and in the cache directory); with nothing carried the decoder is kokoro's own.
+random, seeded per segment: `seeded`, so a request gives the same samples every time): so a
+window's source is a slice of the segment's, no window restarts the phase, and decoding all of
+a segment's frames gives the whole call's audio. Then, by `TorchOptions.decoder`:
+- stream (the default): the onnx engine's exact streamed decoder (`streamed`) over KModel's
+  own decoder: the body over the whole segment, the generator pushed in fixed blocks with every
+  layer's state carried, its norms the voice's prior at the segment's length; on CUDA each
+  worker queues its blocks on its own stream, on the CPU they run on one torch thread (with the
+  resblocks in int8 where oneDNN has them);
+- windows: the decoder over any window of frames with context, the STFT of the source
+  included; its instance norms carry their statistics from window to window of a segment,
+  starting from the voice's prior, as the onnx engine's windows do (`torch_norms`: each
+  `AdaIN1d`'s norm replaced once at load; the prior computed once per voice over
+  `carried_norms.CALIBRATION_PHONEMES` and kept in memory and in the cache directory); with
+  nothing carried the decoder is kokoro's own.
 """
 
 from __future__ import annotations
@@ -60,6 +67,8 @@ from model_server.errors import ModelUnavailable, SynthesisCancelled, SynthesisF
 from model_server.windows import Window
 
 if TYPE_CHECKING:
+    from model_server.engines.seeded import SeededSource
+    from model_server.engines.streamed import Inputs, StreamedDecoder, StreamPriors
     from model_server.engines.torch_norms import Carried
 
 log = logging.getLogger(__name__)
@@ -75,6 +84,9 @@ class TorchOptions:
     device: str = "auto"  # auto: cuda when available, else cpu
     threads: int = 0  # torch intra-op threads on the CPU; 0: torch's default
     cache_dir: Path | None = None  # where the voices' norm priors are kept
+    # progressive synthesis: stream (exact, every layer's state carried; auto is stream) or
+    # windows (with context, crossfaded, the norms carried)
+    decoder: str = "auto"
 
 
 def torch_version_ok(version: str) -> bool:
@@ -162,9 +174,10 @@ class TorchEngine:
         if self._device.type == "cpu" and options.threads:
             torch.set_num_threads(options.threads)
         self._model = self._load(KModel, config, files.weights, options.model_repo)
-        from model_server.engines import torch_norms
+        from model_server.engines.seeded import seed_source
 
-        self._norms = torch_norms.carry_statistics(self._model.decoder)
+        cuda = [self._device.index or 0] if self._device.type == "cuda" else []
+        self._source: SeededSource = seed_source(self._model.decoder.generator, cuda)
         self._priors: dict[str, Carried] = {}
         self._prior_lock = threading.Lock()  # one calibration at a time
         self._prior_dir = (options.cache_dir or default_cache_dir()) / "norm-priors"
@@ -173,6 +186,16 @@ class TorchEngine:
             files.config.read_bytes()
             + f"\n{files.weights.resolve()}\n{stat.st_size}\n{stat.st_mtime_ns}\n".encode()
         ).hexdigest()
+        self.decoder = "windows" if options.decoder == "windows" else "stream"
+        self._streamed: StreamedDecoder | None = None
+        self._stream_priors: StreamPriors | None = None
+        self._norms = 0
+        if self.decoder == "stream":
+            self._stream_decoder(options.threads)
+        else:
+            from model_server.engines import torch_norms
+
+            self._norms = torch_norms.carry_statistics(self._model.decoder)
         self._vocab: dict[str, int] = {str(k): int(v) for k, v in config["vocab"].items()}
         self.max_phonemes = int(self._model.context_length) - 2  # BOS and EOS pads
         self.frame_samples = frame_samples(config)
@@ -184,11 +207,29 @@ class TorchEngine:
         }
         self._streams = threading.local()
         log.info(
-            "torch engine: %s on %s (torch %s), voices %s",
+            "torch engine: %s on %s (torch %s), progressive decoder %s, voices %s",
             files.weights,
             self._device,
             torch.__version__,
+            self.decoder,
             ", ".join(self._packs),
+        )
+
+    def _stream_decoder(self, threads: int) -> None:
+        """The streamed decoder over KModel's own, and its priors by voice."""
+        from model_server.engines import int8
+        from model_server.engines.streamed import (
+            CallingThread,
+            StreamedDecoder,
+            StreamPriors,
+            TorchThread,
+        )
+
+        cpu = self._device.type == "cpu"
+        runner = TorchThread(threads or self._torch.get_num_threads()) if cpu else CallingThread()
+        self._streamed = StreamedDecoder(self._model.decoder, runner, int8=cpu and int8.available())
+        self._stream_priors = StreamPriors(
+            self._streamed, self._prior_dir, f"stream:{self._prior_key}", self._stream_inputs
         )
 
     def _load(self, kmodel: Any, config: dict[str, Any], weights: Path, repo: str | None) -> Any:
@@ -228,8 +269,9 @@ class TorchEngine:
         device = self._device
         if device.type == "cuda":
             index = device.index or 0
-            return f"torch on cuda:{index} ({self._torch.cuda.get_device_name(index)})"
-        return f"torch on {device.type}"
+            name = self._torch.cuda.get_device_name(index)
+            return f"torch on cuda:{index} ({name}, decoder {self.decoder})"
+        return f"torch on {device.type} (decoder {self.decoder})"
 
     def voices(self) -> dict[str, str]:
         return dict(self._origin)
@@ -252,6 +294,12 @@ class TorchEngine:
         with self._torch.inference_mode(), self._stream():
             yield
 
+    def _seeded(self, tokens: list[int], voice: str, speed: float) -> Any:
+        """The segment's harmonic source drawn from its own seed (`seeded`)."""
+        from model_server.engines.seeded import segment_seed
+
+        return self._source.seeded(segment_seed(tokens, voice, speed))
+
     def infer(self, phonemes: str, voice: str, speed: float, cancel: CancelToken) -> FloatAudio:
         return self.infer_timed(phonemes, voice, speed, cancel).audio
 
@@ -263,7 +311,7 @@ class TorchEngine:
             raise SynthesisCancelled()
         pack = self._packs[voice]
         try:
-            with self._inference():
+            with self._inference(), self._seeded(tokens, voice, speed):
                 ids, style = self._inputs(tokens, pack)
                 audio, pred_dur = self._model.forward_with_tokens(ids, style, speed)
                 out = audio.float().cpu().numpy()  # waits for this thread's stream only
@@ -280,10 +328,71 @@ class TorchEngine:
         ids = self._torch.tensor([[0, *tokens, 0]], dtype=self._torch.long, device=self._device)
         return ids, pack[style_row(len(tokens), len(pack))]  # (1, 256)
 
-    exact_windows = False  # windows with context, crossfaded (not yet the streamed decoder)
+    @property
+    def exact_windows(self) -> bool:
+        """Whether a segment's windows need no context and no crossfade: with the streamed
+        decoder (`TorchOptions.decoder` stream)."""
+        return self._streamed is not None
 
     def front(self, phonemes: str, voice: str, speed: float, cancel: CancelToken) -> Front:
+        if self._streamed is not None:
+            return self._stream_front(phonemes, voice, speed, cancel)
         return self._front(phonemes, voice, speed, cancel, self._prior(voice))
+
+    def _front_inputs(
+        self, phonemes: str, voice: str, speed: float, cancel: CancelToken
+    ) -> tuple[Inputs, Any] | None:
+        """The front pass of a segment (seeded): the decoder's inputs and the frames per
+        phoneme (`Timed.durations`); None when it has no tokens."""
+        tokens = tokenize(phonemes, self._vocab, self.max_phonemes)
+        if not tokens:
+            return None
+        if cancel.cancelled:
+            raise SynthesisCancelled()
+        pack = self._packs[voice]
+        try:
+            with self._inference(), self._seeded(tokens, voice, speed):
+                ids, style = self._inputs(tokens, pack)
+                inputs, pred_dur = _front_pass(self._model, ids, style, speed)
+                # the last thing queued on this thread's stream: when it is here, the features
+                # are computed too, and a window may be decoded on another thread's stream
+                frames = pred_dur.cpu().numpy()
+        except Exception as exc:
+            raise SynthesisFailed(f"torch failed: {exc}") from exc
+        if cancel.cancelled:
+            raise SynthesisCancelled()
+        if inputs.harmonics.shape[-1] != int(frames.sum()) * self.frame_samples:
+            raise SynthesisFailed(
+                f"a harmonic source of {inputs.harmonics.shape[-1]} samples for "
+                f"{int(frames.sum())} frames"
+            )
+        return inputs, char_durations(phonemes, self._vocab, frames)
+
+    def _stream_inputs(self, phonemes: str, voice: str) -> Inputs:
+        """The streamed decoder's inputs for `phonemes` at speed 1 (the priors' calibration)."""
+        found = self._front_inputs(phonemes, voice, 1.0, CancelToken())
+        if found is None:
+            raise SynthesisFailed(f"calibration phonemes without tokens in {voice}'s vocab")
+        return found[0]
+
+    def _stream_front(self, phonemes: str, voice: str, speed: float, cancel: CancelToken) -> Front:
+        """A streamed segment: the front pass, then its stream opened (the body's pass)."""
+        assert self._streamed is not None
+        assert self._stream_priors is not None
+        prior = self._stream_priors(voice, self._pack_array(voice))
+        found = self._front_inputs(phonemes, voice, speed, cancel)
+        if found is None:
+            return Front(0, np.zeros(len(phonemes) + 2, np.int64), self.frame_samples, None)
+        inputs, durations = found
+        try:
+            with self._inference():
+                return self._streamed.front(durations, inputs, prior)
+        except Exception as exc:
+            raise SynthesisFailed(f"torch failed: {exc}") from exc
+
+    def _pack_array(self, voice: str) -> Any:
+        """`voice`'s pack as a numpy array (what keys its priors in the cache directory)."""
+        return self._packs[voice].float().cpu().contiguous().numpy()
 
     def _front(
         self,
@@ -295,40 +404,29 @@ class TorchEngine:
     ) -> Front:
         """The front pass, its windows starting from `carried` (None: each norm its window's
         own statistics; over the whole segment in one window, then, the whole call's audio)."""
-        tokens = tokenize(phonemes, self._vocab, self.max_phonemes)
-        if not tokens:
+        found = self._front_inputs(phonemes, voice, speed, cancel)
+        if found is None:
             return Front(0, np.zeros(len(phonemes) + 2, np.int64), self.frame_samples, None)
-        if cancel.cancelled:
-            raise SynthesisCancelled()
-        pack = self._packs[voice]
-        try:
-            with self._inference():
-                ids, style = self._inputs(tokens, pack)
-                features, pred_dur = _front_pass(self._model, ids, style, speed, Carry(carried))
-                # the last thing queued on this thread's stream: when it is here, the features
-                # are computed too, and a window may be decoded on another thread's stream
-                frames = pred_dur.cpu().numpy()
-        except Exception as exc:
-            raise SynthesisFailed(f"torch failed: {exc}") from exc
-        if cancel.cancelled:
-            raise SynthesisCancelled()
-        total = int(frames.sum())
-        if features.harmonics.shape[-1] != total * self.frame_samples:
-            raise SynthesisFailed(
-                f"a harmonic source of {features.harmonics.shape[-1]} samples for {total} frames"
-            )
-        return Front(
-            total, char_durations(phonemes, self._vocab, frames), self.frame_samples, features
-        )
+        i, durations = found
+        features = Features(i.asr, i.f0, i.n, i.style, i.harmonics, Carry(carried))
+        return Front(i.frames, durations, self.frame_samples, features)
 
     def decode(self, front: Front, window: Window, cancel: CancelToken) -> FloatAudio:
         """The audio of `window.decoded`: the decoder's body over the frames `window.body` of
         the front pass's features, its generator over the frames `window.decoded` of the body's
         output and those samples of the harmonic source, each norm normalising by the
         segment's statistics so far (`torch_norms`), then carrying the core's on."""
-        from model_server.engines.streamed import decode_body
+        from model_server.engines.streamed import decode_body, decode_window
         from model_server.engines.torch_norms import Run, carrying
 
+        if self._streamed is not None:
+            try:
+                with self._inference():
+                    return decode_window(front, window, cancel)
+            except (SynthesisCancelled, SynthesisFailed):
+                raise
+            except Exception as exc:
+                raise SynthesisFailed(f"torch failed: {exc}") from exc
         check_window(window, front.frames)
         start, end = window.decoded
         body_start, body_end = window.body
@@ -395,12 +493,11 @@ class TorchEngine:
             known = self._priors.get(voice)
             if known is not None:
                 return known
-            pack = self._packs[voice].float().cpu().contiguous().numpy()
             stats = voice_prior(
                 self._prior_dir,
                 voice,
                 self._prior_key,
-                pack,
+                self._pack_array(voice),
                 self._norms,
                 lambda: self._calibrate(voice).to_stats(),
             )
@@ -411,24 +508,18 @@ class TorchEngine:
             return prior
 
     def _calibrate(self, voice: str) -> Carried:
-        """The statistics of every norm over the reference text, each sentence in one window.
-        The harmonic source's random numbers come from a fixed seed (the global generators are
-        forked and restored around it; another thread drawing meanwhile draws from the fork),
-        so a voice's prior is the same from run to run where nothing else draws."""
-        torch = self._torch
-        devices = [self._device.index or 0] if self._device.type == "cuda" else []
+        """The statistics of every norm over the reference text, each sentence in one window
+        (its harmonic source seeded as every segment's is: the same prior from run to run)."""
         total: Carried | None = None
-        with torch.random.fork_rng(devices=devices):
-            torch.manual_seed(0)
-            for phonemes in CALIBRATION_PHONEMES:
-                cancel = CancelToken()
-                front = self._front(phonemes, voice, 1.0, cancel, None)
-                if not isinstance(front.features, Features):
-                    raise SynthesisFailed(f"the reference text has no frames in {voice}'s vocab")
-                self.decode(front, Window(0, front.frames, 0, 0), cancel)
-                seen = front.features.carry.seen
-                assert seen is not None
-                total = seen if total is None else total.plus(seen)
+        for phonemes in CALIBRATION_PHONEMES:
+            cancel = CancelToken()
+            front = self._front(phonemes, voice, 1.0, cancel, None)
+            if not isinstance(front.features, Features):
+                raise SynthesisFailed(f"the reference text has no frames in {voice}'s vocab")
+            self.decode(front, Window(0, front.frames, 0, 0), cancel)
+            seen = front.features.carry.seen
+            assert seen is not None
+            total = seen if total is None else total.plus(seen)
         assert total is not None
         return total
 
@@ -438,12 +529,12 @@ class TorchEngine:
 # tests/test_torch_engine.py checks that the two in sequence give the whole call's audio.
 
 
-def _front_pass(
-    model: Any, ids: Any, ref_s: Any, speed: float, carry: Carry
-) -> tuple[Features, Any]:
+def _front_pass(model: Any, ids: Any, ref_s: Any, speed: float) -> tuple[Inputs, Any]:
     """`forward_with_tokens` up to the decoder, and the generator's harmonic source: the
-    features and the frames per token (`pred_dur`)."""
+    decoder's inputs and the frames per token (`pred_dur`)."""
     import torch
+
+    from model_server.engines.streamed import Inputs
 
     length = ids.shape[-1]
     lengths = torch.full((1,), length, device=ids.device, dtype=torch.long)
@@ -467,7 +558,7 @@ def _front_pass(
     upsampled = generator.f0_upsamp(f0[:, None]).transpose(1, 2)  # one F0 per sample
     harmonics, _noise, _uv = generator.m_source(upsampled)  # random: initial phase, noise
     source = harmonics.transpose(1, 2).squeeze(1)
-    return Features(asr, f0, n, ref_s[:, :128], source, carry), pred_dur
+    return Inputs(asr, f0, n, ref_s[:, :128], source), pred_dur
 
 
 def _generate(model: Any, x: Any, s: Any, harmonics: Any, cancel: CancelToken) -> Any:

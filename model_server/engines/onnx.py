@@ -15,7 +15,6 @@ every layer's state carried, windows without context), imported only then."""
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import logging
 import os
@@ -72,7 +71,7 @@ from model_server.text.split import MAX_PHONEMES
 from model_server.windows import Window
 
 if TYPE_CHECKING:  # torch: imported only with --decoder stream (the CPU image has none)
-    from model_server.engines.streamed import LengthPrior, StreamedDecoder
+    from model_server.engines.streamed import Inputs, StreamedDecoder, StreamPriors
 
 log = logging.getLogger(__name__)
 
@@ -134,12 +133,12 @@ def _streamed_decoder(model: Path, threads: int) -> StreamedDecoder:
     import onnx
 
     from model_server.engines import int8
-    from model_server.engines.registry_decoder import registry_decoder
+    from model_server.engines.registry_decoder import GRAPH_GAIN, registry_decoder
     from model_server.engines.streamed import StreamedDecoder, TorchThread
 
     thread = TorchThread(threads)
     decoder = thread.run(registry_decoder, onnx.load(str(model)))
-    return StreamedDecoder(decoder, thread, int8=int8.available())
+    return StreamedDecoder(decoder, thread, int8=int8.available(), gain=GRAPH_GAIN)
 
 
 class OnnxEngine:
@@ -157,7 +156,7 @@ class OnnxEngine:
         self._streamed: StreamedDecoder | None = None
         self._norms = 0
         self._priors: dict[str, NormStats] = {}
-        self._stream_priors: dict[str, LengthPrior] = {}
+        self._stream_priors: StreamPriors | None = None
         self._prior_lock = threading.Lock()  # one calibration at a time
         self._prior_key = ""
         self._prior_dir = cache_dir / "norm-priors"
@@ -166,9 +165,15 @@ class OnnxEngine:
             parts = split_models(model, cache_dir)
             self._front_sessions = self._sessions(parts[0], alone, shared, options.spinning)
             if decoder == "stream":
+                from model_server.engines.streamed import StreamPriors
+
                 self._streamed = _streamed_decoder(model, alone)
-                self._norms = len(self._streamed.generator_norms)
-                self._prior_key = f"stream:{recorded_sha256(model)}"
+                self._stream_priors = StreamPriors(
+                    self._streamed,
+                    self._prior_dir,
+                    f"stream:{recorded_sha256(model)}",
+                    self._stream_inputs,
+                )
             else:
                 body, generator = (
                     self._sessions(p, alone, shared, options.spinning) for p in parts[1:]
@@ -245,7 +250,7 @@ class OnnxEngine:
         if self._front_sessions is None:
             raise SynthesisFailed("this onnx engine was loaded without its progressive graphs")
         if self._streamed is not None:
-            return self._stream_front(phonemes, voice, speed, cancel, self._stream_prior(voice))
+            return self._stream_front(phonemes, voice, speed, cancel)
         return self._window_front(phonemes, voice, speed, cancel, self._prior(voice))
 
     def _window_front(
@@ -271,30 +276,23 @@ class OnnxEngine:
         frames = int(np.asarray(durations).sum())
         return frames, char_durations(phonemes, self._vocab, durations), features
 
-    def _stream_front(
-        self, phonemes: str, voice: str, speed: float, cancel: CancelToken, prior: LengthPrior
-    ) -> Front:
+    def _stream_front(self, phonemes: str, voice: str, speed: float, cancel: CancelToken) -> Front:
         from model_server.engines.streamed import Inputs
 
         assert self._streamed is not None
+        assert self._stream_priors is not None
+        prior = self._stream_priors(voice, self._packs[voice])
         tokens, feed = self._feed(phonemes, voice, speed)
         if not tokens:
             return Front(0, np.zeros(len(phonemes) + 2, np.int64), SAMPLES_PER_FRAME, None)
-        frames, durations, features = self._front_pass(phonemes, feed, cancel)
-        stream = self._streamed.open(Inputs.from_graph(features), prior.at(frames))
-        return Front(frames, durations, SAMPLES_PER_FRAME, stream)
+        _, durations, features = self._front_pass(phonemes, feed, cancel)
+        return self._streamed.front(durations, Inputs.from_graph(features), prior)
 
     def decode(self, front: Front, window: Window, cancel: CancelToken) -> FloatAudio:
         if self._streamed is not None:
-            from model_server.engines.streamed import SegmentStream
+            from model_server.engines.streamed import decode_window
 
-            stream = front.features
-            if not isinstance(stream, SegmentStream):
-                raise SynthesisFailed("a front pass of another engine")
-            check_window(window, front.frames)
-            if window.left or window.right:
-                raise SynthesisFailed("the streamed decoder's windows have no context")
-            return stream.take(window.start, window.end, cancel)
+            return decode_window(front, window, cancel)
         if self._split is None:
             raise SynthesisFailed("this onnx engine was loaded without its progressive graphs")
         segment = front.features
@@ -356,51 +354,13 @@ class OnnxEngine:
             self._priors[voice] = prior
             return prior
 
-    def _stream_prior(self, voice: str) -> LengthPrior:
-        """The streamed decoder's prior for `voice`: its generator norms' statistics at each
-        length of `streamed.LENGTH_CALIBRATION`, from memory, the cache directory, or computed
-        (once per voice: one whole decoder call over each phrase, about 35 s of speech)."""
-        from model_server.engines.streamed import LENGTH_CALIBRATION, LengthPrior
+    def _stream_inputs(self, phonemes: str, voice: str) -> Inputs:
+        """The streamed decoder's inputs for `phonemes` at speed 1 (the priors' calibration)."""
+        from model_server.engines.streamed import Inputs
 
-        streamed = self._streamed
-        assert streamed is not None
-        with self._prior_lock:
-            known = self._stream_priors.get(voice)
-            if known is not None:
-                return known
-            points = []
-            for name, phrases in LENGTH_CALIBRATION.items():
-                stats = voice_prior(
-                    self._prior_dir,
-                    voice,
-                    "\n".join([self._prior_key, name, *phrases]),
-                    self._packs[voice],
-                    self._norms,
-                    functools.partial(self._calibrate_stream, voice, phrases),
-                )
-                points.append((stats.frames, streamed.prior_statistics(stats)))
-            prior = LengthPrior(tuple(points))
-            self._stream_priors[voice] = prior
-            return prior
-
-    def _calibrate_stream(self, voice: str, phrases: tuple[str, ...]) -> NormStats:
-        """The generator norms' statistics of `phrases`, each phrase's own (a whole call)
-        averaged, at their average length."""
-        from model_server.engines.streamed import Inputs, pooled
-
-        streamed = self._streamed
-        assert streamed is not None
-        total: dict[str, Any] = {}
-        frames = []
-        for count, phonemes in enumerate(phrases):
-            _, feed = self._feed(phonemes, voice, 1.0)
-            n, _, features = self._front_pass(phonemes, feed, CancelToken())
-            _, found = streamed.whole(Inputs.from_graph(features))
-            for name in streamed.generator_norms:
-                stats = found[name]
-                total[name] = pooled(total[name], count, stats, 1) if count else stats
-            frames.append(n)
-        return streamed.prior(total, sum(frames) / len(frames))
+        _, feed = self._feed(phonemes, voice, 1.0)
+        _, _, features = self._front_pass(phonemes, feed, CancelToken())
+        return Inputs.from_graph(features)
 
     def _calibrate(self, voice: str, norms: int) -> NormStats:
         """The statistics of every norm over the reference text, each segment in one window."""

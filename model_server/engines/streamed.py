@@ -1,9 +1,10 @@
-"""The onnx engine's decoder, streamed exactly: every layer's state carried from block to block
-(`streaming_decoder.StreamingDecoder` over kokoro's `Decoder` with the registry graph's own
-weights, `registry_decoder`), so a segment's audio is one call's, however it is asked for.
+"""Both engines' decoder, streamed exactly: every layer's state carried from block to block
+(`streaming_decoder.StreamingDecoder` over kokoro's `Decoder`: the onnx engine's with the
+registry graph's own weights, `registry_decoder`; the torch engine's its KModel's), so a
+segment's audio is one call's, however it is asked for.
 
-A segment's front pass (the onnx front graph: aligned features, F0 and N curves, the harmonic
-source, durations) opens a `SegmentStream`, which runs the decoder's body (its frame-rate
+A segment's front pass (the engine's: aligned features, F0 and N curves, the harmonic source,
+durations) opens a `SegmentStream`, which runs the decoder's body (its frame-rate
 layers, about 5 % of the decoder) over the whole segment at once: its norms' statistics are then
 the segment's own, and its output is the whole call's. `take(start, end)` answers the audio of
 frames `[start, end)`, pushing that output into the generator in fixed blocks (`blocks`: 16
@@ -11,8 +12,8 @@ frames at first, then 32, then 64) as far as those samples need (the generator's
 about 5 frames, behind the frames pushed). The blocks are the segment's, never the caller's:
 how the synthesizer windows a segment (which follows the machine's speed) changes when its audio
 is computed, not its samples. Nothing is decoded twice and there is no seam to hide. The
-generator's resblocks compute in int8 where this torch has oneDNN (`int8`), as the registry
-graph's convolutions do.
+generator's resblocks compute in int8 where this torch has oneDNN (`int8`: the onnx engine's,
+on the CPU, as the registry graph's convolutions do).
 
 The one approximation is the instance norms' statistics (Kokoro's AdaIN norms the whole
 segment's, which no stream knows before its end; docs/measured.md, 2026-12-06):
@@ -27,29 +28,33 @@ segment's, which no stream knows before its end; docs/measured.md, 2026-12-06):
   pooled with what each norm has normalised so far (the rule `carried_norms` gives the
   windows): carried statistics move with the segment's opening, not with the segment.
 
-The graph's iSTFT is torch's times `GRAPH_GAIN`: the stream's audio is scaled by it, so it
-speaks at the level of the graph's whole calls."""
+The priors are computed once per voice (`StreamPriors`) over whole calls of the engine's own
+front passes. The graph's iSTFT is torch's times `GRAPH_GAIN`: the onnx engine's stream is
+scaled by it (`StreamedDecoder`'s `gain`), so it speaks at the level of the graph's whole
+calls."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
-from model_server.engines.base import SAMPLES_PER_FRAME, CancelToken, FloatAudio
-from model_server.engines.carried_norms import CALIBRATION_PHONEMES, NormStats
+from model_server.engines.base import CancelToken, FloatAudio, Front, check_window
+from model_server.engines.carried_norms import CALIBRATION_PHONEMES, NormStats, voice_prior
 from model_server.engines.int8 import Int8Convs
-from model_server.engines.registry_decoder import GRAPH_GAIN
 from model_server.engines.streaming_decoder import Kernels, Statistics, StreamingDecoder
 from model_server.errors import SynthesisCancelled, SynthesisFailed
+from model_server.windows import Window
 
 T = TypeVar("T")
 
@@ -96,11 +101,14 @@ class LengthPrior:
 
     points: tuple[tuple[float, Statistics], ...]
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "points", tuple(sorted(self.points, key=lambda p: p[0])))
+
     def at(self, frames: int) -> Statistics:
         """The statistics for a segment of `frames` frames: the two points around it
         interpolated linearly in 1 / frames (their means and second moments), the nearest
         point's outside them."""
-        points = sorted(self.points, key=lambda p: p[0])
+        points = self.points
         if frames <= points[0][0]:
             return points[0][1]
         for (f0, a), (f1, b) in itertools.pairwise(points):
@@ -202,6 +210,25 @@ class Inputs:
     def frames(self) -> int:
         return int(self.asr.shape[-1])
 
+    @property
+    def frame_samples(self) -> int:
+        """Samples of audio per frame (the harmonic source's, 600 for Kokoro-82M)."""
+        return int(self.harmonics.shape[-1]) // max(self.frames, 1)
+
+
+class Runner(Protocol):
+    """Where a decoder's torch work runs: `run(fn, *args)` answers `fn(*args)`."""
+
+    def run(self, fn: Callable[..., T], *args: Any) -> T: ...
+
+
+class CallingThread:
+    """The decoder's torch work on the thread that asks: on CUDA, where each engine worker
+    queues its kernels on a stream of its own (`kmodel`), so segments overlap on the device."""
+
+    def run(self, fn: Callable[..., T], *args: Any) -> T:
+        return fn(*args)
+
 
 class TorchThread:
     """One thread for all of a decoder's torch work. On the CPU, torch computes in an OpenMP
@@ -220,12 +247,17 @@ class TorchThread:
 
 
 class StreamedDecoder:
-    """The engine's decoder: the registry's weights in kokoro's `Decoder`, shared by every
-    segment's `SegmentStream`, computing on its `TorchThread`."""
+    """An engine's decoder (kokoro's `Decoder`), shared by every segment's `SegmentStream`,
+    computing through its `Runner` (on the CPU a `TorchThread`), its audio times `gain` (the
+    onnx engine's: `registry_decoder.GRAPH_GAIN`)."""
 
-    def __init__(self, decoder: nn.Module, thread: TorchThread, int8: bool = False) -> None:
+    def __init__(
+        self, decoder: nn.Module, thread: Runner, int8: bool = False, gain: float = 1.0
+    ) -> None:
         self.thread = thread
+        self.gain = gain
         self.decoder = decoder.eval()
+        self.device = next(decoder.parameters()).device
         # the generator's resblocks' convolutions in int8 (`int8.Int8Convs`), or float
         self.kernels: Kernels | None = Int8Convs().kernel if int8 else None
         self._hooks = _PerThread(self.decoder)
@@ -236,14 +268,14 @@ class StreamedDecoder:
         )
 
     def whole(self, inputs: Inputs) -> tuple[FloatAudio, Statistics]:
-        """One whole call over `inputs` (the graph's harmonic source), at the graph's level,
-        and every norm's statistics in it (the oracle)."""
+        """One whole call over `inputs` (the front pass's harmonic source), times `gain`, and
+        every norm's statistics in it (the oracle)."""
         return self.thread.run(self._whole, inputs)
 
     def _whole(self, inputs: Inputs) -> tuple[FloatAudio, Statistics]:
         with torch.inference_mode(), self._hooks.recording(inputs.harmonics[..., None]) as found:
             audio = self.decoder(inputs.asr, inputs.f0, inputs.n, inputs.style)
-        return (audio * GRAPH_GAIN).numpy().ravel(), dict(found)
+        return (audio * self.gain).float().cpu().numpy().ravel(), dict(found)
 
     def body(self, inputs: Inputs) -> tuple[Tensor, Statistics]:
         """One pass of the body (its frame-rate layers) over the whole segment: its output (the
@@ -259,10 +291,11 @@ class StreamedDecoder:
         """The generator's statistics as `NormStats` (sums over `frames` frames, by
         `generator_norms`' order), to keep in the cache directory."""
         sums = tuple(
-            (generator[k][0] * frames).float().numpy().reshape(-1) for k in self.generator_norms
+            (generator[k][0] * frames).float().cpu().numpy().reshape(-1)
+            for k in self.generator_norms
         )
         squares = tuple(
-            ((generator[k][1] + generator[k][0] ** 2) * frames).float().numpy().reshape(-1)
+            ((generator[k][1] + generator[k][0] ** 2) * frames).float().cpu().numpy().reshape(-1)
             for k in self.generator_norms
         )
         return NormStats(sums, squares, frames)
@@ -271,8 +304,11 @@ class StreamedDecoder:
         """`prior`'s inverse: each generator norm's (mean, variance), (1, channels, 1)."""
         out: Statistics = {}
         for name, s, q in zip(self.generator_norms, stats.sums, stats.squares, strict=True):
-            mean = torch.from_numpy(np.asarray(s, np.float64)).reshape(1, -1, 1) / stats.frames
-            second = torch.from_numpy(np.asarray(q, np.float64)).reshape(1, -1, 1) / stats.frames
+            mean, second = (
+                torch.from_numpy(np.asarray(a, np.float64)).reshape(1, -1, 1).to(self.device)
+                / stats.frames
+                for a in (s, q)
+            )
             out[name] = (mean, second - mean**2)
         return out
 
@@ -280,6 +316,79 @@ class StreamedDecoder:
         """A segment's stream: its body's statistics computed now (a whole-segment body pass),
         the generator's `prior`'s."""
         return SegmentStream(self, inputs, prior)
+
+    def front(self, durations: Any, inputs: Inputs, prior: LengthPrior) -> Front:
+        """A streamed segment's `Front`: its stream opened with `prior` at its length."""
+        stream = self.open(inputs, prior.at(inputs.frames))
+        return Front(inputs.frames, durations, inputs.frame_samples, stream)
+
+
+def decode_window(front: Front, window: Window, cancel: CancelToken) -> FloatAudio:
+    """An engine's `decode` of a streamed segment: the audio of `window`'s frames (its windows
+    in order, with no context)."""
+    stream = front.features
+    if not isinstance(stream, SegmentStream):
+        raise SynthesisFailed("a front pass of another engine")
+    check_window(window, front.frames)
+    if window.left or window.right:
+        raise SynthesisFailed("the streamed decoder's windows have no context")
+    return stream.take(window.start, window.end, cancel)
+
+
+class StreamPriors:
+    """A streamed decoder's priors by voice (`LengthPrior`): from memory, the cache directory
+    (`directory`, for the model `model_key`), or computed: one whole call over each phrase of
+    `LENGTH_CALIBRATION` (about 35 s of speech, once per voice), each from the engine's own
+    front pass (`inputs(phonemes, voice)`, at speed 1)."""
+
+    def __init__(
+        self,
+        decoder: StreamedDecoder,
+        directory: Path,
+        model_key: str,
+        inputs: Callable[[str, str], Inputs],
+    ) -> None:
+        self._decoder = decoder
+        self._directory = directory
+        self._key = model_key
+        self._inputs = inputs
+        self._known: dict[str, LengthPrior] = {}
+        self._lock = threading.Lock()  # one calibration at a time
+
+    def __call__(self, voice: str, pack: Any) -> LengthPrior:
+        """`voice`'s prior; `pack`, its voice pack (an array), keys it in the directory."""
+        with self._lock:
+            known = self._known.get(voice)
+            if known is not None:
+                return known
+            points = []
+            for name, phrases in LENGTH_CALIBRATION.items():
+                stats = voice_prior(
+                    self._directory,
+                    voice,
+                    "\n".join([self._key, name, *phrases]),
+                    pack,
+                    len(self._decoder.generator_norms),
+                    functools.partial(self._calibrate, voice, phrases),
+                )
+                points.append((stats.frames, self._decoder.prior_statistics(stats)))
+            prior = LengthPrior(tuple(points))
+            self._known[voice] = prior
+            return prior
+
+    def _calibrate(self, voice: str, phrases: tuple[str, ...]) -> NormStats:
+        """The generator norms' statistics of `phrases`, each phrase's own (a whole call)
+        averaged, at their average length."""
+        total: Statistics = {}
+        frames = []
+        for count, phonemes in enumerate(phrases):
+            inputs = self._inputs(phonemes, voice)
+            _, found = self._decoder.whole(inputs)
+            for name in self._decoder.generator_norms:
+                stats = found[name]
+                total[name] = pooled(total[name], count, stats, 1) if count else stats
+            frames.append(inputs.frames)
+        return self._decoder.prior(total, sum(frames) / len(frames))
 
 
 class SegmentStream:
@@ -289,6 +398,7 @@ class SegmentStream:
     def __init__(self, owner: StreamedDecoder, inputs: Inputs, prior: Statistics) -> None:
         self.inputs = inputs
         self.frames = inputs.frames
+        self.frame_samples = inputs.frame_samples
         self._blocks = blocks(self.frames)
         self._pushed = 0  # blocks pushed
         self._audio: list[Tensor] = []  # computed, not yet taken
@@ -302,6 +412,7 @@ class SegmentStream:
         self._body, body_statistics = owner.body(inputs)
         self.statistics = body_statistics | prior
         self._thread = owner.thread
+        self._gain = owner.gain
         self._decoder = self._thread.run(
             lambda: StreamingDecoder(
                 owner.decoder, inputs.style, self.statistics, kernels=owner.kernels
@@ -321,17 +432,17 @@ class SegmentStream:
     @property
     def next_start(self) -> int:
         """The frame the next `take` starts at."""
-        return self._taken // SAMPLES_PER_FRAME
+        return self._taken // self.frame_samples
 
     def take(self, start: int, end: int, cancel: CancelToken) -> FloatAudio:
-        """The audio of frames `[start, end)` (`start` where the last ended), at the graph's
-        level; `SynthesisCancelled` between blocks when `cancel` fires."""
+        """The audio of frames `[start, end)` (`start` where the last ended), times the
+        decoder's `gain`; `SynthesisCancelled` between blocks when `cancel` fires."""
         if start != self.next_start or not start <= end <= self.frames:
             raise SynthesisFailed(
                 f"frames [{start}, {end}) of a segment of {self.frames}, whose next starts at "
                 f"{self.next_start}"
             )
-        wanted = end * SAMPLES_PER_FRAME
+        wanted = end * self.frame_samples
         while self._computed < wanted:
             if cancel.cancelled:
                 raise SynthesisCancelled()
@@ -345,7 +456,7 @@ class SegmentStream:
         out, rest = audio[:n], audio[n:]
         self._audio = [rest] if rest.numel() else []
         self._taken = wanted
-        return np.asarray((out * GRAPH_GAIN).numpy(), dtype=np.float32)
+        return np.asarray((out * self._gain).float().cpu().numpy(), dtype=np.float32)
 
     def _step(self) -> None:
         decoder = self._decoder
@@ -353,9 +464,10 @@ class SegmentStream:
         with torch.inference_mode():
             if self._pushed < len(self._blocks):
                 a, b = self._blocks[self._pushed]
+                n = self.frame_samples
                 out = decoder.push_generator(
                     self._body[..., 2 * a : 2 * b],
-                    self.inputs.harmonics[:, a * SAMPLES_PER_FRAME : b * SAMPLES_PER_FRAME],
+                    self.inputs.harmonics[:, a * n : b * n],
                 )
                 self._pushed += 1
             elif self._pushed == len(self._blocks):
