@@ -89,7 +89,7 @@ test: lint typecheck browser
 
 # The edit loop: no real Kokoro engine, no browser (both run in `make test`); stops at the first failure.
 test-quick: setup
-	$(VENV)/bin/pytest -m "not real_model" --ignore=tests/test_browser.py -x -q $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -m "not real_model" --ignore=tests/end_to_end/test_browser.py -x -q $(PYTEST_ARGS)
 
 bench: setup
 	$(PY) -m bench.bench_gateway $(BENCH_ARGS)

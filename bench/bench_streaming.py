@@ -82,9 +82,9 @@ WORDS = {
 
 @dataclass(frozen=True)
 class Real:
-    """The registry's model, as the bench and tests/test_registry_decoder.py use it: the split
-    front graph's session, the int8 graph's decoder and its float twin (sessions), the torch
-    decoder with the graph's weights, the vocab and voice packs."""
+    """The registry's model, as the bench and tests/model_server/engines/test_registry_decoder.py
+    use it: the split front graph's session, the int8 graph's decoder and its float twin
+    (sessions), the torch decoder with the graph's weights, the vocab and voice packs."""
 
     front: Any
     int8: Any

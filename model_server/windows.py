@@ -34,7 +34,7 @@ to 4.6 frames before the pad ends), besides its `first` frames: its audio, trimm
 0.55-0.63 s rather than 0.27-0.30 s (9 frames of speech), and the window after it has that much
 longer to be ready. (Not decoding the pause at all would save its frames, but the norms'
 statistics the later windows carry would then lack it: one call's level was followed less
-closely, 1.82 against 1.23 dB on the fox of tests/test_progressive.py.)
+closely, 1.82 against 1.23 dB on the fox of tests/model_server/test_progressive.py.)
 
 The seams (`Joiner`): window k's core is sent as soon as it is decoded, but the first
 `crossfade` frames of its right context are kept; window k+1's first `crossfade` frames are

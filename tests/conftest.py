@@ -23,8 +23,8 @@ __all__ = ["FAKE_SETTINGS"]  # where the suite has always imported it from
 
 # The suite runs offline, its model servers on the registry's voices (jm_kumo the default):
 # none asks the hub for English voices, nor finds them in a developer's Hugging Face cache.
-# Model servers started as processes read this; tests/test_hub_voices.py gives its own a
-# stand-in hub.
+# Model servers started as processes read this; tests/model_server/engines/test_hub_voices.py
+# gives its own a stand-in hub.
 os.environ["MODEL_SERVER_ENGLISH_VOICES"] = "off"
 
 

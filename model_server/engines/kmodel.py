@@ -526,7 +526,8 @@ class TorchEngine:
 
 # KModel's forward in two halves. Each calls kokoro's modules in the order its forward does
 # (kokoro 0.9.4: KModel.forward_with_tokens, Decoder.forward, Generator.forward), batch of one;
-# tests/test_torch_engine.py checks that the two in sequence give the whole call's audio.
+# tests/model_server/engines/test_torch_engine.py checks that the two in sequence give the whole
+# call's audio.
 
 
 def _front_pass(model: Any, ids: Any, ref_s: Any, speed: float) -> tuple[Inputs, Any]:

@@ -9,7 +9,7 @@ Beside it goes a *timed* variant (`timed_model`): the same graph with one more o
 anyway, to feed its length regulator (`Round` of the predicted durations, clipped to at least 1,
 cast to int64), but exposes only `audio`; the variant adds an `Identity` from that tensor to a
 new graph output and changes nothing else, so its audio is the original's, sample for sample
-(tests/test_word_timings.py checks it on a table of sentences). Its own sha256 and the
+(tests/model_server/test_word_timings.py checks it on a table of sentences). Its own sha256 and the
 original's are recorded beside it (`.json`), and checked on every start like the original's.
 
 For progressive synthesis the timed variant is cut in three (`split_models`), once, beside it
@@ -19,7 +19,7 @@ durations), the decoder's *body* (its frame-rate layers -> the generator's input
 harmonic source (`m_source`, a cumulative sum of F0 over the whole chunk), so the front pass
 computes the source for the whole chunk and a window of the decoder gets its slice of it, its
 phase right. Run in sequence the three give the whole graph's audio, sample for sample
-(tests/test_progressive.py).
+(tests/model_server/test_progressive.py).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A fast, controllable stand-in for the Kokoro engine, for protocol edge cases.
 
-The real onnx engine is covered end to end in test_model_server_real_model.py; this one makes
+The real onnx engine is covered end to end in tests/model_server/test_real_model.py; this one makes
 in-flight states (a synthesis that is running right now) observable without timing.
 """
 

@@ -34,7 +34,8 @@ def one_thread() -> Iterator[None]:
 
 
 FRAMES = 32
-# as tests/test_torch_engine.py: a CUDA device when the GPU check asks for one, else the CPU
+# as tests/model_server/engines/test_torch_engine.py: a CUDA device when the GPU check asks for
+# one, else the CPU
 DEVICE = os.environ.get("KOKORO_TEST_DEVICE", "cpu")
 
 
@@ -216,7 +217,8 @@ def test_given_the_bodys_output_the_generator_streams_alone_a_shorter_lookahead_
     assert snr_db(segment.audio, audio) >= 80.0
     lookahead = FRAMES * SAMPLES_PER_FRAME - sum(o.shape[-1] for o in outs[:-1])
     # the whole decoder's is 10.5-14 frames (the test above); the generator's alone 2.6 here
-    # (one resblock kernel a stage), 5.4 with Kokoro-82M's three (tests/test_streamed.py)
+    # (one resblock kernel a stage), 5.4 with Kokoro-82M's three
+    # (tests/model_server/engines/test_streamed.py)
     assert 2 * SAMPLES_PER_FRAME < lookahead < 7 * SAMPLES_PER_FRAME
     assert outs[-1].shape[-1] == lookahead
     # one stream is pushed one way

@@ -16,9 +16,9 @@ from emulators.sagemaker_bidi import BidiScript, SeamTransport
 from gateway.errors import TTSError
 from gateway.transports.base import TimedWords
 from gateway.transports.sagemaker_bidi import SageMakerBidiTransport
+from tests.gateway.transports.test_sagemaker_stream import assert_names_the_setting_for_the_log_only
 from tests.support.fakes import expected_pcm_bytes
 from tests.support.servers import RunningServer, serve
-from tests.test_sagemaker_stream import assert_names_the_setting_for_the_log_only
 
 BIDI = "/invocations-bidirectional-stream"
 

@@ -98,7 +98,7 @@ async def test_a_frozen_model_server_times_out_and_is_used_again_once_it_thaws()
     with (
         fake_model_server(port) as proc,
         gateway(f"http://127.0.0.1:{port}", tts_timeout_s=1, stall_timeout_s=0) as gw,
-    ):  # no pings: the chunk's due time notices it (tests/test_stalls.py: the pings do)
+    ):  # no pings: the chunk's due time notices it (tests/end_to_end/test_stalls.py: the pings do)
         events = await reply_with_fault(gw.http_url, lambda: os.kill(proc.pid, signal.SIGSTOP))
         error = error_of(events)
         assert (error["code"], error["retryable"]) == ("tts_timeout", True)

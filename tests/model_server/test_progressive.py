@@ -4,7 +4,7 @@ pass and the decoder) against the whole graph, and the decoder over windows agai
 (guards: the level and spectrum within stated tolerances, DistillMOS, a seam detector, the
 word timings). No timing in any assertion.
 
-(The pure parts, the schedule and the seams, are in test_windows.py.)"""
+(The pure parts, the schedule and the seams, are in tests/model_server/test_windows.py.)"""
 
 from __future__ import annotations
 
@@ -280,7 +280,9 @@ def test_progressive_audio_is_the_whole_calls_within_tolerance_and_its_seams_are
     scores = {k: mos.score(judges.decode(p, "pcm")) for k, p in pcm.items()}
     assert scores["progressive"] >= scores["whole"] - MOS_MARGIN, scores
     if engine.exact_windows:
-        return  # no seams: its samples do not depend on its windows (tests/test_streamed.py)
+        # no seams: its samples do not depend on its windows
+        # (tests/model_server/engines/test_streamed.py)
+        return
     # the seams: no step, no burst of high frequencies, no jump in level
     report = seams.seams(progressive, at)
     assert report.worst_jump < SEAM_STEP, report

@@ -22,7 +22,7 @@ from tests.support.gateway_client import ws_reply_audio
 from tests.support.openai_stub import create_stub, llm_gateway_settings
 from tests.support.servers import RunningServer, serve
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 SESSION = "agentcore-session-0123456789abcdef-1"  # 36 characters
 HEADER = "X-Amzn-Bedrock-AgentCore-Runtime-Session-Id"
 ANSWER = ["Sure", ", here", " it", " is."]

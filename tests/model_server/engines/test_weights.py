@@ -42,7 +42,8 @@ def test_the_timed_variant_outputs_the_durations_beside_the_audio(tmp_path: Path
     graph = onnx.load(str(timed), load_external_data=False)
     outputs = {o.name: o.type.tensor_type.elem_type for o in graph.graph.output}
     assert outputs == {"audio": onnx.TensorProto.FLOAT, "durations": onnx.TensorProto.INT64}
-    # (its audio is the original's, bit for bit: tests/test_word_timings.py, real weights)
+    # (its audio is the original's, bit for bit: tests/model_server/test_word_timings.py, real
+    # weights)
 
 
 def test_a_corrupt_or_stale_variant_is_rebuilt(tmp_path: Path) -> None:

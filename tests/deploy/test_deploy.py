@@ -729,7 +729,7 @@ def test_model_data_refuses_what_the_server_would_refuse(
 
 # --- hardening: Kubernetes -----------------------------------------------------------------
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "docker"
 KUBECTL = Path(sys.executable).parent / "kubectl"
 GATEWAY_PORT, INTERNAL_PORT, MODEL_PORT = 8000, 9101, 8080

@@ -646,7 +646,7 @@ def test_the_teardown_command(
 
 # --- the guide ------------------------------------------------------------------------------
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _calls_in_source() -> set[str]:

@@ -18,8 +18,8 @@ timing in any assertion.
   run, no more than `STREAM_MARGIN` over one call per segment, and a reply asked while another
   runs beside it the same bytes as asked alone: its audio does not follow the machine's speed.
   The windows decoder's (`--decoder windows`, where torch is not installed) does, so its WER is
-  `make bench-quality`'s alone; tests/test_progressive.py guards its level, spectrum, MOS and
-  seams at a fixed speed.
+  `make bench-quality`'s alone; tests/model_server/test_progressive.py guards its level,
+  spectrum, MOS and seams at a fixed speed.
 """
 
 from __future__ import annotations

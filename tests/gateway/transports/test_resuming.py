@@ -1,5 +1,5 @@
 """The one retry policy, and the TTS stream that resumes before first audio, over scripted
-transports (the real edges are covered in tests/test_faults*.py)."""
+transports (the real edges are covered in tests/end_to_end/test_faults*.py)."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from model_server.service import preferred_voice
 from scripts import dev
 from tests.support.servers import RunningServer, free_port
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 GPU = "cuda:0 (NVIDIA A10G)"
 CKPT = Path("/models/Kokoro-82M")

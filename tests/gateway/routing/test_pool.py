@@ -23,11 +23,11 @@ from gateway.config import Settings as GatewaySettings
 from gateway.errors import TTSError
 from gateway.routing import pool
 from gateway.transports.base import Piece
+from tests.end_to_end.test_faults import PACED, reply_with_fault
 from tests.support.fakes import FakeEngine, expected_pcm_bytes, paced_reply_bytes, serve_fake
 from tests.support.fault_proxy import FaultProxy, fault_proxy
 from tests.support.gateway_client import counted, sse_get, wait_for_metric
 from tests.support.servers import RunningServer, free_port, serve
-from tests.test_faults import PACED, reply_with_fault
 
 BIDI = "GET /invocations-bidirectional-stream"
 BATCH = "POST /invocations"

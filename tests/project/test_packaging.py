@@ -15,7 +15,7 @@ import pytest
 import yaml
 from dockerfile_parse import DockerfileParser
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "docker"
 BIN = Path(sys.executable).parent
 SAGEMAKER_LABEL = "com.amazonaws.sagemaker.capabilities.bidirectional-streaming"

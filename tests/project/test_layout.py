@@ -1,5 +1,6 @@
 """The architecture as the code shows it: the two services are siblings that share only
-`kokoro_contract`, and the contract depends on neither; the docs name every module."""
+`kokoro_contract`, and the contract depends on neither; the docs name every module; the tests
+sit in a tree that mirrors the code."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def imported_packages(package: str, root: Path = ROOT) -> dict[str, set[str]]:
@@ -108,3 +109,50 @@ def test_the_readme_is_a_front_door() -> None:
     for target in re.findall(r"\]\(([^)]+)\)", readme):
         assert "://" not in target, target
         assert (ROOT / target.split("#")[0]).exists(), target
+
+
+# Folders under tests/ for what spans the services rather than sitting in one of them.
+CROSS_CUTTING = ("end_to_end", "security", "project")
+
+
+def misplaced_tests(root: Path = ROOT) -> list[str]:
+    """Test files whose folder under tests/ is neither a mirror of a folder of Python code in
+    the repository (tests/gateway/routing/ for gateway/routing/) nor a cross-cutting one."""
+    misplaced: list[str] = []
+    for path in (root / "tests").rglob("test_*.py"):
+        folder = path.parent.relative_to(root / "tests")
+        top = folder.parts[0] if folder.parts else ""
+        mirrored = root / folder
+        if top in CROSS_CUTTING:
+            continue
+        if top not in ("", "tests") and mirrored.is_dir() and any(mirrored.rglob("*.py")):
+            continue
+        misplaced.append(str(path.relative_to(root)))
+    return sorted(misplaced)
+
+
+def test_every_test_file_sits_in_a_mirror_of_the_code_or_a_cross_cutting_folder() -> None:
+    assert misplaced_tests() == []
+
+
+def test_the_check_sees_a_test_file_out_of_place(tmp_path: Path) -> None:
+    (tmp_path / "gateway" / "routing").mkdir(parents=True)
+    (tmp_path / "gateway" / "routing" / "pool.py").write_text("")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "testing.md").write_text("")
+    for test in (
+        "tests/test_flat.py",  # directly in tests/
+        "tests/gateway/routing/test_pool.py",
+        "tests/gateway/reply/test_chunker.py",  # no gateway/reply/ here
+        "tests/end_to_end/test_browser.py",
+        "tests/docs/test_testing.py",  # docs/ holds no Python
+        "tests/support/test_helper.py",  # no support/ in the repository
+    ):
+        (tmp_path / test).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / test).write_text("")
+    assert misplaced_tests(tmp_path) == [
+        "tests/docs/test_testing.py",
+        "tests/gateway/reply/test_chunker.py",
+        "tests/support/test_helper.py",
+        "tests/test_flat.py",
+    ]

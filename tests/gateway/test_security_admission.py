@@ -25,12 +25,12 @@ from gateway.config import Settings as GatewaySettings
 from gateway.reply.chunk_plan import ChunkPlan
 from gateway.routing import pool
 from gateway.routing.admission import Refusal
+from tests.end_to_end.test_browser import browser, open_demo, played_proof, speak, wait_for_state
 from tests.support.gateway_client import model_server_pool, read_sse, sse_post, ws_events
 from tests.support.servers import RunningServer, serve
 from tests.support.steps import until
-from tests.test_browser import browser, open_demo, played_proof, speak, wait_for_state
 
-__all__ = ["browser"]  # the Chromium fixture, shared with tests/test_browser.py
+__all__ = ["browser"]  # the Chromium fixture, shared with tests/end_to_end/test_browser.py
 
 HI = {"text": "Hello there.", "format": "pcm"}
 WS = "/v1/speak/ws"

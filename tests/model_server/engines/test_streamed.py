@@ -5,7 +5,7 @@ gives the same bytes through the synthesizer under two schedules, with the whole
 statistics the stream is the whole call, its own are the body's exact and the voice's prior for
 the generator, cancelling stops it between blocks, and the word timings read the front pass's
 durations. (Its audio against one call, level, spectrum, DistillMOS and seams:
-tests/test_progressive.py, both decoders.)"""
+tests/model_server/test_progressive.py, both decoders.)"""
 
 from __future__ import annotations
 
