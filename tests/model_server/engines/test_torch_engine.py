@@ -510,7 +510,7 @@ def test_the_whole_segments_statistics_bring_a_window_closer_to_the_whole_call(
 
 # The streamed decoder (the default, `--decoder stream`): kokoro's decoder over KModel's own
 # weights, every layer's state carried (`engines/streamed.py`; its onnx twin:
-# tests/test_streamed.py).
+# tests/model_server/engines/test_streamed.py).
 
 
 @pytest.fixture(scope="session")
