@@ -32,6 +32,8 @@ from tests.support.kokoro_checkpoint import REAL_FRAMES_PER_TOKEN, SAMPLES_PER_F
 class SimulatedGpu:
     name = "simulated-gpu"
     max_phonemes = 510
+    two_passes = False  # whole calls, at a GPU's measured speed
+    voice_note = ""
 
     def __init__(self, call_s: float, per_phoneme_s: float, share: float) -> None:
         self.call_s, self.per_phoneme_s, self.share = call_s, per_phoneme_s, share

@@ -17,18 +17,13 @@ from model_server.app import create_app
 from model_server.config import Settings, parse_settings
 from model_server.detect import detect
 from model_server.engine_choice import choose_engine
-from model_server.engines import checkpoint
-from model_server.engines.weights import assemble_model, default_cache_dir
+from model_server.engines.registry import engine_kind
 from model_server.errors import ModelUnavailable
 
 
 def preflight(settings: Settings) -> None:
-    """Fail at once, saying what to install or pass, rather than after binding the port.
-    (A hub download is left to the background load: /ping must answer meanwhile.)"""
-    if settings.engine == "onnx" and settings.model_path is None:
-        assemble_model(settings.cache_dir or default_cache_dir())
-    elif settings.engine == "torch" and not settings.model_repo:
-        checkpoint.locate(settings.model_dir)
+    """Fail at once, saying what to install or pass, rather than after binding the port."""
+    engine_kind(settings.engine).preflight(settings)
 
 
 def resolve_engine(settings: Settings) -> Settings:
@@ -98,6 +93,6 @@ def serve(argv: Sequence[str] | None = None) -> None:
     if args[:1] == ["serve"]:
         args = args[1:]
     settings = parse_settings(args, host="0.0.0.0", port=8080, allow_anonymous=True)
-    if settings.engine == "torch" and argv is None:
+    if settings.engine != "auto" and engine_kind(settings.engine).cuda and argv is None:
         cuda_compat.restart_if_needed()  # before anything loads libcuda
     run(settings)

@@ -11,6 +11,7 @@ from kokoro_contract import limits
 from kokoro_contract.settings import parse_dataclass
 from model_server.engines.checkpoint import SAGEMAKER_MODEL_DIR
 from model_server.engines.hub_voices import MODES as ENGLISH_VOICES_MODES
+from model_server.engines.registry import DECODERS, ENGINES
 from model_server.scheduler import SCHEDULING
 
 ENV_PREFIX = "MODEL_SERVER_"
@@ -136,9 +137,9 @@ def parse_settings(
         env_prefix=ENV_PREFIX,
         help=_HELP,
         choices={
-            "engine": ["onnx", "torch", "auto"],
+            "engine": [*ENGINES, "auto"],
             "scheduling": list(SCHEDULING),
-            "decoder": ["auto", "stream", "windows"],
+            "decoder": ["auto", *DECODERS],
             "english_voices": list(ENGLISH_VOICES_MODES),
         },
         argv=argv,

@@ -13,6 +13,7 @@ from kokoro_contract.errors import NotReady
 from kokoro_contract.protocol import RequestRules, SynthesisRequest, new_request_id
 from model_server.config import Settings
 from model_server.engines.base import Engine
+from model_server.engines.registry import engine_kind
 from model_server.scheduler import Scheduler
 from model_server.synthesis import Synthesizer
 from model_server.text.g2p import G2P, english_g2p
@@ -23,35 +24,9 @@ EngineFactory = Callable[[Settings], Engine]
 
 
 def default_engine_factory(settings: Settings) -> Engine:
-    """The engine `settings.engine` names; its heavy imports happen here, off the event loop."""
-    if settings.engine == "torch":
-        from model_server.engines.kmodel import TorchEngine, TorchOptions
-
-        return TorchEngine(
-            TorchOptions(
-                model_dir=settings.model_dir,
-                model_repo=settings.model_repo,
-                voices_dir=settings.voices_dir,
-                device=settings.device,
-                threads=settings.threads,
-                cache_dir=settings.cache_dir,
-                decoder=settings.decoder,
-            )
-        )
-    from model_server.engines.onnx import OnnxEngine, OnnxOptions
-
-    return OnnxEngine(
-        OnnxOptions(
-            model_path=settings.model_path,
-            cache_dir=settings.cache_dir,
-            voices_dir=settings.voices_dir,
-            english_voices=settings.english_voices,
-            intra_op_threads=settings.engine_threads,
-            shared_threads=settings.shared_threads,
-            progressive=settings.progressive,
-            decoder=settings.decoder,
-        )
-    )
+    """The engine `settings.engine` names (`engines.registry`); its heavy imports happen
+    here, off the event loop."""
+    return engine_kind(settings.engine).load(settings)
 
 
 # The registry's packs are Japanese voices; of them, jm_kumo reads English best: corpus word
@@ -139,7 +114,7 @@ class ModelService:
             raise
         self._loaded = Loaded(synthesizer, rules, time.perf_counter() - started)
         self.settled.set()
-        note = getattr(engine, "voice_note", "")  # the onnx engine's: English voices or why not
+        note = engine.voice_note  # the onnx engine's: English voices or why not
         log.info(
             "ready: engine %s, g2p %s, voice %s, %d workers, loaded in %.1f s%s",
             engine.description,

@@ -22,6 +22,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -74,7 +75,7 @@ class Synthesizer:
         self.trim = trim or TrimPolicy()
         # progressive when asked and the engine can
         self.progressive: ProgressiveEngine | None = (
-            engine if progressive and isinstance(engine, ProgressiveEngine) else None
+            cast(ProgressiveEngine, engine) if progressive and engine.two_passes else None
         )
         self.schedule = schedule or Schedule()
         if self.progressive is not None and self.progressive.exact_windows:

@@ -97,6 +97,15 @@ class Engine(Protocol):
 
     name: str
     max_phonemes: int
+    @property
+    def two_passes(self) -> bool:
+        """Whether it has `front` and `decode` too (a `ProgressiveEngine`), as loaded."""
+        ...
+
+    @property
+    def voice_note(self) -> str:
+        """A word on its voices for the start log ("": none)."""
+        ...
 
     @property
     def description(self) -> str:

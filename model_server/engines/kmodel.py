@@ -150,6 +150,8 @@ def frame_samples(config: dict[str, Any]) -> int:
 
 class TorchEngine:
     name = "torch"
+    two_passes = True
+    voice_note = ""
 
     def __init__(self, options: TorchOptions) -> None:
         try:

@@ -241,6 +241,11 @@ class OnnxEngine:
         )
 
     @property
+    def two_passes(self) -> bool:
+        """Loaded with its front graph (`OnnxOptions.progressive`)."""
+        return self._front_sessions is not None
+
+    @property
     def exact_windows(self) -> bool:
         """Whether `decode` gives a window's frames as one call would, with no context: the
         streamed decoder (`OnnxOptions.decoder` stream)."""

@@ -45,6 +45,8 @@ class FakeEngine:
     name = "fake"
     description = "fake on cpu"
     max_phonemes = 510
+    two_passes = False
+    voice_note = ""
 
     def __init__(self) -> None:
         self.reset()
@@ -162,6 +164,7 @@ class FakeProgressiveEngine(FakeEngine):
     a test can hold the decoder from its `hold_from`-th window on (until cancelled or `gate`)."""
 
     name = "fake-progressive"
+    two_passes = True
     exact_windows = False  # its windows come with context, as the windows decoder's do
 
     def reset(self) -> None:
