@@ -97,6 +97,7 @@ class Engine(Protocol):
 
     name: str
     max_phonemes: int
+
     @property
     def two_passes(self) -> bool:
         """Whether it has `front` and `decode` too (a `ProgressiveEngine`), as loaded."""

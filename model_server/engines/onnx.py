@@ -41,14 +41,12 @@ from model_server.engines.base import (
 )
 from model_server.engines.carried_norms import (
     CALIBRATION_PHONEMES,
-    CORE_FRAMES,
-    CORE_LEFT,
-    FRAMES,
     PRIOR_FRAMES,
     NormStats,
     prior_weight,
     voice_prior,
 )
+from model_server.engines.norm_graph import CORE_FRAMES, CORE_LEFT, FRAMES
 from model_server.engines.weights import (
     BODY_INPUTS,
     DECODER_INPUTS,

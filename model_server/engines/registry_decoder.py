@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from model_server.engines.carried_norms import topological
+from model_server.engines.norm_graph import topological
 
 if TYPE_CHECKING:
     import onnx

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from model_server.engines.carried_norms import carry_statistics
+from model_server.engines.norm_graph import carry_statistics
 from model_server.errors import ModelUnavailable
 
 if TYPE_CHECKING:
@@ -248,7 +248,7 @@ def split_models(timed: Path, cache_dir: Path) -> tuple[Path, Path, Path]:
     """The front, body and generator graphs of the timed variant `timed`: beside it when they
     were made there and still check (their records name `timed`'s sha256), else made once in
     `cache_dir`. The decoder's instance norms take carried statistics
-    (`carried_norms.carry_statistics`), numbered over the whole decoder before the cut: each
+    (`norm_graph.carry_statistics`), numbered over the whole decoder before the cut: each
     part keeps its norms' numbers. `ModelUnavailable` when the graph lacks the tensors of the
     cuts."""
     source_sha256 = _sha256_file(timed)
