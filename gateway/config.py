@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from gateway.reply.chunk_plan import FIRST_SLACK_S
 from kokoro_contract import connections, limits
 from kokoro_contract.settings import parse_dataclass
 
@@ -73,6 +74,7 @@ class Settings:
     first_max_words: int = 5
     first_wait_words: int = 16
     first_hold_s: float = 1.0  # playback: the first audio waits for what follows, at most
+    first_slack_s: float = FIRST_SLACK_S  # a new reply's first chunk may wait, under load
     queue_size: int = 64  # events buffered per reply before the producers wait
     admission: bool = True  # refuse a reply whose first audio would miss the budget
     first_audio_budget_s: float = 3.0
@@ -185,6 +187,9 @@ _HELP = {
     "first_wait_words": "playback: the first chunk is cut here at the latest",
     "first_hold_s": "playback: the first audio waits, at most this long after it is ready, "
     "until the chunk after it can be ready before it runs out (0: it goes at once)",
+    "first_slack_s": "playback: a new reply's first chunk, while its model server has other "
+    "work, is needed this long after it could be ready, so replies in progress are not made "
+    "late; admission counts a reply not started yet as having this much spare time (0: none)",
     "queue_size": "events buffered per reply",
     "admission": "refuse a new reply (503 overloaded, retryable) when no model server can give "
     "it first audio within the budget without making replies in progress late",

@@ -6,6 +6,9 @@
 - `formats`: the one registry of audio formats (MIME, container, codec settings, OpenAI names).
 - `limits`: request limits and validation (text length, speed, voice names, ids).
 - `errors`, `http_errors`, `ws_sender`: the error type and its HTTP and WebSocket mapping.
+- `speed`: the learned synthesis speed, and the priors both services start from.
+- `load`: the model server's `/load` answer and its JSON, and the sizes both services count
+  by (a typical first chunk and segment in phonemes, the largest decoder window).
 - `settings`: settings dataclasses from flags and environment variables.
 
 Both services import this package; neither imports the other.

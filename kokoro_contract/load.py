@@ -1,8 +1,8 @@
 """The model server's `GET /load` answer: what it says of its engine's speed and backlog, and
-what a gateway's admission reads of it. One dataclass for both sides (the server fills every
-field; a gateway reading an older server gets the defaults), the typical sizes in phonemes
-both sides count a reply's chunks by, and the progressive server's window sizes the gateway's
-chunk plan expects."""
+what a gateway's admission reads of it. One dataclass for both sides, with its JSON (the
+server fills every field; a gateway reading an older server gets the defaults), the typical
+sizes in phonemes both sides count a reply's chunks by, and the progressive server's window
+sizes the gateway's chunk plan expects."""
 
 from __future__ import annotations
 
@@ -11,21 +11,31 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Self
 
+import orjson
+
 # a new reply's first chunk as admission counts it, and the size a progressive server publishes
 # its first-window time for: a typical five-word first chunk is 20-28 phonemes; counting it as
 # 45 is the margin that kept admitted replies free of gaps on 2 cores (with 25, 2 of 5 served
 # replies had gaps at 3 conversations: docs/measured.md)
 FIRST_CHUNK_PHONEMES = 45
-SEGMENT_PHONEMES = 60  # a typical later chunk, for comparing speeds alone and side by side
-# a progressive server's decoder windows, which a gateway's chunk plan expects: Kokoro's frame
-# (600 samples at 24 kHz), and the largest window (`model_server.windows.Schedule.largest`)
+# a typical later chunk: the server's real-time capacity and admission's slowdown of a reply
+# beside another are both reckoned on a segment this long
+SEGMENT_PHONEMES = 60
+# a progressive server's decoder windows: Kokoro's frame (600 samples at 24 kHz), and the
+# largest window, which the server's window ladder stops at and a gateway's chunk plan expects
 FRAME_S = 0.025
 LARGEST_WINDOW_FRAMES = 192
 
 
+class MalformedLoadReport(ValueError):
+    """A `/load` answer that says no load: not JSON, not an object, or a field missing or not
+    a number. A gateway takes its server for down, as one that cannot be reached."""
+
+
 @dataclass(frozen=True)
 class LoadReport:
-    """How far behind the engine is, in seconds, and how fast it has been."""
+    """How far behind the engine is, in seconds, and how fast it has been. The fields, in
+    order, are the answer's JSON keys."""
 
     workers: int
     busy: int
@@ -43,28 +53,80 @@ class LoadReport:
     # (learned; None: not progressive, or an older server)
     first_window_s: float | None = None
     deadline_misses: int = 0  # explicit deadlines missed since the server started
+    scheduling: str = "edf"  # the server's --scheduling
+    # requests and sessions the server runs now, as `/ping` counts them: its route fills this
+    # in, the scheduler does not know it
+    inflight: int = 0
+
+    @classmethod
+    def decode(cls, data: bytes | str) -> Self:
+        """The report a `/load` body says; `MalformedLoadReport` when it says none."""
+        try:
+            body = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise MalformedLoadReport(f"the /load answer is not JSON: {exc}") from exc
+        if not isinstance(body, dict):
+            raise MalformedLoadReport(
+                f"the /load answer must be a JSON object, got {type(body).__name__}"
+            )
+        return cls.from_json(body)
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> Self:
-        slack = body.get("min_slack_s")
+        """The report a parsed `/load` body says (keys it does not know are left out);
+        `MalformedLoadReport` when a field is missing or not a number."""
+        scheduling = body.get("scheduling", "edf")
+        if not isinstance(scheduling, str):
+            raise MalformedLoadReport(
+                f"the /load answer's scheduling is not a string: {scheduling!r:.40}"
+            )
         return cls(
-            workers=int(body["workers"]),
-            busy=int(body["busy"]),
-            waiting=int(body["waiting"]),
-            backlog_s=float(body["backlog_s"]),
-            min_slack_s=None if slack is None else float(slack),
-            seconds_per_call=float(body["seconds_per_call"]),
-            seconds_per_phoneme=float(body["seconds_per_phoneme"]),
-            realtime_streams=float(body.get("realtime_streams", 1e9)),
-            shared_seconds_per_call=_optional(body.get("shared_seconds_per_call")),
-            shared_seconds_per_phoneme=_optional(body.get("shared_seconds_per_phoneme")),
-            first_window_s=_optional(body.get("first_window_s")),
-            deadline_misses=int(body.get("deadline_misses", 0)),
+            workers=_number(body, "workers", int),
+            busy=_number(body, "busy", int),
+            waiting=_number(body, "waiting", int),
+            backlog_s=_number(body, "backlog_s", float),
+            min_slack_s=_optional(body, "min_slack_s"),
+            seconds_per_call=_number(body, "seconds_per_call", float),
+            seconds_per_phoneme=_number(body, "seconds_per_phoneme", float),
+            realtime_streams=_number(body, "realtime_streams", float, 1e9),
+            shared_seconds_per_call=_optional(body, "shared_seconds_per_call"),
+            shared_seconds_per_phoneme=_optional(body, "shared_seconds_per_phoneme"),
+            first_window_s=_optional(body, "first_window_s"),
+            deadline_misses=_number(body, "deadline_misses", int, 0),
+            scheduling=scheduling,
+            inflight=_number(body, "inflight", int, 0),
         )
 
     def to_json(self) -> dict[str, Any]:
+        """The `/load` body as a JSON object, its keys in the fields' order."""
         return dataclasses.asdict(self)
 
+    def encode(self) -> bytes:
+        """The `/load` body."""
+        return orjson.dumps(self.to_json())
 
-def _optional(value: Any) -> float | None:
-    return None if value is None else float(value)
+
+def _number[N: (int, float)](
+    body: Mapping[str, Any], name: str, kind: type[N], default: N | None = None
+) -> N:
+    """`body[name]` as a `kind`; `default` when it is absent (None: it may not be)."""
+    if name not in body:
+        if default is None:
+            raise MalformedLoadReport(f"the /load answer has no {name}")
+        return default
+    return _convert(body[name], name, kind)
+
+
+def _optional(body: Mapping[str, Any], name: str) -> float | None:
+    """`body[name]` as a float, None when it is absent or null."""
+    value = body.get(name)
+    return None if value is None else _convert(value, name, float)
+
+
+def _convert[N: (int, float)](value: Any, name: str, kind: type[N]) -> N:
+    try:
+        return kind(value)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise MalformedLoadReport(
+            f"the /load answer's {name} is not a number: {value!r:.40}"
+        ) from exc

@@ -36,8 +36,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from kokoro_contract.load import FIRST_CHUNK_PHONEMES, LoadReport
-from kokoro_contract.speed import SpeedModel
+from kokoro_contract.load import FIRST_CHUNK_PHONEMES, SEGMENT_PHONEMES, LoadReport
+from kokoro_contract.speed import PRIOR_SECONDS_PER_CALL, PRIOR_SECONDS_PER_PHONEME, SpeedModel
 from model_server.engines.base import CancelToken
 
 log = logging.getLogger(__name__)
@@ -214,7 +214,7 @@ class Scheduler:
             raise ValueError(f"scheduling must be one of {', '.join(SCHEDULING)}")
         self.scheduling = scheduling
         self.slots: Slots = DeadlineSlots(workers) if scheduling == "edf" else FairSlots(workers)
-        self.speed = speed or SpeedModel()
+        self.speed = speed or SpeedModel(PRIOR_SECONDS_PER_CALL, PRIOR_SECONDS_PER_PHONEME)
         # calls that started beside another run slower (they share the cores): learned apart,
         # for the real-time capacity
         self.shared_speed = SpeedModel(prior_a=0.5, prior_b=0.045)
@@ -322,10 +322,11 @@ class Scheduler:
 
     def realtime_streams(self) -> float:
         """Replies the engine can voice at once: workers over the compute each needs per second
-        of speech, for a typical 60-phoneme segment at the speed calls run side by side."""
+        of speech, for a typical segment (`SEGMENT_PHONEMES`) at the speed calls run side by
+        side."""
         workers = self.slots.slots
         speed = self.shared_speed if workers > 1 else self.speed
-        rtf = speed.estimate(60) / (60 * self.audio_per_phoneme)
+        rtf = speed.estimate(SEGMENT_PHONEMES) / (SEGMENT_PHONEMES * self.audio_per_phoneme)
         return workers / rtf if rtf > 0 else float(workers)
 
     def longest_call_s(self) -> float:
@@ -335,6 +336,7 @@ class Scheduler:
         return max((now - started for started, _ in self._running.values()), default=0.0)
 
     def load(self) -> LoadReport:
+        """What `GET /load` says, but for `inflight`, which the route counts."""
         now = self.clock()
         workers = self.slots.slots
         remaining = [max(0.0, cost - (now - started)) for started, cost in self._running.values()]
@@ -366,6 +368,7 @@ class Scheduler:
                 if self.progressive
                 else None
             ),
+            scheduling=self.scheduling,
         )
 
     def close(self) -> None:

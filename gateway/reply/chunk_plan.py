@@ -51,7 +51,7 @@ from gateway.reply.chunker import (
     word_of,
 )
 from kokoro_contract.load import FRAME_S, LARGEST_WINDOW_FRAMES
-from kokoro_contract.speed import SpeedModel
+from kokoro_contract.speed import PRIOR_SECONDS_PER_CALL, PRIOR_SECONDS_PER_CHARACTER, SpeedModel
 
 # chunks a reply may have at the model server, unfinished: a model server's --max-pending is at
 # least this (its default is 32)
@@ -61,6 +61,11 @@ TIE_S = 1e-9  # a spare this small is none: sums of seconds in floating point la
 # the audio of a progressive model server's first window of a reply, trimmed: 0.55-0.63 s over
 # the quality corpus (model_server/windows.py), 0.63 s through the stack here
 FIRST_WINDOW_AUDIO_S = 0.55
+# the first chunk is needed when it could be ready plus this: under load, a new reply's first
+# chunk waits this long rather than make a reply in progress late (a reply whose server has
+# nothing else to do has none: `ChunkPlan.alone`); admission gives a reply still starting as
+# much spare time. The default of `--first-slack-s`
+FIRST_SLACK_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -83,16 +88,13 @@ class PlanConfig:
     # on an engine already at work, and only this much, plus the share, is kept for them
     ready_margin_s: float = 0.1
     lead_s: float = 0.15  # send the next chunk this long before the one before it is done
-    # the first chunk is needed when it could be ready plus this: under load, a new reply's
-    # first chunk waits this long rather than make a reply in progress late (a reply whose
-    # server has nothing else to do has none: `ChunkPlan.alone`)
-    first_slack_s: float = 1.0
+    first_slack_s: float = FIRST_SLACK_S  # a first chunk's slack under load (`FIRST_SLACK_S`)
     # the first audio is held, at most this long after it is ready, until the sentences
     # known so far can follow it without a gap; 0: played as soon as it is ready
     first_hold_s: float = 1.0
     # a progressive model server's windows, as the plan expects them (`window_spans`): the
     # first holds what a first chunk's first frame held (`EarlyAudio`), each after it twice
-    # the one before, up to this much audio (the model server's largest window: 4.8 s)
+    # the one before, up to this much audio (`LARGEST_WINDOW_FRAMES` frames: 4.8 s)
     largest_window_s: float = round(LARGEST_WINDOW_FRAMES * FRAME_S, 6)
 
 
@@ -236,9 +238,9 @@ class _Sent:
 
 def chunk_speed() -> SpeedModel:
     """Seconds of synthesis per chunk against its characters, queueing included, as a plan
-    learns it from the model server's reports (prior: int8 ONNX on 2 cores, through the stack:
-    0.35 s a call, 0.032 s a character)."""
-    return SpeedModel(prior_a=0.35, prior_b=0.032)
+    learns it from the model server's reports (prior: `kokoro_contract.speed`'s, per call and
+    per character)."""
+    return SpeedModel(PRIOR_SECONDS_PER_CALL, PRIOR_SECONDS_PER_CHARACTER)
 
 
 @dataclass(eq=False)  # one plan per reply: compared (and found in lists) by identity

@@ -12,7 +12,7 @@ side). Each chunk it has still to come is asked separately (`ChunkPlan.spare_pro
 new start delays it by the new first chunk's share and by the slowdown of the synthesis before
 it, so a chunk due soon needs less room than one at the end of a long reply, whose playback buffer
 grows meanwhile. A reply still starting (nothing sent yet) has the slack its plan gives a first
-chunk under load (`STARTING_SLACK_S`) and, its text unknown, a typical reply's synthesis left
+chunk under load (`--first-slack-s`) and, its text unknown, a typical reply's synthesis left
 (`LoadReport.reply_s`): on 2 cores two replies starting together would both fall behind, on a
 GPU dozens may. Replies in progress are those that ask the server for synthesis, or are about
 to (the pool counts them: `pool.Upstream.asking`); a reply that waits for its client's text
@@ -29,15 +29,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from gateway.reply.chunk_plan import FIRST_SLACK_S
 from kokoro_contract import load as contract
 from kokoro_contract.load import FIRST_CHUNK_PHONEMES, SEGMENT_PHONEMES
 
 # a typical reply, for one still starting (its text unknown): the demo's five sentences,
 # 230 phonemes in 6 chunks
 REPLY_PHONEMES, REPLY_CALLS = 230, 6
-# a starting reply's first chunk may wait this long under load (the chunk plan's default
-# `first_slack_s`; the gate gives the pool the configured one)
-STARTING_SLACK_S = 1.0
 RETRY_WHEN_FULL_S = 5  # a reply in progress needs a few seconds more, typically
 STALE_ESTIMATE_FACTOR = 2.0  # an idle server is given a reply estimated up to this x budget
 
@@ -121,7 +119,7 @@ class Candidate:
     # the spare profile of each of those under way with work left (`ChunkPlan.spare_profile`)
     spare: tuple[Profile, ...] = ()
     starting: int = 0  # of `replies`, those that have sent nothing yet
-    starting_slack_s: float = STARTING_SLACK_S  # the spare time each of those has
+    first_slack_s: float = FIRST_SLACK_S  # the spare time each of those has (--first-slack-s)
 
 
 def refusal(
@@ -130,11 +128,12 @@ def refusal(
     replies: int = 0,
     spare: Sequence[Profile] = (),
     starting: int = 0,
-    starting_slack_s: float = STARTING_SLACK_S,
+    first_slack_s: float = FIRST_SLACK_S,
 ) -> Refusal | None:
     """Why `load` cannot take a new reply now, or None if it can; `replies`: the ones this
     gateway already runs there, `spare` the spare profile of each of them under way with work
-    left, `starting` how many of them have sent nothing yet."""
+    left, `starting` how many of them have sent nothing yet, each with `first_slack_s` of
+    spare time."""
     idle = load.busy == 0 and load.waiting == 0 and load.min_slack_s is None and replies == 0
     if idle and load.first_audio_s <= STALE_ESTIMATE_FACTOR * budget_s:
         # idle, and the estimate only a little past the budget: it may be stale (learned while
@@ -164,7 +163,7 @@ def refusal(
         )
     startup = load.first_chunk_s / load.workers  # its first chunk goes ahead of them
     slower = load.slowdown(replies) - 1.0  # and what they have left runs this much longer
-    for profile in [*spare, *[((starting_slack_s, load.reply_s),)] * starting]:
+    for profile in [*spare, *[((first_slack_s, load.reply_s),)] * starting]:
         for slack, until in profile:
             needs = startup + slower * until
             if slack < needs:
@@ -202,7 +201,7 @@ def choose(candidates: Sequence[Candidate], budget_s: float | None) -> Candidate
             candidate.replies,
             candidate.spare,
             candidate.starting,
-            candidate.starting_slack_s,
+            candidate.first_slack_s,
         )
         if refused is None:
             return candidate

@@ -5,9 +5,10 @@ up, and fails over to another when its server cannot be reached before any audio
 several addresses (a Kubernetes headless Service) counts as several servers; names are resolved
 again every `resolve_every_s`. Each server's load (`GET /load`) is fetched on demand, at most
 every `load_ttl_s`, with a short timeout on a client of its own (a longer one, `first_probe_s`,
-until the server has answered once); one that cannot be reached, or answers wrongly, is skipped
-for `down_for_s` and tried again after; one that is only slow to answer keeps the load it gave
-within `stale_load_s`. Voices are asked of any server that answers, no load needed.
+until the server has answered once); one that cannot be reached, or answers wrongly (an error
+status, or a body that is no load report: `MalformedLoadReport`), is skipped for `down_for_s`
+and tried again after; one that is only slow to answer keeps the load it gave within
+`stale_load_s`. Voices are asked of any server that answers, no load needed.
 
 A new reply that no server can take now, for a reason time clears (a reply in progress needs its
 spare time, one is about to end), may wait up to `wait_s` for one that can, while its first audio
@@ -38,10 +39,10 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from gateway.errors import TTSError
+from gateway.reply.chunk_plan import FIRST_SLACK_S
 from gateway.retry import RetryBudget
 from gateway.routing.admission import (
     RETRY_WHEN_FULL_S,
-    STARTING_SLACK_S,
     Candidate,
     InProgress,
     LoadReport,
@@ -51,6 +52,7 @@ from gateway.routing.admission import (
 )
 from gateway.transports.base import Completed, OnComplete, Piece, TTSStream
 from gateway.transports.model_server import STALL_TIMEOUT_S, ModelServerTransport
+from kokoro_contract.load import MalformedLoadReport
 
 
 @dataclass
@@ -120,7 +122,7 @@ class ModelServerPool:
     stall_timeout_s: float | None = STALL_TIMEOUT_S  # a session's pong this late: tts_stalled
     ready_ttl_s: float = 1.0  # readiness answers are reused this long
     max_waiting: int = 16  # new replies waiting for a server with spare time, at most
-    starting_slack_s: float = STARTING_SLACK_S  # a starting reply's first chunk may wait this
+    first_slack_s: float = FIRST_SLACK_S  # a starting reply's first chunk may wait this
 
     def __post_init__(self) -> None:
         self._upstreams: dict[str, Upstream] = {}
@@ -171,7 +173,7 @@ class ModelServerPool:
         try:
             response = await self.probe.get(upstream.url + "/load", timeout=timeout)
             response.raise_for_status()
-            upstream.load = LoadReport.from_json(response.json())
+            upstream.load = LoadReport.decode(response.content)
             upstream.fetched_at = now
             upstream.answered = True
         except httpx.TimeoutException:
@@ -179,7 +181,7 @@ class ModelServerPool:
             # load (a busy machine can be slow for a moment); one that has not is down
             if upstream.load is None or now - upstream.fetched_at > self.stale_load_s:
                 self.mark_down(upstream)
-        except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        except (httpx.HTTPError, MalformedLoadReport):
             self.mark_down(upstream)
 
     def mark_down(self, upstream: Upstream) -> None:
@@ -261,7 +263,7 @@ class ModelServerPool:
                 len(u.asking()),
                 u.spare(now),
                 u.starting_now(),
-                self.starting_slack_s,
+                self.first_slack_s,
             )
             for u in upstreams
         ]

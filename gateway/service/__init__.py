@@ -15,7 +15,7 @@ from gateway.access.keys import KeyRing
 from gateway.config import Settings
 from gateway.metrics import GatewayMetrics
 from gateway.service.gate import Gate
-from gateway.service.replies import ReplyFactory, plan_config
+from gateway.service.replies import ReplyFactory
 from gateway.service.runtime import Runtime
 
 
@@ -40,8 +40,7 @@ class GatewayService:
         self.metrics = GatewayMetrics()
         self.keys = load_keys(settings)
         self.wall_clock: Callable[[], float] = time.time  # token expiry
-        first_slack_s = plan_config(settings).first_slack_s
-        self.runtime = Runtime(settings, first_slack_s, sagemaker_http2_transport)
+        self.runtime = Runtime(settings, sagemaker_http2_transport)
         self.gate = Gate(settings, self.metrics, self.runtime)
         self.replies = ReplyFactory(settings, self.metrics, self.runtime)
 

@@ -45,6 +45,7 @@ from kokoro_contract.spoken import spoken_s
 def plan_config(settings: Settings) -> PlanConfig:
     return PlanConfig(
         first_hold_s=settings.first_hold_s,
+        first_slack_s=settings.first_slack_s,
         first_min_words=settings.first_min_words,
         first_max_words=settings.first_max_words,
         first_wait_words=max(settings.first_wait_words, settings.first_max_words),

@@ -20,12 +20,8 @@ from gateway.transports.sagemaker_stream import SageMakerStreamTransport
 
 
 class Runtime:
-    def __init__(
-        self, settings: Settings, first_slack_s: float, sagemaker_http2_transport: Any = None
-    ) -> None:
-        """`first_slack_s`: the chunk plan's slack for a first chunk, which admission gives a
-        reply still starting; `sagemaker_http2_transport` replaces the HTTP/2 SDK's CRT client
-        (tests)."""
+    def __init__(self, settings: Settings, sagemaker_http2_transport: Any = None) -> None:
+        """`sagemaker_http2_transport` replaces the HTTP/2 SDK's CRT client (tests)."""
         self.settings = settings
         key = settings.model_server_key
         headers = {"Authorization": f"Bearer {key}"} if key else {}  # the model servers' key
@@ -69,7 +65,7 @@ class Runtime:
                 httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(0.5)),
                 tts_timeout_s=settings.tts_timeout_s,
                 stall_timeout_s=settings.stall_timeout_s or None,
-                starting_slack_s=first_slack_s,
+                first_slack_s=settings.first_slack_s,
             )
         self._exits = contextlib.AsyncExitStack()
         self.bedrock: Any = None  # an aioboto3 bedrock-runtime client, for --llm bedrock

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Coroutine
@@ -88,18 +89,17 @@ async def ping(request: Request) -> JSONResponse:
 
 
 @router.get("/load", response_class=JSONResponse, responses=openapi.LOAD)
-async def load(request: Request) -> JSONResponse:
+async def load(request: Request) -> Response:
     """How far behind the engine is, for the gateway's admission control and routing: a light
-    answer, computed from the scheduler's state (`/ping` stays the SageMaker contract)."""
+    answer, computed from the scheduler's state (`/ping` stays the SageMaker contract), in the
+    JSON both services read (`kokoro_contract.load`)."""
     service = _service(request)
     stuck = _stuck(service)
     if stuck is not None:
         raise ServiceError(stuck, code="stuck", status=503, retryable=True)
-    scheduler = service.get().synthesizer.scheduler
-    body = scheduler.load().to_json()
-    body["scheduling"] = scheduler.scheduling
-    body["inflight"] = request.app.state.inflight.count
-    return JSONResponse(body)
+    report = service.get().synthesizer.scheduler.load()
+    report = dataclasses.replace(report, inflight=request.app.state.inflight.count)
+    return Response(report.encode(), media_type=JSON)
 
 
 @router.get("/metrics", response_class=Response, responses=openapi.METRICS)

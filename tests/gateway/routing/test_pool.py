@@ -22,6 +22,7 @@ from gateway.app import create_app as create_gateway
 from gateway.config import Settings as GatewaySettings
 from gateway.errors import TTSError
 from gateway.routing import pool
+from gateway.routing.admission import Refusal
 from gateway.transports.base import Piece
 from tests.end_to_end.test_faults import PACED, reply_with_fault
 from tests.support.fakes import FakeEngine, expected_pcm_bytes, paced_reply_bytes, serve_fake
@@ -229,6 +230,40 @@ async def test_a_batch_call_is_never_retried_after_its_audio_has_started() -> No
     assert 0 < len(pcm) < WHOLE  # what was heard: cut short, not repeated from elsewhere
     assert engines["chosen"].calls[:1] == SENTENCES[:1]
     assert engines["other"].calls == []
+
+
+# --- a load answer that says no load -------------------------------------------------------------
+
+
+async def test_a_server_whose_load_answer_says_no_load_is_down() -> None:
+    """A `/load` body that is no load report (a proxy's error page, a JSON list, a field that
+    is not a number) marks its server down, as one that cannot be reached: a new reply is
+    refused `tts_unavailable`; once `down_for_s` has passed it is asked again, and a good
+    answer serves (the answers come from the probe client's transport)."""
+    good = {"workers": 2, "busy": 0, "waiting": 0, "backlog_s": 0.0, "min_slack_s": None}
+    good |= {"seconds_per_call": 0.35, "seconds_per_phoneme": 0.028}
+    bodies = [b"<html>502 Bad Gateway</html>", b"[]", orjson.dumps(good | {"busy": "many"})]
+    bodies.append(orjson.dumps(good))
+
+    def load(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=bodies.pop(0))
+
+    url = "http://127.0.0.1:9"  # never dialled: the probe client answers
+    async with httpx.AsyncClient() as client:
+        probe = httpx.AsyncClient(transport=httpx.MockTransport(load))
+        servers = pool.ModelServerPool([url], client, probe=probe, down_for_s=0.0)
+        try:
+            for _ in range(3):
+                refused = await servers.pick(3.0)
+                assert isinstance(refused, Refusal)
+                assert refused.code == "tts_unavailable"
+            served = await servers.pick(3.0)
+        finally:
+            await servers.aclose()
+    assert isinstance(served, pool.Upstream)
+    assert served.load is not None
+    assert served.load.workers == 2
+    assert bodies == []
 
 
 # --- voices, with no load to go on ----------------------------------------------------------------

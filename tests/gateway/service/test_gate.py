@@ -24,7 +24,7 @@ WEB = Client("web")
 @contextlib.asynccontextmanager
 async def gate_on(url: str, **settings: object) -> AsyncIterator[Gate]:
     config = Settings(model_server_url=url, **settings)  # type: ignore[arg-type]
-    runtime = Runtime(config, first_slack_s=1.0)
+    runtime = Runtime(config)
     try:
         yield Gate(config, GatewayMetrics(), runtime)
     finally:
