@@ -28,7 +28,10 @@ hear. Starts the real model server and gateway (separate processes, `make dev` d
   second conversation streams another reply through the same gateway, against one engine call
   per segment (a model server with `--progressive off`); every clip given the same silent
   margins (`MARGIN_S`) before the judges, as the served audio starts and ends closer to the
-  speech than one call's;
+  speech than one call's; and quiet through a gateway whose first chunk is its first
+  sentence whole (`--first-max-words` `WHOLE_FIRST_WORDS`) rather than cut at a phrase after
+  a few words: what the cut costs the voice and saves the first audio (each gateway row
+  prints its first audio's p50, from the request to the first audio event);
 - layouts (not run by default): the decoder's window layouts at a fixed speed, in this
   process (`bench/window_layouts.py`): one call per segment, the default schedule as a
   reply's first segment, the same with wider context, and the largest windows; MOS, WER and
@@ -48,6 +51,7 @@ import dataclasses
 import itertools
 import multiprocessing
 import os
+import statistics
 import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -70,6 +74,8 @@ WINDOW_S = 3.0
 # silence around every clip of the stack section: PocketSphinx misreads a first word that
 # starts within a few ms of its clip, and one call keeps more of its pauses than served audio
 MARGIN_S = 0.5
+# the stack section's first chunk kept whole: a first sentence of the corpus is never longer
+WHOLE_FIRST_WORDS = 60
 # (format, kbit/s) judged beside the registry's own setting of each codec
 BITRATES: dict[str, tuple[int, ...]] = {
     "mp3": (32, 40, 48, 64, 96),
@@ -149,6 +155,7 @@ def batch(http: httpx.Client, text: str, voice: str) -> bytes:
 class GatewayReply:
     pcm: bytes
     chunk_audio_s: list[float]
+    first_s: float  # from the request to its first audio event
 
 
 async def gateway_reply(base: str, text: str, voice: str, paced: bool) -> GatewayReply:
@@ -157,6 +164,8 @@ async def gateway_reply(base: str, text: str, voice: str, paced: bool) -> Gatewa
         body |= {"echo_tps": TPS, "echo_first_ms": FIRST_MS}
     pcm = bytearray()
     metrics: dict[str, object] = {}
+    first_s: float | None = None
+    started = time.perf_counter()
     async with (
         httpx.AsyncClient(base_url=base, timeout=300) as http,
         http.stream("POST", "/v1/speak", json=body) as response,
@@ -167,6 +176,8 @@ async def gateway_reply(base: str, text: str, voice: str, paced: bool) -> Gatewa
             for event in decoder.push(raw):
                 data = orjson.loads(event.data)
                 if event.event == "audio_chunk":
+                    if first_s is None:
+                        first_s = time.perf_counter() - started
                     pcm += base64.b64decode(data["data"])
                 elif event.event == "error":
                     raise RuntimeError(f"gateway error: {data}")
@@ -174,7 +185,8 @@ async def gateway_reply(base: str, text: str, voice: str, paced: bool) -> Gatewa
                     metrics = data["metrics"]
     chunks = metrics.get("chunk_audio_s")
     assert isinstance(chunks, list)
-    return GatewayReply(bytes(pcm), [float(c) for c in chunks])
+    assert first_s is not None
+    return GatewayReply(bytes(pcm), [float(c) for c in chunks], first_s)
 
 
 def windows(samples: judges.Samples, chunk_audio_s: list[float]) -> tuple[list[Clip], list[Clip]]:
@@ -390,12 +402,29 @@ def stack_table(
         httpx.Client(base_url=off.model_server, timeout=600) as whole_http,
     ):
         whole = [batch(whole_http, r.text, voice) for r in replies]
+    # the first chunk cut at a phrase after a few words (the default) against the first
+    # sentence whole: what the cut costs the voice, and what it saves the first audio
+    with stack([], ["--first-max-words", str(WHOLE_FIRST_WORDS)]) as whole_first:
+        kept = [
+            asyncio.run(gateway_reply(whole_first.gateway, r.text, voice, True)) for r in replies
+        ]
     quiet = [asyncio.run(gateway_reply(gateway, r.text, voice, True)) for r in replies]
     beside = [asyncio.run(busy(r, replies[(k + 1) % len(replies)])) for k, r in enumerate(replies)]
+
+    def first(got: list[GatewayReply]) -> str:
+        return f"first audio p50 {statistics.median(g.first_s for g in got):.2f} s"
+
     rows = [
         ("one call per segment (--progressive off)", whole),
-        ("the default stack, quiet", [g.pcm for g in quiet]),
-        ("the default stack, a second conversation beside it", [g.pcm for g in beside]),
+        (f"the default stack, quiet ({first(quiet)})", [g.pcm for g in quiet]),
+        (
+            f"the stack, first sentence whole, quiet ({first(kept)})",
+            [g.pcm for g in kept],
+        ),
+        (
+            f"the default stack, a second conversation beside it ({first(beside)})",
+            [g.pcm for g in beside],
+        ),
     ]
     scored = [
         (label, judge.judge([margined(p, r.spoken) for p, r in zip(pcms, replies, strict=True)]))
