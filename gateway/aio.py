@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
+
+# a clock in seconds; only differences between its readings mean anything
+Clock = Callable[[], float]
+
+
+def loop_time() -> float:
+    """The running event loop's clock: the one asyncio's timeouts and the reply plans read."""
+    return asyncio.get_running_loop().time()
 
 
 async def cancel_and_wait(task: asyncio.Task[Any]) -> None:

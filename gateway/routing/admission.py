@@ -15,19 +15,20 @@ grows meanwhile. A reply still starting (nothing sent yet) has the slack its pla
 chunk under load (`--first-slack-s`) and, its text unknown, a typical reply's synthesis left
 (`LoadReport.reply_s`): on 2 cores two replies starting together would both fall behind, on a
 GPU dozens may. Replies in progress are those that ask the server for synthesis, or are about
-to (the pool counts them: `pool.Upstream.asking`); a reply that waits for its client's text
-with nothing asked counts for nothing. What cannot be served in time is refused up front: never
+to (`placement.Upstream.asking` counts them); a reply that waits for its client's text with
+nothing asked counts for nothing. What cannot be served in time is refused up front: never
 accepted and then stuttered. A refusal that time clears by itself (a reply in progress gains
 spare time as its synthesis runs ahead, one ends) is `deferrable`: the pool may hold the new
-reply a moment and ask again (`ModelServerPool.admit`) rather than refuse it.
+reply a moment and ask again (`waiting.WaitingLine.admit`) rather than refuse it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, Self
 
 from gateway.reply.chunk_plan import FIRST_SLACK_S
 from kokoro_contract import load as contract
@@ -61,6 +62,11 @@ class InProgress(Protocol):
 @dataclass(frozen=True)
 class LoadReport(contract.LoadReport):
     """A model server's `/load` answer (`kokoro_contract.load`) as admission reads it."""
+
+    @classmethod
+    def of(cls, report: contract.LoadReport) -> Self:
+        """The same report (as the transport parsed it), read as admission reads it."""
+        return cls(**dataclasses.asdict(report))
 
     @property
     def first_chunk_s(self) -> float:

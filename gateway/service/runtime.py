@@ -26,7 +26,8 @@ class Runtime:
         key = settings.model_server_key
         headers = {"Authorization": f"Bearer {key}"} if key else {}  # the model servers' key
         # Each outbound client carries only its own credentials: `client` (the model servers:
-        # synthesis, voices, /load) their key; `llm_client` (an OpenAI-compatible LLM) none by
+        # synthesis, voices) and the pool's probe client (/load, /ping, through each server's
+        # transport) their key; `llm_client` (an OpenAI-compatible LLM) none by
         # default, the source adding --openai-api-key to its own requests; the AWS clients
         # their SDK's credential chain. One connection per session at most, waited for at
         # most 5 s (then a clean error).

@@ -1,4 +1,6 @@
-"""The Kokoro model server: its WebSocket for bidi mode, `POST /invocations` for batch mode."""
+"""The Kokoro model server: its WebSocket for bidi mode, `POST /invocations` for batch mode,
+and what the gateway asks of it besides (`/load`, `/ping`, `/voices`): the only place the
+gateway speaks HTTP or WebSocket to a model server."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from gateway.transports.captioned import captioned_pieces
 from gateway.transports.framed_stream import FramedTTSStream
 from kokoro_contract import protocol
 from kokoro_contract.errors import brief
+from kokoro_contract.load import LoadReport, MalformedLoadReport
 from kokoro_contract.protocol import invocation_body
 
 STALL_TIMEOUT_S = 2.0
@@ -30,6 +33,11 @@ def ws_url(http_url: str) -> str:
     if base.startswith("https://"):
         return "wss://" + base.removeprefix("https://")
     return "ws://" + base.removeprefix("http://")
+
+
+class LoadTimeout(TTSError):
+    """The model server did not answer `/load` in time: busy for a moment, or gone (the
+    caller's rules tell which, from when it last answered)."""
 
 
 KEEPALIVE = "keepalive ping timeout"  # how websockets closes a session whose pong never came
@@ -68,7 +76,8 @@ class ModelServerTransport:
         tts_timeout_s: float | None = None,
         stall_timeout_s: float | None = STALL_TIMEOUT_S,
     ) -> None:
-        """`client` carries synthesis; `probe`, with short timeouts, readiness. The
+        """`client` carries synthesis and voices; `probe`, with short timeouts, the load
+        and readiness probes (never queued behind synthesis). The
         WebSocket sends the `Authorization` header `client` sends (the model server's key),
         and pings the model server every `stall_timeout_s / 2`: a session whose pong is
         `stall_timeout_s` late (a frozen process, a cut network) fails with `tts_stalled`,
@@ -145,6 +154,27 @@ class ModelServerTransport:
             raise TTSError(
                 "the model server's stream failed",
                 detail=f"model server at {self.base_url} failed: {brief(exc)}",
+            ) from exc
+
+    async def load(self, timeout_s: float | None = None) -> LoadReport:
+        """The model server's `GET /load` report, asked on the probe client, waiting
+        `timeout_s` (None: the probe client's own timeout). Raises `LoadTimeout` when no
+        answer comes in time, and `TTSError` when it cannot be reached or answers wrongly (an
+        error status, or a body that is no load report: `MalformedLoadReport`)."""
+        timeout = httpx.USE_CLIENT_DEFAULT if timeout_s is None else timeout_s
+        try:
+            response = await self._probe.get(self.base_url + "/load", timeout=timeout)
+            response.raise_for_status()
+            return LoadReport.decode(response.content)
+        except httpx.TimeoutException as exc:
+            raise LoadTimeout(
+                "the model server did not report its load in time",
+                detail=f"model server at {self.base_url}: /load: {brief(exc)}",
+            ) from exc
+        except (httpx.HTTPError, MalformedLoadReport) as exc:
+            raise TTSError(
+                "the model server did not report its load",
+                detail=f"model server at {self.base_url}: /load: {brief(exc)}",
             ) from exc
 
     async def ready(self) -> bool:
