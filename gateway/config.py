@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gateway.reply.chunk_plan import FIRST_SLACK_S
+from gateway.sources.registry import LLMS
 from kokoro_contract import connections, limits
 from kokoro_contract.settings import parse_dataclass
 
@@ -220,7 +221,7 @@ def parse_settings(
         env_prefix=ENV_PREFIX,
         help=_HELP,
         choices={
-            "llm": ["echo", "openai", "bedrock"],
+            "llm": list(LLMS),
             "tts_transport": ["model-server", "sagemaker"],
             "chunk_plan": ["playback", "sentences"],
         },

@@ -13,9 +13,9 @@ sends every sentence as it is final, with no deadline. batch waits for all the t
 one call: the honest baseline. Both emit the same events, so measured differences are timing
 alone.
 
-Events go into a bounded queue that the route drains; when the client goes away the route
-cancels the reply's task, which closes the source and the TTS stream (the model server aborts
-its work) through their `async with`/`finally` blocks.
+Events go into a bounded queue that the route drains (through `gateway.service.speak`); when
+the client goes away `speak` cancels the reply's task, which closes the source and the TTS
+stream (the model server aborts its work) through their `async with`/`finally` blocks.
 """
 
 from __future__ import annotations
@@ -133,6 +133,7 @@ class Reply:
         text_stall_s: float | None = None,
         on_end: Callable[[], None] | None = None,
         max_audio_s: float | None = None,
+        stop_reason: Callable[[], str | None] | None = None,
     ) -> None:
         """`plan` cuts the text (a `SentencePlan` when None). A reply still running after
         `max_s` seconds ends with `reply_too_long`, and so does one whose text would speak
@@ -141,7 +142,8 @@ class Reply:
         nothing for `text_stall_s` (an LLM stalled mid-answer) ends it with `llm_timeout`.
         `on_end` is called once the reply is over and before `agent_end` is emitted, so what
         it settles (the client's quotas) is settled before the client can send its next
-        request."""
+        request. `stop_reason`, for a source that says why its answer ended (Bedrock's
+        messageStop), reads that reason for `agent_end`."""
         self.spec = spec
         self.source = source
         self.encoder = encoder
@@ -160,6 +162,7 @@ class Reply:
         self._too_long = False  # the text stopped at `max_audio_s`
         self.text_stall_s = text_stall_s
         self.on_end = on_end
+        self.stop_reason = stop_reason
         self._held: list[Piece] = []  # audio waiting for playback to start
         self._batch_asked = False  # batch: all the text came, its one call is asked
         # the queues that wake the processors when a chunk is done (sooner than estimated)
@@ -229,7 +232,7 @@ class Reply:
         )
         if self.error is not None:
             await self.out.put(self.error)
-        stop_reason = getattr(self.source, "stop_reason", None)  # Bedrock's messageStop
+        stop_reason = None if self.stop_reason is None else self.stop_reason()
         if self.on_end is not None:
             self.on_end()
         await self.out.put(AgentEnd(self.metrics.as_dict(), stop_reason))

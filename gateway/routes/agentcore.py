@@ -4,7 +4,8 @@ users' clients speak.
 - `POST /invocations` takes the reference agent's payload (`prompt` or `text`, `mode`, `voice`,
   `speed`, and this gateway's `format`) and answers `text/event-stream` with `data:`-only
   events, each JSON object carrying its `type` (`agent_start`, `text_delta`, `audio_chunk`
-  with base64 `data`, `agent_end`, `error`, ...) beside the fields the SSE route gives.
+  with base64 `data`, `agent_end`, `error`, ...) beside the fields the SSE route gives: the
+  SSE route's adapter (`stream_reply`, over `gateway.service.speak`) with this wire's events.
 - The runtime's session header (`X-Amzn-Bedrock-AgentCore-Runtime-Session-Id`, 33-256
   characters) and the caller (its API key's name and a token's subject, or its address when
   anonymous: `Client.holder`) key the conversation: a prompt is answered with that caller's

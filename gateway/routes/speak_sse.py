@@ -16,14 +16,12 @@ from sse_starlette import ServerSentEvent
 
 from gateway import openapi
 from gateway.access.middleware import client_of
-from gateway.aio import cancel_and_wait
-from gateway.errors import BadRequest, GatewayError
+from gateway.errors import GatewayError
 from gateway.params import CancelParams, SpeakParams, parse
-from gateway.reply.events import AudioChunk, Cancelled, Event, TextDelta, payload
+from gateway.reply.events import AudioChunk, Event, TextDelta, payload
 from gateway.routes.common import json_body, service_of
 from gateway.routes.responses import ReplyEventSource
-from gateway.service.gate import LiveReply
-from gateway.speak_ws.session import new_utterance_id
+from gateway.service.speak import speak
 
 router = APIRouter()
 
@@ -45,46 +43,36 @@ async def stream_reply(
     history: Sequence[dict[str, str]] = (),
     on_spoken: Callable[[str], None] | None = None,
 ) -> Response:
-    """A reply as Server-Sent Events, each written by `event_format`; `history`: the
-    conversation before it, for a prompt; `on_spoken(text)`: the text it spoke, once it has
-    ended (a conversation keeps it)."""
+    """A reply (`gateway.service.speak`) as Server-Sent Events, each written by
+    `event_format`; `history`: the conversation before it, for a prompt; `on_spoken(text)`:
+    the text it spoke, once it has ended (a conversation keeps it)."""
     service = service_of(request)
     if request.headers.get("last-event-id"):
         # EventSource reconnects even after a clean end; a reply is never replayed
         return Response(status_code=204)
-    source = service.replies.source_for(params, history)
-    if source is None:
-        raise BadRequest("give 'text' or 'prompt'", code="missing_text")
-    # a voice no model server has: 400 before anything is streamed
-    params = params.model_copy(update={"voice": await service.replies.voices.resolve(params.voice)})
-    uid = params.utterance_id or new_utterance_id()
-    prompt = params.prompt is not None
     async with contextlib.AsyncExitStack() as stack:
-        # 503 overloaded / 429 / 400 busy before anything is streamed, holding nothing
-        admitted = await stack.enter_async_context(
-            service.gate.start(client_of(request.scope), prompt=prompt, cancellable=uid)
+        # 400 / 503 overloaded / 429 / 400 busy before anything is streamed, holding nothing;
+        # the response holds the reply from here and ends it as it ends (`closing`)
+        speech = await stack.enter_async_context(
+            speak(
+                service,
+                client_of(request.scope),
+                params,
+                transport="sse",
+                history=history,
+                cancellable=True,
+            )
         )
-        queue: asyncio.Queue[Event | None] = asyncio.Queue(service.settings.queue_size)
-        reply = service.replies.build(params, source, queue, admitted, utterance_id=uid)
-        live = admitted.live
-        assert live is not None
+        uid = speech.utterance_id
 
         async def events() -> AsyncIterator[ServerSentEvent]:
             spoken: list[str] = []
-            async with service.replies.running(reply, "sse") as task:
-                n = 0
-                while (event := await next_event(queue, live)) is not None:
-                    if isinstance(event, TextDelta):
-                        spoken.append(event.text)
-                    yield event_format(event, uid, n)
-                    n += 1
-                if live.cancel.done():  # a barge-in: stop, then say what was heard
-                    await cancel_and_wait(task)
-                    played = live.cancel.result()
-                    heard = None if played is None else reply.heard(played)
-                    live.heard.set_result(heard)
-                    service.metrics.cancels.inc()
-                    yield event_format(Cancelled(uid, played, heard), uid, n)
+            n = 0
+            async for event in speech:
+                if isinstance(event, TextDelta):
+                    spoken.append(event.text)
+                yield event_format(event, uid, n)
+                n += 1
             if on_spoken is not None:
                 on_spoken("".join(spoken))
 
@@ -93,22 +81,6 @@ async def stream_reply(
         return ReplyEventSource(
             events(), headers=headers, ping=0, send_timeout=timeout, closing=stack.pop_all()
         )
-
-
-async def next_event(queue: asyncio.Queue[Event | None], live: LiveReply) -> Event | None:
-    """The reply's next event; None at its end, or once a cancel has come for it."""
-    if live.cancel.done():
-        return None
-    getting = asyncio.ensure_future(queue.get())
-    try:
-        waits: set[asyncio.Future[Any]] = {getting, live.cancel}
-        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        if not getting.done():
-            getting.cancel()
-    if getting.cancelled() or not getting.done():
-        return None
-    return getting.result()
 
 
 @router.post(

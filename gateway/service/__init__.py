@@ -1,9 +1,9 @@
 """The gateway's service, in three parts: the runtime (`runtime`: clients, transports, the
 model-server pool, their start and stop), the gate (`gate`: sessions, rates, admission, drain,
-and each reply's lifecycle from admission to its end) and the reply factory (`replies`: text
-sources, chunk plans over the shared learned speeds, encoders, running a reply). The routes
-only adapt the wire: `async with service.gate.start(...) as admitted`, then
-`service.replies.build(...)` and `service.replies.running(...)`."""
+what each reply holds until it ends) and the reply factory (`replies`: text sources, chunk
+plans over the shared learned speeds, encoders). A reply's lifecycle joins them in one place,
+`speak` (`gateway.service.speak`): the routes only adapt the wire,
+`async with speak(service, client, params, ...) as speech: async for event in speech: ...`."""
 
 from __future__ import annotations
 

@@ -1,14 +1,17 @@
-"""The gate: who may start a reply now, and the one owner of what a reply holds while it runs.
+"""The gate: who may start a reply now, and what a reply holds in the gateway's shared
+accounting while it runs.
 
-`Gate.start()` is a reply's lifecycle: in one step it takes the session (an HTTP reply's own;
-a WebSocket brings the connection's), checks that the client has no reply of that id playing
+`Gate.start()` admits a reply: in one step it takes the session (an HTTP reply's own; a
+WebSocket brings the connection's), checks that the client has no reply of that id playing
 and registers it (so a cancel can find it, for its key and token subject alone), charges the
-per-minute rates (a token's subject's within its key's), waits for admission
-(the model server that can serve it in time, or a refusal) and reserves its place there; on
-every exit it gives all of it back, in one place (`Admitted.close`). An LLM reply's tokens, the
-prompt and history it sent and the answer it got, are charged as the reply ends
-(`Admitted.settle`), before the client reads its end. A refusal
-at any step gives back what the steps before it took.
+per-minute rates (a token's subject's within its key's), waits for admission (the model server
+that can serve it in time, or a refusal) and reserves its place there; on every exit it gives
+all of it back, in one place (`Admitted.close`). An LLM reply's tokens, the prompt and history
+it sent and the answer it got, are charged as the reply ends (`Admitted.settle`), before the
+client reads its end. A refusal at any step gives back what the steps before it took.
+
+The gate knows nothing of the reply it admitted: `gateway.service.speak`, which admits, builds
+and runs a reply, tells it what to follow (`Admitted.follow`).
 """
 
 from __future__ import annotations
@@ -74,6 +77,20 @@ class Admitted:
         """The model server admission chose says it speaks progressively (False where the
         gateway cannot tell: SageMaker routes by itself)."""
         return self._placement is not None and self._placement.progressive
+
+    def follow(
+        self,
+        text_chars: Callable[[], int],
+        prompt_chars: int,
+        plan: InProgress | None,
+        waiting: Callable[[], bool] | None,
+    ) -> None:
+        """What the gate reads of the reply it admitted, from now on: the answer's characters
+        so far and what it sent its LLM (an LLM reply's tokens, charged as it ends), its plan
+        and whether it waits for its client's text (`track`)."""
+        self.text_chars = text_chars
+        self.prompt_chars = prompt_chars
+        self.track(plan, waiting)
 
     def track(self, plan: InProgress | None, waiting: Callable[[], bool] | None = None) -> None:
         """The reply's playback plan: admission reads its spare time from now on; `waiting`,

@@ -1,14 +1,13 @@
-"""The reply factory: a request's text source, its chunk plan (over the speeds every reply
-learns together, owned here), its encoder, and the running of a reply as a task for as long as
-its client listens."""
+"""The reply factory: a request's text source (chosen through `gateway.sources.registry`), its
+chunk plan (over the speeds every reply learns together, owned here) and its encoder, built into
+a `Reply`. The factory only builds: where a reply runs, what it holds and when it ends are
+`gateway.service.speak`'s."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Callable, Sequence
 
-from gateway.aio import cancel_and_wait
 from gateway.config import Settings
 from gateway.encoders import create_encoder
 from gateway.errors import BadRequest
@@ -26,15 +25,11 @@ from gateway.reply.chunk_plan import (
 from gateway.reply.chunker import ChunkerConfig
 from gateway.reply.events import Event
 from gateway.reply.pipeline import Reply, ReplySpec
-from gateway.service.gate import Admitted
 from gateway.service.runtime import Runtime
 from gateway.service.voices import VoiceCatalog, parse_table
-from gateway.sources.base import TextSource
-from gateway.sources.bedrock import BedrockOptions, BedrockSource
-from gateway.sources.client import ClientTextSource
-from gateway.sources.echo import EchoSource
-from gateway.sources.openai_chat import OpenAIChatSource
+from gateway.sources.registry import Source, SourceRequest, Supplies, kind_for, llm_kind
 from gateway.speak_ws.session import new_utterance_id
+from gateway.transports.resuming import ResumingTransport
 from kokoro_contract import limits
 from kokoro_contract.formats import AudioFormat
 from kokoro_contract.listen import is_loopback
@@ -78,14 +73,30 @@ class ReplyFactory:
         # grows with the chunk (prior: 0.35 s, 2 ms a character, the front pass's share)
         self.first_audio = SpeedModel(prior_a=0.35, prior_b=0.002)
         self.early = EarlyAudio()  # and how much audio that first frame holds
+        self.llm = llm_kind(settings.llm)  # a prompt's source: refused at start if unknown
+        self.supplies = Supplies(
+            settings,
+            runtime.llm_client,  # never the model servers' (their key is theirs)
+            lambda: runtime.bedrock,  # made as the runtime starts
+            runtime.retry,
+            on_retry=self._llm_retried,
+            on_stop=self._llm_stopped,
+        )
 
     def source_for(
-        self, params: SpeakParams, history: Sequence[dict[str, str]] = ()
-    ) -> TextSource | None:
-        """The text source a request asks for; None when the client streams its own text.
-        Raises `BadRequest`: `echo_pacing_disabled` (pacing asked of a gateway beyond loopback
-        without `--echo-pacing`), `reply_too_long` (text given whole that would speak longer
-        than `--max-reply-audio-s`)."""
+        self,
+        params: SpeakParams,
+        history: Sequence[dict[str, str]] = (),
+        *,
+        client_text: bool = False,
+    ) -> Source:
+        """The text source a request asks for (`gateway.sources.registry.kind_for`): its text,
+        its prompt through `--llm`'s source, or, with neither, the client's own text where the
+        caller can take it (`client_text`: the WebSocket). Raises `BadRequest`:
+        `echo_pacing_disabled` (pacing asked of a gateway beyond loopback without
+        `--echo-pacing`), `text_too_long`/`empty_text`, `reply_too_long` (text given whole
+        that would speak longer than `--max-reply-audio-s`), `missing_text` (neither text nor
+        prompt, and the caller cannot take the client's)."""
         settings = self.settings
         if (params.echo_tps or params.echo_first_ms) and not self.echo_pacing:
             raise BadRequest(
@@ -93,41 +104,20 @@ class ReplyFactory:
                 "benchmarks: this gateway does not honour them",
                 code="echo_pacing_disabled",
             )
+        said = ""
         if params.text is not None:
-            text = limits.check_text(params.text, settings.max_text_chars, "text")
-            self._check_spoken(text, params.speed)
-            return EchoSource(text, params.echo_tps, params.echo_first_ms)
-        if params.prompt is None:
-            return None
-        limits.check_text(params.prompt, settings.max_text_chars, "prompt")
-        if settings.llm == "echo":
-            self._check_spoken(params.prompt, params.speed)
-            return EchoSource(params.prompt, params.echo_tps, params.echo_first_ms)
-        turns = [*history, {"role": "user", "content": params.prompt}]
-        if settings.llm == "bedrock":
-            options = BedrockOptions(
-                settings.bedrock_model_id,
-                max_tokens=settings.max_tokens,
-                temperature=settings.temperature,
-                retry=self.runtime.retry,
-                first_token_budget_s=settings.first_audio_budget_s,
-                on_retry=self._llm_retried,
-                on_stop=self._llm_stopped,
-            )
-            return BedrockSource(self.runtime.bedrock, options, settings.system_prompt, turns)
-        messages = [{"role": "system", "content": settings.system_prompt}, *turns]
-        return OpenAIChatSource(
-            self.runtime.llm_client,  # never the model servers' (their key is theirs)
-            settings.openai_base_url,
-            settings.openai_model,
-            messages,
-            settings.openai_api_key,
-            max_tokens=settings.max_tokens,
-            temperature=settings.temperature,
-            retry=self.runtime.retry,
-            first_token_budget_s=settings.first_audio_budget_s,
-            on_retry=self._llm_retried,
+            said = limits.check_text(params.text, settings.max_text_chars, "text")
+        elif params.prompt is not None:
+            said = limits.check_text(params.prompt, settings.max_text_chars, "prompt")
+        kind = kind_for(
+            text=params.text is not None, prompt=params.prompt is not None, llm=self.llm
         )
+        if kind.capabilities.takes_client_text and not client_text:
+            raise BadRequest("give 'text' or 'prompt'", code="missing_text")
+        if kind.capabilities.speaks_given_text:
+            self._check_spoken(said, params.speed)
+        request = SourceRequest(said, history, params.echo_tps, params.echo_first_ms)
+        return kind.build(request, self.supplies)
 
     @property
     def echo_pacing(self) -> bool:
@@ -157,15 +147,20 @@ class ReplyFactory:
     def build(
         self,
         params: SpeakParams,
-        source: TextSource,
+        source: Source,
         out: asyncio.Queue[Event | None],
-        admitted: Admitted,
+        tts: ResumingTransport,
         *,
+        alone: bool = False,
+        progressive: bool = False,
+        on_end: Callable[[], None] | None = None,
         utterance_id: str | None = None,
         audio_format: AudioFormat | None = None,
     ) -> Reply:
-        """A reply to `params` in the place `admitted` holds for it; `audio_format` overrides
-        the browser format they name (the OpenAI route's formats)."""
+        """A reply to `params` from `source`, its events into `out`, synthesized by `tts`;
+        `alone` and `progressive` say what its model server is (nothing else to do; speaks
+        progressively), `on_end` is called as it ends (before `agent_end`), and
+        `audio_format` overrides the browser format `params` name (the OpenAI route's)."""
         spec = ReplySpec(
             utterance_id=utterance_id or params.utterance_id or new_utterance_id(),
             mode=params.mode,
@@ -180,7 +175,7 @@ class ReplyFactory:
         self.metrics.replies.labels(spec.mode, spec.format.name).inc()
         plan: Plan
         if self.settings.chunk_plan == "playback":
-            if admitted.progressive:  # its first reply already planned for windows
+            if progressive:  # its first reply already planned for windows
                 self.early.assume()
             plan = ChunkPlan(
                 self.plan,
@@ -189,15 +184,15 @@ class ReplyFactory:
                 spec.speed,
                 first_speed=self.first_audio,
                 early=self.early,
-                alone=admitted.alone,
+                alone=alone,
             )
         else:
             plan = SentencePlan(self.chunker)
-        stall = None if isinstance(source, ClientTextSource) else self.settings.llm_timeout_s
-        tts = admitted.tts
-        reply = Reply(
+        # the client writes at its own pace: no LLM stalls there
+        stall = None if source.capabilities.takes_client_text else self.settings.llm_timeout_s
+        return Reply(
             spec,
-            source,
+            source.text,
             create_encoder(spec.format),
             tts,
             tts,
@@ -205,37 +200,7 @@ class ReplyFactory:
             plan,
             max_s=self.settings.max_reply_s,
             text_stall_s=stall,
-            on_end=admitted.settle,
+            on_end=on_end,
             max_audio_s=self.settings.max_reply_audio_s or None,
+            stop_reason=source.stop_reason,
         )
-        admitted.text_chars = lambda: reply.metrics.text_chars
-        if isinstance(source, OpenAIChatSource | BedrockSource):  # its input tokens count too
-            admitted.prompt_chars = source.prompt_chars
-        # a plan with deadlines gives admission its spare time; the sentences plan has none.
-        # A reply whose client sends its text asks for synthesis only with that text: while
-        # it waits for it, it holds no place on its model server
-        waiting = reply.waiting_for_text if isinstance(source, ClientTextSource) else None
-        admitted.track(plan if isinstance(plan, ChunkPlan) else None, waiting)
-        return reply
-
-    def _record(self, reply: Reply) -> None:
-        if reply.metrics.ttfa_ms is not None:
-            self.metrics.ttfa.labels(reply.spec.mode, reply.spec.format.name).observe(
-                reply.metrics.ttfa_ms / 1000
-            )
-        if reply.error is not None:
-            self.metrics.errors.labels(reply.error.code).inc()
-
-    @contextlib.asynccontextmanager
-    async def running(self, reply: Reply, transport: str) -> AsyncIterator[asyncio.Task[None]]:
-        """Run a reply as a task for as long as the caller listens; cancel it when they stop."""
-        self.metrics.active.labels(transport).inc()
-        task = asyncio.create_task(reply.run(), name=f"reply-{reply.spec.utterance_id}")
-        try:
-            yield task
-        finally:
-            try:
-                await cancel_and_wait(task)
-            finally:
-                self.metrics.active.labels(transport).dec()
-                self._record(reply)

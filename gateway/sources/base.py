@@ -1,4 +1,6 @@
-"""Text sources: each yields the answer's text as it is written (deltas)."""
+"""Text sources: each yields the answer's text as it is written (deltas). What a source can do
+besides (take the client's text, say why it ended, ...) its kind declares in
+`gateway.sources.registry`."""
 
 from __future__ import annotations
 

@@ -33,9 +33,9 @@ from gateway.access.keys import Client
 from gateway.access.quotas import Lease
 from gateway.aio import cancel_and_wait
 from gateway.errors import GatewayError
-from gateway.reply.events import AgentEnd, AudioChunk, ErrorEvent, Event, TextDelta
-from gateway.reply.pipeline import Reply
+from gateway.reply.events import AgentEnd, AudioChunk, ErrorEvent, TextDelta
 from gateway.service import GatewayService
+from gateway.service.speak import Speech, speak
 from gateway.sources.client import ClientTextSource
 from gateway.speak_ws.protocol import Invalid, audio_frame, event_frame, parse_client_message
 from gateway.speak_ws.session import (
@@ -76,7 +76,7 @@ class SpeakConnection:
         )
         self._sender = WebSocketSender(ws, settings.send_timeout_s)
         self._task: asyncio.Task[None] | None = None  # the utterance playing now
-        self._reply: Reply | None = None  # and its reply (its words, for heard_text)
+        self._speech: Speech | None = None  # and its reply (its words, for heard_text)
         self._client_text: ClientTextSource | None = None
         self._dropped = False  # a reply could not send to the client in time
         # loop times, set as `run` starts: the last activity, and the hard limits
@@ -212,8 +212,8 @@ class SpeakConnection:
                     if self._task is not None:
                         await cancel_and_wait(self._task)  # closes the source and the TTS stream
                     self.service.metrics.cancels.inc()
-                    reply = self._reply
-                    heard = None if played is None or reply is None else reply.heard(played)
+                    speech = self._speech
+                    heard = None if played is None or speech is None else speech.heard(played)
                     await self._apply(self.session.utterance_cancelled(uid, played, heard))
                 case CloseConnection():
                     await self._sender.close(1000)
@@ -231,58 +231,52 @@ class SpeakConnection:
         uid = start.utterance_id
         if self._task is not None:  # the last reply has ended; let its task finish
             await asyncio.wait([self._task])
-        service = self.service
-        stack = contextlib.AsyncExitStack()
-        params = start.params
+        speaking = contextlib.AsyncExitStack()
         try:
-            voice = await service.replies.voices.resolve(params.voice)  # 400s as error frames
-            params = params.model_copy(update={"voice": voice})
-            source = service.replies.source_for(params, start.history)
-            prompt = params.prompt is not None
-            # `overloaded` or `rate_limited` frames; the session stays
-            admitted = await stack.enter_async_context(
-                service.gate.start(self.client, prompt=prompt, session=self.lease)
+            # 400s, `overloaded` or `rate_limited` as error frames; the session stays
+            speech = await speaking.enter_async_context(
+                speak(
+                    self.service,
+                    self.client,
+                    start.params,
+                    transport="ws_reply",
+                    history=start.history,
+                    session=self.lease,
+                    client_text=True,
+                    utterance_id=uid,
+                )
             )
         except ServiceError as exc:
             await self._apply(self.session.start_failed(uid, exc))
             return
-        self._client_text = None
-        if source is None:
-            self._client_text = source = ClientTextSource()
-        queue: asyncio.Queue[Event | None] = asyncio.Queue(service.settings.queue_size)
-        reply = service.replies.build(params, source, queue, admitted, utterance_id=uid)
-        self._reply = reply
-        self._task = asyncio.create_task(self._forward(reply, queue, stack))
-        # a task cancelled before it ever ran never enters its `async with`: its place is
-        # given back all the same (`Admitted.close` is idempotent)
-        self._task.add_done_callback(lambda _: admitted.close())
+        self._client_text = speech.client_text
+        self._speech = speech
+        self._task = asyncio.create_task(self._forward(speech, speaking))
+        # a task cancelled before it ever ran never enters its `async with`: what the reply
+        # holds is given back all the same (`Speech.close` does it once)
+        self._task.add_done_callback(lambda _: speech.close())
 
-    async def _forward(
-        self, reply: Reply, queue: asyncio.Queue[Event | None], admitted: contextlib.AsyncExitStack
-    ) -> None:
-        """Run the reply and send its events to the client until it ends, then give back its
-        place (`admitted`). A client that takes no frame in time is dropped: the reply stops,
-        its client text source is closed and the connection ends (`_next` sees `_dropped`)."""
-        uid = reply.spec.utterance_id
+    async def _forward(self, speech: Speech, speaking: contextlib.AsyncExitStack) -> None:
+        """Send the reply's events to the client until it ends; `speaking` (the `speak` it
+        came from) then gives back what it held. A client that takes no frame in time is
+        dropped: the reply stops, its client text is closed and the connection ends (`_next`
+        sees `_dropped`)."""
+        uid = speech.utterance_id
         spoken: list[str] = []
         failed = False
-        async with admitted:
-            try:
-                async with self.service.replies.running(reply, "ws_reply"):
-                    while (event := await queue.get()) is not None:
-                        if isinstance(event, AudioChunk):
-                            await self._sender.send(audio_frame(uid, event.data))
-                            continue
-                        if isinstance(event, TextDelta):
-                            spoken.append(event.text)
-                        failed = failed or isinstance(event, ErrorEvent)
-                        if isinstance(event, AgentEnd):
-                            ended = self.session.utterance_ended(uid, "".join(spoken), failed)
-                            await self._apply(ended)
-                        await self._sender.send(event_frame(event, uid))
-            except ClientGone:
-                self._dropped = True
-                self.session.utterance_ended(uid, "", failed=True)
-            finally:
-                if isinstance(reply.source, ClientTextSource):
-                    reply.source.close()
+        try:
+            async with speaking:
+                async for event in speech:
+                    if isinstance(event, AudioChunk):
+                        await self._sender.send(audio_frame(uid, event.data))
+                        continue
+                    if isinstance(event, TextDelta):
+                        spoken.append(event.text)
+                    failed = failed or isinstance(event, ErrorEvent)
+                    if isinstance(event, AgentEnd):
+                        ended = self.session.utterance_ended(uid, "".join(spoken), failed)
+                        await self._apply(ended)
+                    await self._sender.send(event_frame(event, uid))
+        except ClientGone:
+            self._dropped = True
+            self.session.utterance_ended(uid, "", failed=True)
