@@ -41,7 +41,7 @@ from gateway.transports.tts_session import (
     Complete,
     Deliver,
     Fail,
-    SendFrame,
+    SendRequest,
     TTSSession,
 )
 from kokoro_contract import protocol
@@ -206,7 +206,7 @@ class FramedTTSStream:
     async def _carry(self, actions: list[Action]) -> None:
         assert self._carrier is not None
         for action in actions:
-            if isinstance(action, SendFrame):
+            if isinstance(action, SendRequest):
                 await self._carrier.send_frame(action.frame)
 
     # --- TTSStream --------------------------------------------------------------------------

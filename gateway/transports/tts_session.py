@@ -17,7 +17,7 @@ Events in:
 - `resume(now)`: a new attempt's session is open (what the retry budget allowed);
 - `finish()`: the attempt's frames are over (input ended, every chunk done).
 
-Actions out: `SendFrame` (a frame for the current session: a chunk's request), `Deliver` (a
+Actions out: `SendRequest` (a chunk's request, a frame for the current session), `Deliver` (a
 piece for the reply: PCM it has not had, word timings on its clock), `Complete` (a chunk's
 completion, under its index in the reply, with its first-audio measurement), `Fail` (end the
 attempt with this error).
@@ -69,7 +69,7 @@ RETRYABLE_CODES = frozenset({"not_ready", "overloaded"})  # a model server's, wo
 
 
 @dataclass(frozen=True)
-class SendFrame:
+class SendRequest:
     """Send this frame on the current attempt's session."""
 
     frame: str
@@ -96,7 +96,7 @@ class Fail:
     error: TTSError
 
 
-Action = SendFrame | Deliver | Complete | Fail
+Action = SendRequest | Deliver | Complete | Fail
 
 
 @dataclass
@@ -307,14 +307,14 @@ class TTSSession:
 
     # --- inside -----------------------------------------------------------------------------
 
-    def _request(self, chunk: SentChunk, deadline_ms: float | None, now: float) -> SendFrame:
+    def _request(self, chunk: SentChunk, deadline_ms: float | None, now: float) -> SendRequest:
         rid = f"{self.prefix}-{self.attempt}-{chunk.index}"
         chunk.request_id = rid
         chunk.due_at = now + (deadline_ms or 0.0) / 1000
         chunk.start_bytes = chunk.first_audio_at = chunk.first_audio_bytes = None
         chunk.cancelled = False
         self._by_id[rid] = chunk
-        return SendFrame(
+        return SendRequest(
             protocol.synthesize_message(
                 chunk.text, rid, self.voice, self.speed, deadline_ms, self.timestamps
             )

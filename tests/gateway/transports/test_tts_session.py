@@ -14,7 +14,7 @@ from gateway.transports.tts_session import (
     Complete,
     Deliver,
     Fail,
-    SendFrame,
+    SendRequest,
     TTSSession,
 )
 from kokoro_contract import protocol
@@ -34,7 +34,7 @@ def session(*times: float, timestamps: bool = False) -> TTSSession:
 
 def requests(actions: list[Action]) -> list[dict[str, object]]:
     """The requests among `actions`, as the model server reads them."""
-    return [orjson.loads(a.frame) for a in actions if isinstance(a, SendFrame)]
+    return [orjson.loads(a.frame) for a in actions if isinstance(a, SendRequest)]
 
 
 def delivered(actions: list[Action]) -> list[object]:
