@@ -163,7 +163,7 @@ class Reply:
         self.on_end = on_end
         self._held: list[Piece] = []  # audio waiting for playback to start
         self._batch_asked = False  # batch: all the text came, its one call is asked
-        # the queues that wake the processors when a chunk is done (sooner than estimated)
+        # the processors' inboxes, poked when a chunk is done (sooner than estimated)
         self._wakes: list[Inbox[Any]] = []
 
     def waiting_for_text(self) -> bool:
