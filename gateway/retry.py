@@ -5,8 +5,8 @@ said (no text shown, no audio played), and only while the next attempt can still
 the reply's deadline for first audio. Waits grow exponentially with full jitter (so replies
 that failed together do not retry together) up to `max_s`. After audio has started nothing is
 retried blind: a TTS stream may resume on another server from where the listener is
-(`may_resume`, `gateway.transports.resuming`), and otherwise the reply ends with an `error`
-event that says `retryable`.
+(`may_resume`, asked through `next_try` by `gateway.transports.framed_stream`), and otherwise the
+reply ends with an `error` event that says `retryable`.
 """
 
 from __future__ import annotations
@@ -74,6 +74,15 @@ class RetryBudget:
         retry, it waits for nothing: the listener is hearing what was buffered meanwhile."""
         self.failures += 1
         return is_retryable(exc) and self.failures < self.policy.attempts
+
+    def next_try(self, exc: BaseException, resumable: bool = False) -> float | None:
+        """The one decision after a TTS try failed with `exc`: the wait before the next (0: at
+        once), or None when the caller must fail with `exc` now. Before anything was said, a
+        retry (`retry_after`); after, a resume from where the listener is, for a caller that
+        can resume elsewhere (`resumable`) while `may_resume` allows; otherwise none."""
+        if self.started:
+            return 0.0 if resumable and self.may_resume(exc) else None
+        return self.retry_after(exc)
 
     def may_fail_over(self, exc: BaseException) -> bool:
         """Whether another server may take over at once after `exc` (unreachable before

@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class Plan:
+class SegmentPlan:
     """What the engine is asked to voice for a request: its segments, in order; with
     `timestamps`, which phonemes voice which word."""
 
@@ -52,7 +52,7 @@ class Plan:
 
 
 @dataclass(frozen=True)
-class Chunk:
+class SegmentAudio:
     """One segment's audio (PCM s16le) and, with `timestamps`, the words that end in it."""
 
     pcm: bytes
@@ -88,7 +88,7 @@ class Synthesizer:
         # G2P is quick but espeak-ng is single-threaded: one thread, off the event loop.
         self._g2p_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="g2p")
 
-    async def plan(self, request: SynthesisRequest) -> Plan:
+    async def plan(self, request: SynthesisRequest) -> SegmentPlan:
         """The request's text as the engine's segments: normalised, phonemized and split (packed
         when the request names a deadline); with `timestamps`, its word map too.
         `UnreadableText` when its text cannot be read."""
@@ -99,7 +99,7 @@ class Synthesizer:
         segments = split_phonemes(
             phonemes, self.engine.max_phonemes, pack=request.deadline_ms is not None
         )
-        return Plan(tuple(segments), words)
+        return SegmentPlan(tuple(segments), words)
 
     def _phonemes(self, text: str, timestamps: bool) -> tuple[str, WordMap | None]:
         try:
@@ -120,7 +120,7 @@ class Synthesizer:
         request: SynthesisRequest,
         key: Hashable,
         received: float | None = None,
-        plan: Plan | None = None,
+        plan: SegmentPlan | None = None,
     ) -> AsyncIterator[bytes]:
         """PCM (s16le, 24 kHz, mono), one chunk per segment; `stream_timed` without words."""
         async for chunk in self.stream_timed(request, key, received, plan):
@@ -132,8 +132,8 @@ class Synthesizer:
         request: SynthesisRequest,
         key: Hashable,
         received: float | None = None,
-        plan: Plan | None = None,
-    ) -> AsyncGenerator[Chunk]:
+        plan: SegmentPlan | None = None,
+    ) -> AsyncGenerator[SegmentAudio]:
         """Audio one chunk per segment, or per window when progressive (audio trimmed to
         nothing yields none), each with the words that end in it when the request asked for
         `timestamps`; cancellable between and during segments (and windows). `received`: when
@@ -166,8 +166,8 @@ class Synthesizer:
         sent: int,
         deadline: float,
         explicit: bool,
-        plan: Plan,
-    ) -> AsyncIterator[Chunk]:
+        plan: SegmentPlan,
+    ) -> AsyncIterator[SegmentAudio]:
         """One segment in one engine call."""
         segment = plan.segments[index]
         infer = self.engine.infer_timed if clock is not None else self._untimed
@@ -181,7 +181,7 @@ class Synthesizer:
         if clock is not None:
             words = tuple(clock.segment(index, timed, sent))
         if pcm:
-            yield Chunk(pcm, words)
+            yield SegmentAudio(pcm, words)
 
     async def _windows(
         self,
@@ -193,8 +193,8 @@ class Synthesizer:
         sent: int,
         deadline: float,
         explicit: bool,
-        plan: Plan,
-    ) -> AsyncIterator[Chunk]:
+        plan: SegmentPlan,
+    ) -> AsyncIterator[SegmentAudio]:
         """One segment progressively: its front pass, then its windows, one chunk each."""
         segment = plan.segments[index]
         tally = Tally()
@@ -247,12 +247,12 @@ class Synthesizer:
                 words = tuple(clock.segment(index, so_far, sent, complete=last)) or None
             out += len(pcm) // 2
             if pcm or words is not None:
-                yield Chunk(pcm, words)
+                yield SegmentAudio(pcm, words)
         if not windows and clock is not None:  # nothing to voice: its words last nothing
             silent = Timed(np.zeros(0, np.float32), front.durations, front.frame_samples)
             words = tuple(clock.segment(index, silent, sent))
             if words:
-                yield Chunk(b"", words)
+                yield SegmentAudio(b"", words)
         self.scheduler.observe_segment(len(segment), tally)
         self.scheduler.observe_audio(len(segment), out / SAMPLE_RATE)
 

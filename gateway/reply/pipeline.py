@@ -30,7 +30,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from gateway.aio import first_leaf
+from gateway.aio import POKED, Inbox, first_leaf
 from gateway.encoders import Encoder, EncoderError
 from gateway.errors import GatewayError, LLMError
 from gateway.params import Mode
@@ -110,11 +110,12 @@ class ReplyMetrics:
 
 class _Signal(enum.Enum):
     END = "end"  # the text, or the model server's audio, ended
-    REPLAN = "replan"  # a chunk completed: the plan may go on sooner
 
 
 _T = TypeVar("_T")
-_Items = asyncio.Queue[_T | _Signal]
+# a chunk completed: the plan may go on sooner, which its processors learn from a poke of
+# their inbox (never lost, never in an item's place), whatever the inbox holds
+_Items = Inbox[_T | _Signal]
 QUEUE_DELTAS = 1  # text waits for the plan: the source is read as fast as the plan takes it
 QUEUE_PIECES = 8  # audio waits for the encoder and the client
 
@@ -165,8 +166,8 @@ class Reply:
         self.stop_reason = stop_reason
         self._held: list[Piece] = []  # audio waiting for playback to start
         self._batch_asked = False  # batch: all the text came, its one call is asked
-        # the queues that wake the processors when a chunk is done (sooner than estimated)
-        self._wakes: list[asyncio.Queue[Any]] = []
+        # the processors' inboxes, poked when a chunk is done (sooner than estimated)
+        self._wakes: list[Inbox[Any]] = []
 
     def waiting_for_text(self) -> bool:
         """Whether the reply asks nothing of the engine and waits for its text: in batch mode
@@ -270,10 +271,10 @@ class Reply:
             tg.create_task(self._play(pieces, hold=False))
         self.metrics.chunk_audio_s.append(round(pcm_duration_s(self.metrics.pcm_bytes), 3))
 
-    def _queue(self, size: int) -> asyncio.Queue[Any]:
-        queue: asyncio.Queue[Any] = asyncio.Queue(size)
-        self._wakes.append(queue)
-        return queue
+    def _queue(self, size: int) -> Inbox[Any]:
+        inbox: Inbox[Any] = Inbox(size)
+        self._wakes.append(inbox)
+        return inbox
 
     # --- text -> plan -> TTS ---------------------------------------------------------------
 
@@ -330,8 +331,8 @@ class Reply:
                 async with asyncio.timeout(timeout):
                     delta = await deltas.get()
             except TimeoutError:
-                delta = _Signal.REPLAN
-            if delta is _Signal.REPLAN:  # its time, or a chunk done sooner
+                delta = POKED
+            if delta is POKED:  # its time, or a chunk done sooner
                 chunks = plan.tick(loop.time())
             elif delta is _Signal.END:
                 ended = True
@@ -352,17 +353,18 @@ class Reply:
             self.metrics.first_chunk_ms = at
 
     def _completed(self, done: Completed) -> None:
-        """The model server finished a chunk: the plan learns how long it plays, took, and
-        took to its first audio, and the processors waiting on it look again (the next chunk,
-        or a held first audio, may go now)."""
+        """The model server finished a chunk (the TTS stream tells each completion once, under
+        its index in the reply, the moment its session core takes it): the plan learns how long
+        it plays, took, and took to its first audio, and the processors waiting on it look
+        again (the next chunk, or a held first audio, may go now): their inboxes are poked,
+        which neither waits nor is lost, however full they are."""
         audio_s = pcm_duration_s(done.audio_bytes)
         self.metrics.chunk_audio_s.append(round(audio_s, 3))
         now = asyncio.get_running_loop().time()
         early = None if done.first_audio_bytes is None else pcm_duration_s(done.first_audio_bytes)
         self.plan.completed(done.index, audio_s, now, done.elapsed_s, done.first_audio_s, early)
-        for queue in self._wakes:
-            with contextlib.suppress(asyncio.QueueFull):  # full: it wakes anyway
-                queue.put_nowait(_Signal.REPLAN)
+        for inbox in self._wakes:
+            inbox.poke()
 
     # --- TTS -> playback -> encoder -> events ----------------------------------------------
 
@@ -402,7 +404,7 @@ class Reply:
                 continue
             if item is _Signal.END:
                 break
-            if item is _Signal.REPLAN:
+            if item is POKED:  # a chunk completed: look again
                 continue
             if isinstance(item, bytes):
                 plan.audio_ready(loop.time())

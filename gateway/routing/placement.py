@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -21,7 +22,8 @@ from gateway.errors import TTSError
 from gateway.retry import RetryBudget
 from gateway.routing.admission import Candidate, InProgress, LoadReport, Profile
 from gateway.routing.probes import Probed
-from gateway.transports.base import Completed, OnComplete, Piece, TTSStream
+from gateway.transports.base import OnComplete, Piece
+from gateway.transports.framed_stream import FrameCarrier, FramedTTSStream, open_stream
 from gateway.transports.model_server import ModelServerTransport
 
 
@@ -187,44 +189,44 @@ class PooledTransport:
         self.upstream = to
         self.pool.changed()
 
-    def _may_fail_over(self, exc: TTSError) -> bool:
+    def _fail_over(self, upstream: Upstream, exc: TTSError) -> bool:
+        """`upstream` failed the reply before anything was said: it is marked down; whether
+        another server may take over at once (the reply's budget says)."""
+        self.pool.mark_down(upstream)
         return self.budget is None or self.budget.may_fail_over(exc)
-
-    def _completed(self, on_complete: OnComplete | None) -> OnComplete:
-        def completed(done: Completed) -> None:
-            if on_complete is not None:
-                on_complete(done)
-            self.pool.changed()  # its spare time grew: a waiting reply may start
-
-        return completed
 
     def _order(self) -> list[Upstream]:
         return failover_order(self.upstream, self.pool.upstreams, self.upstream.url in self._wedged)
 
-    @contextlib.asynccontextmanager
-    async def open(
+    def open(
         self,
         voice: str | None,
         speed: float,
         on_complete: OnComplete | None = None,
         timestamps: bool = False,
-    ) -> AsyncIterator[TTSStream]:
+    ) -> AbstractAsyncContextManager[FramedTTSStream]:
+        return open_stream(self.connect, voice, speed, on_complete, timestamps)
+
+    @contextlib.asynccontextmanager
+    async def connect(self) -> AsyncIterator[FrameCarrier]:
+        """A session on the reply's server, or the first of the others that opens one; the
+        reply counts there from then on. A server that froze on the reply's session is marked
+        down and not opened again for this reply; each chunk completed there lets the replies
+        waiting for spare time look again."""
         error: TTSError | None = None
         for upstream in self._order():
             try:
-                opened = upstream.transport.open(
-                    voice, speed, self._completed(on_complete), timestamps
-                )
-                stream = await opened.__aenter__()
+                opened = upstream.transport.connect()
+                carrier = await opened.__aenter__()
             except TTSError as exc:  # unreachable before anything was sent: try another
-                self.pool.mark_down(upstream)
-                if not self._may_fail_over(exc):
+                if not self._fail_over(upstream, exc):
                     raise
                 error = exc
                 continue
             self._move(upstream)
+            carrier.progressed = self.pool.changed  # its spare time grew
             try:
-                yield stream
+                yield carrier
             except BaseException as exc:
                 if wedged(exc):  # route new replies, and this one's resumption, elsewhere
                     self.pool.mark_down(upstream)
@@ -253,9 +255,8 @@ class PooledTransport:
                         yield chunk
                 return
             except TTSError as exc:
-                if started or not self._may_fail_over(exc):
+                if started or not self._fail_over(upstream, exc):
                     raise  # audio went out: never retry silently
-                self.pool.mark_down(upstream)
                 error = exc
         raise error or TTSError("no model server is reachable", retryable=True)
 

@@ -32,7 +32,7 @@ from gateway.retry import RetryBudget
 from gateway.routing.admission import InProgress, Refusal
 from gateway.routing.pool import PooledTransport
 from gateway.service.runtime import Runtime
-from gateway.transports.base import BatchTransport, BidiTransport
+from gateway.transports.base import BatchTransport, SessionTransport
 from gateway.transports.resuming import ResumingTransport
 
 
@@ -261,7 +261,7 @@ class Gate:
         budget = RetryBudget(
             self.runtime.retry, on_retry=lambda *_: self.metrics.retries.labels("tts").inc()
         )
-        bidi: BidiTransport
+        bidi: SessionTransport
         batch: BatchTransport
         pool = self.runtime.pool
         if pool is None:  # SageMaker routes and scales by itself

@@ -14,7 +14,7 @@ from aiobotocore.session import get_session
 from gateway.config import Settings
 from gateway.retry import RetryPolicy
 from gateway.routing.pool import ModelServerPool
-from gateway.transports.base import BatchTransport, BidiTransport
+from gateway.transports.base import BatchTransport, SessionTransport
 from gateway.transports.sagemaker_bidi import SageMakerBidiTransport
 from gateway.transports.sagemaker_stream import SageMakerStreamTransport
 
@@ -42,7 +42,7 @@ class Runtime:
         self.pool: ModelServerPool | None = None
         # one botocore session for every AWS client: one credential chain, refreshed in one place
         self.aws_session = get_session()
-        self.bidi: BidiTransport  # SageMaker's (the pool gives each reply its own)
+        self.bidi: SessionTransport  # SageMaker's (the pool gives each reply its own)
         self.batch: BatchTransport
         if settings.tts_transport == "sagemaker":
             if not settings.sagemaker_endpoint:

@@ -1,14 +1,17 @@
-"""The TTS seams: a bidi transport opens one stream per reply; a batch transport synthesizes a
-whole text in one call."""
+"""The TTS seams: a bidi transport opens one stream per reply (a session transport, the
+model-server sessions it runs on); a batch transport synthesizes a whole text in one call."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from kokoro_contract.protocol import WordTiming
+
+if TYPE_CHECKING:
+    from gateway.transports.framed_stream import FrameCarrier
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,16 @@ class BidiTransport(Protocol):
         timestamps: bool = False,
     ) -> AbstractAsyncContextManager[TTSStream]:
         """Open a stream; leaving the context early (cancel, disconnect) aborts its work."""
+        ...
+
+
+class SessionTransport(BidiTransport, Protocol):
+    """A bidi transport whose sessions carry model-server frames: a reply's stream may open
+    them itself, again after a failure (`framed_stream.FramedTTSStream`)."""
+
+    def connect(self) -> AbstractAsyncContextManager[FrameCarrier]:
+        """One session; leaving it completed closes it, leaving it otherwise cancels its work
+        at the model server."""
         ...
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import httpx
@@ -18,7 +19,7 @@ from gateway.aio import cancel_and_wait
 from gateway.errors import TTSError, model_server_error
 from gateway.transports.base import OnComplete, Piece
 from gateway.transports.captioned import captioned_pieces
-from gateway.transports.framed_stream import FramedTTSStream
+from gateway.transports.framed_stream import FrameCarrier, FramedTTSStream, open_stream
 from kokoro_contract import protocol
 from kokoro_contract.errors import brief
 from kokoro_contract.load import LoadReport, MalformedLoadReport
@@ -44,27 +45,27 @@ KEEPALIVE = "keepalive ping timeout"  # how websockets closes a session whose po
 
 
 class _WebSocketReader:
-    """Moves the model server's frames into the reply's stream until the socket ends."""
+    """Moves the model server's frames into the session's carrier until the socket ends."""
 
-    def __init__(self, ws: ClientConnection, tts: FramedTTSStream) -> None:
+    def __init__(self, ws: ClientConnection, carrier: FrameCarrier) -> None:
         self.ws = ws
-        self.tts = tts
+        self.carrier = carrier
 
     async def run(self) -> None:
         try:
             async for frame in self.ws:
-                await self.tts.received(frame)
+                await self.carrier.received(frame)
         except ConnectionClosedError as exc:
             if exc.sent is not None and exc.sent.reason == KEEPALIVE:  # frozen, or cut off
                 stalled = "the model server stopped answering (no pong to the session's ping)"
-                await self.tts.failed(TTSError(stalled, code="tts_stalled"))
+                await self.carrier.failed(TTSError(stalled, code="tts_stalled"))
             else:
-                await self.tts.failed(TTSError(f"model server session lost: {exc}"))
+                await self.carrier.failed(TTSError(f"model server session lost: {exc}"))
             return
         except WebSocketException as exc:
-            await self.tts.failed(TTSError(f"model server session lost: {exc}"))
+            await self.carrier.failed(TTSError(f"model server session lost: {exc}"))
             return
-        await self.tts.failed(TTSError("model server closed the session"))
+        await self.carrier.failed(TTSError("model server closed the session"))
 
 
 class ModelServerTransport:
@@ -88,14 +89,18 @@ class ModelServerTransport:
         self.tts_timeout_s = tts_timeout_s
         self.stall_timeout_s = stall_timeout_s
 
-    @contextlib.asynccontextmanager
-    async def open(
+    def open(
         self,
         voice: str | None,
         speed: float,
         on_complete: OnComplete | None = None,
         timestamps: bool = False,
-    ) -> AsyncIterator[FramedTTSStream]:
+    ) -> AbstractAsyncContextManager[FramedTTSStream]:
+        return open_stream(self.connect, voice, speed, on_complete, timestamps)
+
+    @contextlib.asynccontextmanager
+    async def connect(self) -> AsyncIterator[FrameCarrier]:
+        """One WebSocket session, its frames read into the carrier until the socket ends."""
         try:
             stall = self.stall_timeout_s
             ws = await connect(
@@ -121,16 +126,17 @@ class ModelServerTransport:
             except WebSocketException as exc:
                 raise TTSError(f"model server session lost: {exc}") from exc
 
-        tts = FramedTTSStream(send_frame, voice, speed, on_complete, self.tts_timeout_s, timestamps)
-        reader = asyncio.create_task(_WebSocketReader(ws, tts).run())
+        carrier = FrameCarrier(send_frame, self.tts_timeout_s)
+        reader = asyncio.create_task(_WebSocketReader(ws, carrier).run())
         completed = False
         try:
-            yield tts
+            yield carrier
             completed = True
         finally:
             # done: close the session; barge-in or failure: stop the model server's work now
+            ending = protocol.close_message() if completed else protocol.cancel_message()
             with contextlib.suppress(TTSError):
-                await asyncio.shield(tts.close() if completed else tts.cancel())
+                await asyncio.shield(send_frame(ending))
             await asyncio.shield(ws.close())
             await cancel_and_wait(reader)
 

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import os
 from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from gateway.aio import cancel_and_wait
@@ -21,7 +22,8 @@ from gateway.aws_errors import sagemaker_error
 from gateway.errors import TTSError
 from gateway.transports.aws_identity import BotocoreIdentityResolver
 from gateway.transports.base import OnComplete
-from gateway.transports.framed_stream import FramedTTSStream
+from gateway.transports.framed_stream import FrameCarrier, FramedTTSStream, open_stream
+from kokoro_contract import protocol
 
 
 def default_endpoint_uri(region: str) -> str:
@@ -80,14 +82,18 @@ class SageMakerBidiTransport:
                 self._client = AsyncSageMakerRuntimeHTTP2Client(config=config)
             return self._client
 
-    @contextlib.asynccontextmanager
-    async def open(
+    def open(
         self,
         voice: str | None,
         speed: float,
         on_complete: OnComplete | None = None,
         timestamps: bool = False,
-    ) -> AsyncIterator[FramedTTSStream]:
+    ) -> AbstractAsyncContextManager[FramedTTSStream]:
+        return open_stream(self.connect, voice, speed, on_complete, timestamps)
+
+    @contextlib.asynccontextmanager
+    async def connect(self) -> AsyncIterator[FrameCarrier]:
+        """One bidirectional stream, its messages read into the carrier until it ends."""
         from aws_sdk_sagemaker_runtime_http2.models import (
             InvokeEndpointWithBidirectionalStreamInput,
             RequestPayloadPart,
@@ -117,23 +123,24 @@ class SageMakerBidiTransport:
             except Exception as exc:
                 raise sagemaker_error(exc, self.endpoint_name) from exc
 
-        tts = FramedTTSStream(send_frame, voice, speed, on_complete, self.tts_timeout_s, timestamps)
-        reader = asyncio.create_task(self._read(stream, tts))
+        carrier = FrameCarrier(send_frame, self.tts_timeout_s)
+        reader = asyncio.create_task(self._read(stream, carrier))
         completed = False
         try:
-            yield tts
+            yield carrier
             completed = True
         finally:
             # a stream the service has already ended may never take more input: bounded waits
+            ending = protocol.close_message() if completed else protocol.cancel_message()
             with contextlib.suppress(TTSError, TimeoutError):
                 async with asyncio.timeout(5):
-                    await asyncio.shield(tts.close() if completed else tts.cancel())
+                    await asyncio.shield(send_frame(ending))
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(5):
                     await asyncio.shield(stream.input_stream.close())
             await cancel_and_wait(reader)
 
-    async def _read(self, stream: Any, tts: FramedTTSStream) -> None:
+    async def _read(self, stream: Any, carrier: FrameCarrier) -> None:
         from aws_sdk_sagemaker_runtime_http2.models import ResponseStreamEventPayloadPart
 
         try:
@@ -145,12 +152,12 @@ class SageMakerBidiTransport:
                 part = event.value
                 message += part.bytes_ or b""
                 if part.completion_state in (None, "COMPLETE"):
-                    await tts.received(message)
+                    await carrier.received(message)
                     message = b""
         except Exception as exc:
-            await tts.failed(sagemaker_error(exc, self.endpoint_name))
+            await carrier.failed(sagemaker_error(exc, self.endpoint_name))
             return
-        await tts.failed(TTSError("SageMaker closed the stream"))
+        await carrier.failed(TTSError("SageMaker closed the stream"))
 
     async def close(self) -> None:
         if self._client is not None:

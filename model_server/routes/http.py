@@ -28,7 +28,7 @@ from kokoro_contract.protocol import (
 )
 from model_server import openapi
 from model_server.service import ModelService
-from model_server.synthesis import Chunk
+from model_server.synthesis import SegmentAudio
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -175,7 +175,7 @@ async def invocations(request: Request) -> Response:
             status=413,
         )
 
-    async def collect() -> list[Chunk]:
+    async def collect() -> list[SegmentAudio]:
         return [c async for c in loaded.synthesizer.stream_timed(synth, key, received, plan)]
 
     started = time.perf_counter()

@@ -10,6 +10,7 @@ from gateway.encoders import create_encoder
 from gateway.params import Mode
 from gateway.reply.chunk_plan import (
     UNFINISHED_MAX,
+    Chunk,
     ChunkPlan,
     PlanConfig,
     SentencePlan,
@@ -314,3 +315,124 @@ async def test_a_reply_whose_engine_is_far_behind_keeps_its_text_past_a_few_chun
     assert " ".join(stream.sent) == text.strip()
     audio = [e for e in drain(out) if isinstance(e, AudioChunk)]
     assert b"".join(e.data for e in audio) == PCM_PER_CHUNK * opened
+
+
+class RecordingPlan(SentencePlan):
+    """The sentences plan, noting what the reply asks of it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def push(self, text: str, now: float) -> list[Chunk]:
+        self.calls.append("push")
+        return super().push(text, now)
+
+    def flush(self, now: float) -> list[Chunk]:
+        self.calls.append("flush")
+        return super().flush(now)
+
+    def tick(self, now: float) -> list[Chunk]:
+        self.calls.append("tick")
+        return super().tick(now)
+
+    def completed(
+        self,
+        index: int,
+        audio_s: float,
+        now: float,
+        synth_s: float | None = None,
+        first_s: float | None = None,
+        early_s: float | None = None,
+    ) -> None:
+        self.calls.append(f"completed {index}")
+        super().completed(index, audio_s, now, synth_s, first_s, early_s)
+
+
+class CountingSource:
+    """Gives its deltas as fast as they are taken, counting them."""
+
+    def __init__(self, deltas: list[str]) -> None:
+        self.deltas = deltas
+        self.given = 0
+
+    async def stream(self) -> AsyncGenerator[str]:
+        for delta in self.deltas:
+            self.given += 1
+            yield delta
+
+
+class SlowSendStream:
+    """A TTS stream whose first send waits until the test lets it go (a session being opened
+    again, a socket that takes nothing); each chunk's audio comes once the input has ended."""
+
+    def __init__(self, on_complete: OnComplete) -> None:
+        self.on_complete = on_complete
+        self.sent: list[str] = []
+        self.go = asyncio.Event()
+        self._ended = asyncio.Event()
+
+    async def send(self, text: str, deadline_ms: float | None = None) -> None:
+        self.sent.append(text)
+        if len(self.sent) == 1:
+            await self.go.wait()
+
+    async def end_input(self) -> None:
+        self._ended.set()
+
+    async def audio(self) -> AsyncIterator[bytes]:
+        await self._ended.wait()
+        for _ in self.sent:
+            yield PCM_PER_CHUNK
+
+
+class SlowSendTransport(MemoryTransport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.slow: SlowSendStream | None = None
+
+    @contextlib.asynccontextmanager
+    async def open(  # type: ignore[override]
+        self,
+        voice: str | None,
+        speed: float,
+        on_complete: OnComplete | None = None,
+        timestamps: bool = False,
+    ) -> AsyncIterator[SlowSendStream]:
+        assert on_complete is not None
+        self.slow = SlowSendStream(on_complete)
+        yield self.slow
+
+
+async def test_a_completion_reaches_the_plan_while_the_text_queue_is_full() -> None:
+    """A chunk completes while the plan's processor is held in a send and the text waiting
+    for it fills its queue: the plan is told, and asked again (`tick`) as soon as the send
+    returns, not only when the next text comes (a wake put in a full queue was lost)."""
+    text = ["Hello there. ", "How are you? ", "I am fine. ", "It is sunny. ", "Bye now. ", "Ok."]
+    source = CountingSource(text)
+    transport = SlowSendTransport()
+    plan = RecordingPlan()
+    out: asyncio.Queue[Event | None] = asyncio.Queue()
+    spec = ReplySpec("u1", Mode.BIDI, FORMATS["pcm"], None, 1.0)
+    reply = Reply(spec, source, create_encoder(spec.format), transport, transport, out, plan=plan)
+    task = asyncio.create_task(reply.run())
+    # the first chunk's send is held; the text read meanwhile fills the queue (one delta), and
+    # the reader waits with the next: the source has given two more than the plan has taken
+    await until(
+        lambda: (
+            transport.slow is not None
+            and len(transport.slow.sent) == 1
+            and source.given == plan.calls.count("push") + 2
+        )
+    )
+    stream = transport.slow
+    assert stream is not None
+    stream.on_complete(Completed(0, len(stream.sent[0]), len(PCM_PER_CHUNK), 0.2))
+    assert "completed 0" in plan.calls  # told at once
+    stream.go.set()
+    await task
+    after = plan.calls[plan.calls.index("completed 0") :]
+    assert after[1] == "tick"  # asked again before it takes the text that waited
+    audio = [e for e in drain(out) if isinstance(e, AudioChunk)]
+    assert b"".join(e.data for e in audio) == PCM_PER_CHUNK * len(stream.sent)
+    assert " ".join(stream.sent) == "".join(text).strip()

@@ -7,14 +7,20 @@ import asyncio
 import contextlib
 import random
 from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
+from typing import Any
 
+import orjson
 import pytest
 
+from gateway.aio import cancel_and_wait
 from gateway.errors import TTSError
 from gateway.retry import RetryBudget, RetryPolicy, retrying
-from gateway.transports.base import Completed, OnComplete, Piece, TimedWords
+from gateway.transports.base import Completed, OnComplete, Piece
+from gateway.transports.framed_stream import FrameCarrier, FramedTTSStream, open_stream
 from gateway.transports.resuming import ResumingTransport
+from kokoro_contract import protocol
 from kokoro_contract.audio import pcm_duration_s
 from kokoro_contract.protocol import WordTiming
 
@@ -68,6 +74,21 @@ async def test_retrying_until_success_or_a_final_error() -> None:
     assert len(calls) == 1
 
 
+def test_every_tts_retry_is_the_budgets_one_decision() -> None:
+    """`next_try`: before anything was said, a retry after its wait while tries last; after,
+    a resume at once for a stream that can resume elsewhere, never for one that cannot."""
+    budget = RetryBudget(RetryPolicy(attempts=3, base_s=0.0, max_s=0.0))
+    lost = TTSError("session lost", retryable=True)
+    assert budget.next_try(lost) == 0.0  # before audio: a retry, after its wait
+    budget.started = True
+    assert budget.next_try(lost) is None  # after audio, for a stream that cannot resume
+    assert budget.next_try(lost, resumable=True) == 0.0  # for one that can: at once
+    assert budget.next_try(lost, resumable=True) is None  # no tries left (3 in all)
+    final = TTSError("unknown voice", code="tts_unknown_voice", retryable=False)
+    assert RetryBudget(FAST).next_try(final) is None
+    assert RetryBudget(FAST, started=True).next_try(final, resumable=True) is None
+
+
 # --- the resuming stream ------------------------------------------------------------------------
 
 
@@ -85,42 +106,44 @@ class Attempt:
     exited_with: type[BaseException] | None = None
 
 
-class ScriptedStream:
-    def __init__(self, attempt: Attempt, on_complete: OnComplete | None = None) -> None:
-        self.attempt = attempt
-        self.on_complete = on_complete
-        self.chunks: asyncio.Queue[str | None] = asyncio.Queue()
+class ScriptedSession:
+    """One session of an attempt, as a model server would run it: its requests as they come,
+    and for each its start, its word timings (when asked: its text, one word), its text as its
+    audio (in frames of `frame_bytes`), then its completion; the attempt fails after
+    `audio_frames` audio frames when it is to fail."""
 
-    async def send(self, text: str, deadline_ms: float | None = None) -> None:
+    def __init__(self, attempt: Attempt) -> None:
+        self.attempt = attempt
+        self.carrier = FrameCarrier(self.send_frame)
+        self.requests: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+
+    async def send_frame(self, frame: str) -> None:
+        message = orjson.loads(frame)
+        if "type" in message:  # close or cancel, as the session ends
+            return
         if self.attempt.fail_on_send:
             raise TTSError("session lost", retryable=True)
-        self.attempt.sent.append((text, deadline_ms))
-        await self.chunks.put(text)
+        self.attempt.sent.append((message["text"], message.get("deadline_ms")))
+        await self.requests.put(message)
 
-    async def end_input(self) -> None:
-        self.attempt.ended = True
-        await self.chunks.put(None)
-
-    async def audio(self) -> AsyncIterator[Piece]:
-        """Each chunk's text as its audio (and its word timings first, when asked), then its
-        completion; the attempt fails after `audio_frames` frames when it is to fail."""
-        frames = index = given = 0
-        while (text := await self.chunks.get()) is not None:
-            if self.attempt.words:
-                at, end = pcm_duration_s(given), pcm_duration_s(given + len(text))
-                yield TimedWords((WordTiming(text.strip(), at, end),))
-            size = self.attempt.frame_bytes or len(text)
+    async def run(self) -> None:
+        carrier, attempt = self.carrier, self.attempt
+        frames = 0
+        while True:
+            message = await self.requests.get()
+            rid, text = message["request_id"], message["text"]
+            await carrier.received(protocol.StartMsg(rid).encode())
+            if attempt.words:
+                word = WordTiming(text.strip(), 0.0, pcm_duration_s(len(text)))
+                await carrier.received(protocol.WordTimingsMsg(rid, (word,)).encode())
+            size = attempt.frame_bytes or len(text)
             for start in range(0, len(text), size):
-                if self.attempt.fail is not None and frames >= self.attempt.audio_frames:
-                    raise self.attempt.fail
+                if attempt.fail is not None and frames >= attempt.audio_frames:
+                    await carrier.failed(attempt.fail)
+                    return
                 frames += 1
-                yield text[start : start + size].encode()
-            given += len(text)
-            if self.on_complete is not None:
-                self.on_complete(Completed(index, len(text), len(text), 0.0))
-            index += 1
-        if self.attempt.fail is not None:
-            raise self.attempt.fail
+                await carrier.received(text[start : start + size].encode())
+            await carrier.received(protocol.CompleteMsg(rid, len(text), 0.0).encode())
 
 
 class ScriptedTransport:
@@ -130,23 +153,31 @@ class ScriptedTransport:
         self.refuse_opens = refuse_opens
 
     @contextlib.asynccontextmanager
-    async def open(
-        self,
-        voice: str | None,
-        speed: float,
-        on_complete: OnComplete | None = None,
-        timestamps: bool = False,
-    ) -> AsyncIterator[ScriptedStream]:
+    async def connect(self) -> AsyncIterator[FrameCarrier]:
         if self.refuse_opens:
             self.refuse_opens -= 1
             raise TTSError("unreachable", retryable=True)
         attempt = self.attempts[len(self.opened)]
         self.opened.append(attempt)
+        session = ScriptedSession(attempt)
+        running = asyncio.create_task(session.run())
         try:
-            yield ScriptedStream(attempt, on_complete)
+            yield session.carrier
+            attempt.ended = True  # the input ended, and the session closed
         except BaseException as exc:
             attempt.exited_with = type(exc)
             raise
+        finally:
+            await cancel_and_wait(running)
+
+    def open(
+        self,
+        voice: str | None,
+        speed: float,
+        on_complete: OnComplete | None = None,
+        timestamps: bool = False,
+    ) -> AbstractAsyncContextManager[FramedTTSStream]:
+        return open_stream(self.connect, voice, speed, on_complete, timestamps)
 
     async def synthesize(
         self, text: str, voice: str | None, speed: float, timestamps: bool = False
