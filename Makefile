@@ -17,7 +17,7 @@ PORT ?= 8000
 help:
 	@echo "make dev          model server ($(HOST):$(MODEL_PORT)) and gateway (http://$(HOST):$(PORT))"
 	@echo "make test         lint, type-check and run the test suite"
-	@echo "make test-quick   the edit loop: the suite without the real engine or the browser"
+	@echo "make test-quick   the edit loop: the suite without the real engine, slow tests or the browser"
 	@echo "make bench        gateway: time to first audio, bidi vs batch"
 	@echo "make bench-model  model-server latency/RTF table"
 	@echo "make bench-load   conversations at once: first audio, gaps, refusals (two policies)"
@@ -87,9 +87,11 @@ typecheck: setup
 test: lint typecheck browser
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
-# The edit loop: no real Kokoro engine, no browser (both run in `make test`); stops at the first failure.
+# The edit loop: no real Kokoro engine, no slow test, no browser (all three run in `make test`);
+# stops at the first failure.
 test-quick: setup
-	$(VENV)/bin/pytest -m "not real_model" --ignore=tests/end_to_end/test_browser.py -x -q $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -m "not real_model and not slow" --ignore=tests/end_to_end/test_browser.py \
+		-x -q $(PYTEST_ARGS)
 
 bench: setup
 	$(PY) -m bench.bench_gateway $(BENCH_ARGS)

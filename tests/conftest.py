@@ -1,23 +1,38 @@
-"""Servers the tests share. Real uvicorn servers on loopback ports (tests/support/servers.py):
+"""Servers, engines and judges the tests share. Real uvicorn servers on loopback ports
+(tests/support/servers.py):
 
 - `model_server` / `gateway_server`: the real model server (Kokoro-82M int8 on onnxruntime,
   espeak G2P) and a gateway in front of it; one each for the whole session. Tests that use
   them are marked `real_model`.
+- `one_call_model_server`: a second real model server that voices each segment in one engine
+  call (`--progressive off`), for the quality guards' reference audio.
+- `stream_engine` / `windows_engine`: the real onnx engine in the test's own process, one per
+  progressive decoder (`--decoder stream`, `--decoder windows`), for tests that call its passes.
+- `mos_judge` / `asr_judge`: the offline judges of quality/judges.py (DistillMOS, PocketSphinx).
 - `fake_server` / `gateway_on_fake`: the same apps over `FakeEngine`, a fast, controllable
   engine for protocol edge cases; one each for the whole session. `fake_engine` hands a test
   the engine, reset. `own_fake_server` is a private one, for tests that count connections.
+
+The session-scoped ones are made when a test first asks for them, once per run: the real
+weights are loaded once per configuration, DistillMOS once. A test that uses a real engine
+(`REAL_MODEL_FIXTURES`) must be marked `real_model`.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
 from model_server.config import Settings
 from tests.support.fakes import FAKE_SETTINGS, FakeEngine, serve_fake
 from tests.support.servers import RunningServer, serve, serve_real_model
+
+if TYPE_CHECKING:
+    from model_server.engines.onnx import OnnxEngine
+    from quality.judges import AsrJudge, MosJudge
 
 __all__ = ["FAKE_SETTINGS"]  # where the suite has always imported it from
 
@@ -44,6 +59,52 @@ def gateway_server(model_server: RunningServer) -> Iterator[RunningServer]:
     app = create_gateway(GatewaySettings(model_server_url=model_server.http_url))
     with serve(app) as running:
         yield running
+
+
+@pytest.fixture(scope="session")
+def one_call_model_server() -> Iterator[RunningServer]:
+    """A real model server that voices each segment in one engine call (`--progressive off`),
+    one worker: the same audio from run to run, whatever the machine's speed."""
+    settings = Settings(workers=1, english_voices="off", progressive=False)
+    with serve_real_model(settings) as running:
+        yield running
+
+
+def _onnx_engine(decoder: str) -> OnnxEngine:
+    from model_server.engines.onnx import OnnxEngine, OnnxOptions
+
+    return OnnxEngine(OnnxOptions(intra_op_threads=2, decoder=decoder))
+
+
+@pytest.fixture(scope="session")
+def stream_engine() -> OnnxEngine:
+    """The real onnx engine in this process, progressive with the streamed decoder
+    (`--decoder stream`: the registry's decoder weights in torch), on 2 threads."""
+    return _onnx_engine("stream")
+
+
+@pytest.fixture(scope="session")
+def windows_engine() -> OnnxEngine:
+    """The real onnx engine in this process, progressive with the windows decoder
+    (`--decoder windows`: the split graphs over windows with context), on 2 threads."""
+    return _onnx_engine("windows")
+
+
+@pytest.fixture(scope="session")
+def mos_judge() -> MosJudge:
+    """DistillMOS (quality/judges.py): deterministic, so one serves every test."""
+    from quality.judges import MosJudge
+
+    return MosJudge()
+
+
+@pytest.fixture(scope="session")
+def asr_judge() -> AsrJudge:
+    """PocketSphinx (quality/judges.py): a fresh decoder for every clip, so one serves every
+    test."""
+    from quality.judges import AsrJudge
+
+    return AsrJudge()
 
 
 def _serve_fake(engine: FakeEngine) -> Iterator[RunningServer]:
@@ -97,13 +158,19 @@ def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
 
 
+# the fixtures above that load the real Kokoro-82M weights (gateway_server through model_server)
+REAL_MODEL_FIXTURES = frozenset(
+    {"model_server", "one_call_model_server", "stream_engine", "windows_engine"}
+)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test that reaches the real model is marked `real_model`, so `-m "not real_model"`
     is a dependable quick run."""
     unmarked = [
         item.nodeid
         for item in items
-        if "model_server" in getattr(item, "fixturenames", ())
+        if REAL_MODEL_FIXTURES & set(getattr(item, "fixturenames", ()))
         and item.get_closest_marker("real_model") is None
     ]
     if unmarked:

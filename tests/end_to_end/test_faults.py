@@ -76,6 +76,7 @@ def error_of(events: list[SSEEvent]) -> dict[str, Any]:
     return dict(error)
 
 
+@pytest.mark.slow
 async def test_a_killed_model_server_fails_the_reply_retryably_and_serves_again_once_back() -> None:
     port = free_port()
     with gateway(f"http://127.0.0.1:{port}") as gw:
@@ -93,6 +94,7 @@ async def test_a_killed_model_server_fails_the_reply_retryably_and_serves_again_
         )
 
 
+@pytest.mark.slow
 async def test_a_frozen_model_server_times_out_and_is_used_again_once_it_thaws() -> None:
     port = free_port()
     with (
@@ -176,6 +178,7 @@ async def test_a_wedged_engine_call_fails_ping_until_it_ends(
 # --- the gateway restarted ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_sigterm_lets_the_reply_finish_then_closes_with_1012(
     fake_server: RunningServer,
 ) -> None:
@@ -209,6 +212,7 @@ async def test_sigterm_lets_the_reply_finish_then_closes_with_1012(
         assert await asyncio.to_thread(proc.wait, 30) == -signal.SIGTERM
 
 
+@pytest.mark.slow
 async def test_sigterm_while_idle_closes_at_once_and_new_sessions_are_refused(
     fake_server: RunningServer,
 ) -> None:

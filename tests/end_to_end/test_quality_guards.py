@@ -25,18 +25,16 @@ timing in any assertion.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
 import httpx
 import pytest
 
 from kokoro_contract.formats import FORMATS
-from model_server.config import Settings
 from quality import corpus, judges
 from quality.baseline import Baseline
 from quality.wer import WordErrors, total, word_errors
 from tests.support.gateway_client import sse_post
-from tests.support.servers import RunningServer, serve_real_model
+from tests.support.servers import RunningServer
 
 pytestmark = pytest.mark.real_model
 
@@ -58,11 +56,6 @@ REPLY = corpus.load()[0]  # five sentences: a short first clause, a question at 
 LOSSY = sorted(name for name, f in FORMATS.items() if f.bit_rate)
 
 
-@pytest.fixture(scope="module")
-def mos() -> judges.MosJudge:
-    return judges.MosJudge()
-
-
 async def batch(server: RunningServer, text: str) -> bytes:
     async with httpx.AsyncClient(base_url=server.http_url, timeout=300) as http:
         response = await http.post("/invocations", json={"text": text, "format": "pcm"})
@@ -71,30 +64,23 @@ async def batch(server: RunningServer, text: str) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def one_call_server() -> Iterator[RunningServer]:
-    """A model server that voices each segment in one engine call (`--progressive off`)."""
-    with serve_real_model(Settings(workers=1, english_voices="off", progressive=False)) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-async def reply_pcm(one_call_server: RunningServer) -> bytes:
-    return await batch(one_call_server, REPLY.text)
+async def reply_pcm(one_call_model_server: RunningServer) -> bytes:
+    return await batch(one_call_model_server, REPLY.text)
 
 
 @pytest.mark.parametrize("name", LOSSY)
 def test_each_format_within_015_mos_of_pcm(
-    mos: judges.MosJudge, reply_pcm: bytes, name: str
+    mos_judge: judges.MosJudge, reply_pcm: bytes, name: str
 ) -> None:
-    reference = mos.score(judges.decode(reply_pcm, "pcm"))
+    reference = mos_judge.score(judges.decode(reply_pcm, "pcm"))
     decoded = judges.round_trip(reply_pcm, FORMATS[name])
     assert abs(len(decoded) / judges.JUDGE_RATE - len(reply_pcm) / 48_000) < 0.2
-    score = mos.score(decoded)
+    score = mos_judge.score(decoded)
     assert score >= reference - FORMAT_MOS_MARGIN, (name, score, reference)
 
 
 async def test_chunked_reply_within_01_mos_of_one_batch(
-    mos: judges.MosJudge, reply_pcm: bytes, gateway_server: RunningServer
+    mos_judge: judges.MosJudge, reply_pcm: bytes, gateway_server: RunningServer
 ) -> None:
     body = {"text": REPLY.text, "format": "pcm", "echo_tps": 40, "echo_first_ms": 300}
     reply = await sse_post(gateway_server.http_url, body)
@@ -102,27 +88,29 @@ async def test_chunked_reply_within_01_mos_of_one_batch(
     metrics = reply.one("agent_end")["metrics"]
     assert metrics["chunks"] >= 2, metrics  # a chunked reply, or the guard guards nothing
     assert sum(metrics["chunk_audio_s"]) == pytest.approx(len(chunked) / 48_000, abs=0.005)
-    one_batch = mos.score(judges.decode(reply_pcm, "pcm"))
-    score = mos.score(judges.decode(chunked, "pcm"))
+    one_batch = mos_judge.score(judges.decode(reply_pcm, "pcm"))
+    score = mos_judge.score(judges.decode(chunked, "pcm"))
     assert score >= one_batch - PLAN_MOS_MARGIN, (score, one_batch, metrics["chunk_audio_s"])
 
 
 @pytest.fixture(scope="module")
-async def one_call_errors(one_call_server: RunningServer) -> list[WordErrors]:
+async def one_call_errors(
+    one_call_model_server: RunningServer, asr_judge: judges.AsrJudge
+) -> list[WordErrors]:
     """What the recogniser misses of each corpus reply, voiced one call per segment."""
-    asr = judges.AsrJudge()
     errors = []
     for reply in corpus.load():
-        heard = asr.transcribe(judges.decode(await batch(one_call_server, reply.text), "pcm"))
+        pcm = await batch(one_call_model_server, reply.text)
+        heard = asr_judge.transcribe(judges.decode(pcm, "pcm"))
         errors.append(word_errors(reply.spoken, heard))
     return errors
 
 
 async def test_default_voice_word_error_rate_no_worse_than_baseline(
-    one_call_server: RunningServer, one_call_errors: list[WordErrors]
+    one_call_model_server: RunningServer, one_call_errors: list[WordErrors]
 ) -> None:
     baseline = Baseline.read()
-    async with httpx.AsyncClient(base_url=one_call_server.http_url) as http:
+    async with httpx.AsyncClient(base_url=one_call_model_server.http_url) as http:
         default = (await http.get("/voices")).json()["default"]
     assert default == baseline.voice, "the baseline is for another voice: rerun bench-quality"
     measured = total(one_call_errors)
@@ -131,7 +119,7 @@ async def test_default_voice_word_error_rate_no_worse_than_baseline(
 
 
 async def test_the_default_server_is_heard_as_one_call_and_the_same_when_busy(
-    model_server: RunningServer, one_call_errors: list[WordErrors]
+    model_server: RunningServer, one_call_errors: list[WordErrors], asr_judge: judges.AsrJudge
 ) -> None:
     """The default model server's replies (progressive, the streamed decoder: windows that
     follow the speed the server measures) against one call per segment of the same text: the
@@ -143,12 +131,12 @@ async def test_the_default_server_is_heard_as_one_call_and_the_same_when_busy(
         engine = (await http.get("/ping")).json()["engine"]
     assert load["first_window_s"] is not None, load  # the path under guard is progressive
     assert "decoder stream" in engine, engine
-    asr = judges.AsrJudge()
     replies = corpus.load()
     streamed = []
     for reply in replies:
         pcm = await batch(model_server, reply.text)
-        streamed.append(word_errors(reply.spoken, asr.transcribe(judges.decode(pcm, "pcm"))))
+        heard = asr_judge.transcribe(judges.decode(pcm, "pcm"))
+        streamed.append(word_errors(reply.spoken, heard))
         if reply in replies[:2]:  # busy: two replies at once, on the server's two workers
             other = replies[-1].text
             busy, _ = await asyncio.gather(
@@ -161,14 +149,13 @@ async def test_the_default_server_is_heard_as_one_call_and_the_same_when_busy(
 
 
 async def test_the_recogniser_hears_a_clip_the_same_whatever_came_before(
-    model_server: RunningServer,
+    model_server: RunningServer, asr_judge: judges.AsrJudge
 ) -> None:
     # a pair a decoder kept across clips heard differently the second time ("switch to a comp
     # of it", then "switch to a compliment")
     texts = ["Would you like me to switch your account today?", "The meeting moved to 2:15 PM."]
     first, other = [judges.decode(await batch(model_server, t), "pcm") for t in texts]
-    asr = judges.AsrJudge()
-    heard = asr.transcribe(first)
+    heard = asr_judge.transcribe(first)
     assert heard  # it hears words at all
-    asr.transcribe(other)
-    assert asr.transcribe(first) == heard
+    asr_judge.transcribe(other)
+    assert asr_judge.transcribe(first) == heard

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import pytest
 
 from gateway.app import create_app as create_gateway
 from gateway.config import Settings as GatewaySettings
@@ -20,6 +21,10 @@ from tests.support.fakes import paced_reply_bytes
 from tests.support.gateway_client import SSEReply, counted, metric, sse_get
 from tests.support.processes import fake_model_server
 from tests.support.servers import RunningServer, free_port, serve
+
+# model-server processes stopped and run again, a paced reply of seconds each: `make test-quick`
+# leaves the file out
+pytestmark = pytest.mark.slow
 
 # paced like an LLM: the reply runs for seconds, each chunk sent as its text is complete
 PACED = {"text": "This reply keeps talking for a while. " * 6, "format": "pcm", "echo_tps": "20"}

@@ -159,6 +159,7 @@ async def test_a_page_uses_a_token_minted_by_its_backend(fake_server: RunningSer
         assert orjson.loads(expired.value.response.body)["error"]["message"] == "token expired"
 
 
+@pytest.mark.slow
 def test_beyond_loopback_the_host_names_must_be_given() -> None:
     """A DNS-rebinding page names its own host: beyond loopback an empty list would let it in."""
     with pytest.raises(ValueError, match="--allowed-hosts"):
@@ -221,6 +222,7 @@ async def test_tokens_need_keys(gateway_on_fake: RunningServer) -> None:
     assert code_of(r) == (400, "tokens_unavailable")
 
 
+@pytest.mark.slow
 def test_anonymous_beyond_loopback_must_be_said_out_loud(tmp_path: Any) -> None:
     named: dict[str, Any] = {"host": "0.0.0.0", "allowed_hosts": "voice.example"}
     with pytest.raises(ValueError, match="--allow-anonymous"):
@@ -249,6 +251,7 @@ def test_anonymous_beyond_loopback_must_be_said_out_loud(tmp_path: Any) -> None:
     assert "shorter than 16 characters" in short.stderr
 
 
+@pytest.mark.slow
 def test_help_shows_no_key() -> None:
     env = {"GATEWAY_API_KEYS": KEYS, "PATH": ""}
     done = subprocess.run(

@@ -282,6 +282,7 @@ async def test_an_empty_voice_is_the_default_and_speed_true_is_refused_on_every_
             assert len(audio) > 0
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian chromium missing")
 @pytest.mark.parametrize("transport", ["sse", "ws"])
 async def test_the_demo_page_speaks_unpaced_where_pacing_is_off(

@@ -229,6 +229,7 @@ async def test_client_text_past_its_queue_is_text_queue_full(fake_server: Runnin
 # --- 6. a WebSocket's lifetime ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", ["/v1/speak/ws", "/ws"])
 async def test_a_websocket_closes_when_its_token_expires(
     fake_server: RunningServer, path: str

@@ -654,6 +654,7 @@ async def test_pipecats_openai_tts_speaks_through_the_gateway(
     assert loud(pcm)
 
 
+@pytest.mark.slow
 async def test_an_unknown_voice_through_openai_is_a_clear_error(
     gateway_on_fake: RunningServer,
 ) -> None:

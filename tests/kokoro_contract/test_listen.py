@@ -41,6 +41,7 @@ GATEWAY = [sys.executable, "-c", "from gateway.cli import main; main()"]
 MODEL_SERVER = [sys.executable, "-c", "from model_server.cli import main; main()"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("command", "flags", "flag", "name"),
     [

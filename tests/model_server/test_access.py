@@ -39,6 +39,7 @@ def test_beyond_loopback_a_key_or_anonymity_said_out_loud() -> None:
     check_listening("127.0.0.1", "", allow_anonymous=False)
 
 
+@pytest.mark.slow
 def test_the_command_refuses_to_listen_beyond_loopback_without_a_key() -> None:
     command = [sys.executable, "-c", "from model_server.cli import main; main()"]
     done = subprocess.run(

@@ -125,6 +125,7 @@ def run_dev(model_args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
 
 
+@pytest.mark.slow
 def test_a_missing_checkpoint_stops_make_dev_with_the_model_servers_message(
     tmp_path: Path,
 ) -> None:
@@ -135,6 +136,7 @@ def test_a_missing_checkpoint_stops_make_dev_with_the_model_servers_message(
     assert dev_line.startswith("dev: a service exited during start-up")  # stops silently
 
 
+@pytest.mark.slow
 def test_a_bad_model_server_flag_stops_make_dev(tmp_path: Path) -> None:
     result = run_dev("--workers many")
     assert result.returncode == 2

@@ -19,7 +19,7 @@ import pytest
 from model_server.engines import weights
 from model_server.engines.base import CancelToken
 from model_server.engines.carried_norms import CALIBRATION_PHONEMES, PRIOR_FRAMES, NormStats
-from model_server.engines.onnx import OnnxEngine, OnnxOptions
+from model_server.engines.onnx import OnnxEngine
 from model_server.errors import SynthesisFailed
 from model_server.windows import Joiner, Schedule, Speed, Window, plan_windows
 from quality import judges, seams
@@ -33,20 +33,17 @@ VOICE = "jm_kumo"
 NORMS = 54  # Kokoro's decoder: 54 instance norms (AdaIN), every one's statistics carried
 
 
-@pytest.fixture(scope="module")
-def engine() -> OnnxEngine:
-    return OnnxEngine(OnnxOptions(intra_op_threads=2, decoder="windows"))
-
-
-@pytest.fixture(scope="module")
-def streamed() -> OnnxEngine:
-    """The streamed decoder (`--decoder stream`): the same judges hold for it."""
-    return OnnxEngine(OnnxOptions(intra_op_threads=2, decoder="stream"))
+@pytest.fixture
+def engine(windows_engine: OnnxEngine) -> OnnxEngine:
+    """The session's windows-decoder engine (tests/conftest.py), loaded once."""
+    return windows_engine
 
 
 @pytest.fixture(params=["windows", "stream"])
 def either(request: pytest.FixtureRequest) -> OnnxEngine:
-    fixture = "engine" if request.param == "windows" else "streamed"
+    """Either decoder: the streamed one (`--decoder stream`, the session's `stream_engine`)
+    is held to the same judges."""
+    fixture = "windows_engine" if request.param == "windows" else "stream_engine"
     return request.getfixturevalue(fixture)  # type: ignore[no-any-return]
 
 
@@ -247,14 +244,9 @@ def _spectrum_db(audio: np.ndarray) -> np.ndarray:
     return magnitude
 
 
-@pytest.fixture(scope="module")
-def mos() -> judges.MosJudge:
-    return judges.MosJudge()
-
-
 @pytest.mark.parametrize("name", sorted(SENTENCES))
 def test_progressive_audio_is_the_whole_calls_within_tolerance_and_its_seams_are_inaudible(
-    either: OnnxEngine, mos: judges.MosJudge, name: str
+    either: OnnxEngine, mos_judge: judges.MosJudge, name: str
 ) -> None:
     engine = either
     phonemes = SENTENCES[name]
@@ -277,7 +269,7 @@ def test_progressive_audio_is_the_whole_calls_within_tolerance_and_its_seams_are
     # the judge
     pcm = {k: (np.clip(a, -1, 1) * 32767).round().astype("<i2").tobytes() for k, a in
            (("whole", whole), ("progressive", progressive))}  # fmt: skip
-    scores = {k: mos.score(judges.decode(p, "pcm")) for k, p in pcm.items()}
+    scores = {k: mos_judge.score(judges.decode(p, "pcm")) for k, p in pcm.items()}
     assert scores["progressive"] >= scores["whole"] - MOS_MARGIN, scores
     if engine.exact_windows:
         # no seams: its samples do not depend on its windows

@@ -148,6 +148,7 @@ def test_each_image_copies_only_its_service_and_the_contract(name: str, packages
     assert copied - {"docker/weights"} == packages
 
 
+@pytest.mark.slow
 def test_the_gateway_runs_without_the_packages_its_image_leaves_out() -> None:
     parser = _dockerfile("gateway.Dockerfile")
     args = dict(s["value"].split("=", 1) for s in parser.structure if s["instruction"] == "ARG")
@@ -296,6 +297,7 @@ def test_compose_files_match_the_compose_spec(name: str) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_the_compose_schema_check_can_fail(tmp_path: Path) -> None:
     broken = tmp_path / "compose.yaml"
     text = (DOCKER / "compose.yaml").read_text()

@@ -548,6 +548,7 @@ async def until(condition: Callable[[], bool], timeout_s: float = 20) -> bool:
     return True
 
 
+@pytest.mark.slow
 async def test_the_plugins_log_neither_keys_nor_tokens(
     fake_server: RunningServer, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -52,6 +52,7 @@ def pool_of(gateway: RunningServer) -> pool.ModelServerPool:
 # --- a wedged server ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_a_wedged_model_server_is_marked_down_so_new_replies_go_to_another() -> None:
     """A model server wedges mid-reply (no pings here: its chunk's due time notices it, as it
     would a server that answers pings but not requests): that reply resumes on the other

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from model_server.engines.base import SAMPLES_PER_FRAME, CancelToken
-from model_server.engines.onnx import OnnxEngine, OnnxOptions
+from model_server.engines.onnx import OnnxEngine
 from model_server.engines.streamed import FIRST_BLOCKS, LATER_BLOCK, blocks
 from model_server.engines.streaming_decoder import Kernels
 from model_server.errors import SynthesisCancelled, SynthesisFailed
@@ -48,9 +48,10 @@ def test_blocks_tile_the_segment_on_a_fixed_ladder(frames: int) -> None:
 # --- the real weights ------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def engine() -> OnnxEngine:
-    return OnnxEngine(OnnxOptions(intra_op_threads=2, decoder="stream"))
+@pytest.fixture
+def engine(stream_engine: OnnxEngine) -> OnnxEngine:
+    """The session's streamed-decoder engine (tests/conftest.py), loaded once."""
+    return stream_engine
 
 
 def _audio(engine: OnnxEngine, phonemes: str, sizes: list[int]) -> np.ndarray:

@@ -22,6 +22,10 @@ from tests.support.kokoro_checkpoint import SAMPLES_PER_FRAME, write_checkpoint
 
 torch = pytest.importorskip("torch", reason="the torch extra is part of `make setup`")
 
+# the checkpoint's decoder has Kokoro's full width: seconds a test on a 2-core CPU (the file
+# about half a minute), so `make test-quick` leaves it out
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(autouse=True, scope="module")
 def one_thread() -> Iterator[None]:

@@ -43,6 +43,10 @@ from tests.support.servers import RunningServer, serve
 
 torch = pytest.importorskip("torch", reason="the torch extra is part of `make setup`")
 
+# Kokoro's decoder keeps its full width in the small checkpoint: on a 2-core CPU a test here
+# takes seconds to a minute (the file about 6 minutes), so `make test-quick` leaves it out
+pytestmark = pytest.mark.slow
+
 BIDI = "/invocations-bidirectional-stream"
 # scripts/gpu-check runs this file on CUDA; everywhere else it runs on the CPU
 DEVICE = os.environ.get("KOKORO_TEST_DEVICE", "cpu")

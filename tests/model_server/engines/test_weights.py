@@ -46,6 +46,7 @@ def test_the_timed_variant_outputs_the_durations_beside_the_audio(tmp_path: Path
     # weights)
 
 
+@pytest.mark.slow
 def test_a_corrupt_or_stale_variant_is_rebuilt(tmp_path: Path) -> None:
     path = weights.assemble_model(tmp_path)
     timed = weights.timed_path(path)
@@ -63,6 +64,7 @@ def test_a_corrupt_or_stale_variant_is_rebuilt(tmp_path: Path) -> None:
     assert hashlib.sha256(timed.read_bytes()).hexdigest() == good
 
 
+@pytest.mark.slow
 def test_a_model_path_gets_its_variant_in_the_cache(tmp_path: Path) -> None:
     source = weights.assemble_model(tmp_path / "a")
     model = tmp_path / "models" / "mine.onnx"
@@ -118,6 +120,7 @@ def test_a_graph_without_durations_is_refused_clearly(tmp_path: Path) -> None:
         weights.timed_model(not_onnx, tmp_path / "cache")
 
 
+@pytest.mark.slow
 def test_a_corrupt_cached_model_is_rebuilt(tmp_path: Path) -> None:
     path = weights.assemble_model(tmp_path)
     with path.open("r+b") as f:
