@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
-from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -22,8 +21,8 @@ from gateway.errors import TTSError
 from gateway.retry import RetryBudget
 from gateway.routing.admission import Candidate, InProgress, LoadReport, Profile
 from gateway.routing.probes import Probed
-from gateway.transports.base import OnComplete, Piece
-from gateway.transports.framed_stream import FrameCarrier, FramedTTSStream, open_stream
+from gateway.transports.base import Piece
+from gateway.transports.framed_stream import FrameCarrier, FramedSessions
 from gateway.transports.model_server import ModelServerTransport
 
 
@@ -128,7 +127,7 @@ class Servers(Protocol):
         ...
 
 
-class PooledTransport:
+class PooledTransport(FramedSessions):
     """One reply's place in the pool and its transport: its chosen server first, then the
     others that are up. The reply counts (one reply, its plan once tracked) on the server that
     serves it now: a failover moves it there."""
@@ -197,15 +196,6 @@ class PooledTransport:
 
     def _order(self) -> list[Upstream]:
         return failover_order(self.upstream, self.pool.upstreams, self.upstream.url in self._wedged)
-
-    def open(
-        self,
-        voice: str | None,
-        speed: float,
-        on_complete: OnComplete | None = None,
-        timestamps: bool = False,
-    ) -> AbstractAsyncContextManager[FramedTTSStream]:
-        return open_stream(self.connect, voice, speed, on_complete, timestamps)
 
     @contextlib.asynccontextmanager
     async def connect(self) -> AsyncIterator[FrameCarrier]:

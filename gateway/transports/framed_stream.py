@@ -320,3 +320,21 @@ async def open_stream(
     whose sessions carry model-server frames); it closes with the stream."""
     async with connect() as carrier:
         yield FramedTTSStream.on(carrier, voice, speed, on_complete, timestamps)
+
+
+class FramedSessions:
+    """`BidiTransport.open` for a `SessionTransport`: a reply's stream over the sessions its
+    `connect` opens (the model server's WebSocket, SageMaker's bidi stream, the pool's
+    placement)."""
+
+    def connect(self) -> AbstractAsyncContextManager[FrameCarrier]:
+        raise NotImplementedError
+
+    def open(
+        self,
+        voice: str | None,
+        speed: float,
+        on_complete: OnComplete | None = None,
+        timestamps: bool = False,
+    ) -> AbstractAsyncContextManager[FramedTTSStream]:
+        return open_stream(self.connect, voice, speed, on_complete, timestamps)

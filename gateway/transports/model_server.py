@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator
-from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import httpx
@@ -17,9 +16,9 @@ from websockets.exceptions import ConnectionClosedError, WebSocketException
 
 from gateway.aio import cancel_and_wait
 from gateway.errors import TTSError, model_server_error
-from gateway.transports.base import OnComplete, Piece
+from gateway.transports.base import Piece
 from gateway.transports.captioned import captioned_pieces
-from gateway.transports.framed_stream import FrameCarrier, FramedTTSStream, open_stream
+from gateway.transports.framed_stream import FrameCarrier, FramedSessions
 from kokoro_contract import protocol
 from kokoro_contract.errors import brief
 from kokoro_contract.load import LoadReport, MalformedLoadReport
@@ -68,7 +67,7 @@ class _WebSocketReader:
         await self.carrier.failed(TTSError("model server closed the session"))
 
 
-class ModelServerTransport:
+class ModelServerTransport(FramedSessions):
     def __init__(
         self,
         base_url: str,
@@ -88,15 +87,6 @@ class ModelServerTransport:
         self._probe = probe or client
         self.tts_timeout_s = tts_timeout_s
         self.stall_timeout_s = stall_timeout_s
-
-    def open(
-        self,
-        voice: str | None,
-        speed: float,
-        on_complete: OnComplete | None = None,
-        timestamps: bool = False,
-    ) -> AbstractAsyncContextManager[FramedTTSStream]:
-        return open_stream(self.connect, voice, speed, on_complete, timestamps)
 
     @contextlib.asynccontextmanager
     async def connect(self) -> AsyncIterator[FrameCarrier]:

@@ -14,15 +14,13 @@ import asyncio
 import contextlib
 import os
 from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from gateway.aio import cancel_and_wait
 from gateway.aws_errors import sagemaker_error
 from gateway.errors import TTSError
 from gateway.transports.aws_identity import BotocoreIdentityResolver
-from gateway.transports.base import OnComplete
-from gateway.transports.framed_stream import FrameCarrier, FramedTTSStream, open_stream
+from gateway.transports.framed_stream import FrameCarrier, FramedSessions
 from kokoro_contract import protocol
 
 
@@ -30,7 +28,7 @@ def default_endpoint_uri(region: str) -> str:
     return f"https://runtime.sagemaker.{region}.amazonaws.com:8443"
 
 
-class SageMakerBidiTransport:
+class SageMakerBidiTransport(FramedSessions):
     def __init__(
         self,
         endpoint_name: str,
@@ -81,15 +79,6 @@ class SageMakerBidiTransport:
                 )
                 self._client = AsyncSageMakerRuntimeHTTP2Client(config=config)
             return self._client
-
-    def open(
-        self,
-        voice: str | None,
-        speed: float,
-        on_complete: OnComplete | None = None,
-        timestamps: bool = False,
-    ) -> AbstractAsyncContextManager[FramedTTSStream]:
-        return open_stream(self.connect, voice, speed, on_complete, timestamps)
 
     @contextlib.asynccontextmanager
     async def connect(self) -> AsyncIterator[FrameCarrier]:
