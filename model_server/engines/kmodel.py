@@ -231,7 +231,11 @@ class TorchEngine:
         runner = TorchThread(threads or self._torch.get_num_threads()) if cpu else CallingThread()
         self._streamed = StreamedDecoder(self._model.decoder, runner, int8=cpu and int8.available())
         self._stream_priors = StreamPriors(
-            self._streamed, self._prior_dir, f"stream:{self._prior_key}", self._stream_inputs
+            self._streamed,
+            self._prior_dir,
+            f"stream:{self._prior_key}",
+            self._stream_inputs,
+            self._pack_array,
         )
 
     def _load(self, kmodel: Any, config: dict[str, Any], weights: Path, repo: str | None) -> Any:
@@ -381,7 +385,7 @@ class TorchEngine:
         """A streamed segment: the front pass, then its stream opened (the body's pass)."""
         assert self._streamed is not None
         assert self._stream_priors is not None
-        prior = self._stream_priors(voice, self._pack_array(voice))
+        prior = self._stream_priors(voice)
         found = self._front_inputs(phonemes, voice, speed, cancel)
         if found is None:
             return Front(0, np.zeros(len(phonemes) + 2, np.int64), self.frame_samples, None)

@@ -171,6 +171,7 @@ class OnnxEngine:
                     self._prior_dir,
                     f"stream:{recorded_sha256(model)}",
                     self._stream_inputs,
+                    lambda voice: self._packs[voice],
                 )
             else:
                 body, generator = (
@@ -284,7 +285,7 @@ class OnnxEngine:
 
         assert self._streamed is not None
         assert self._stream_priors is not None
-        prior = self._stream_priors(voice, self._packs[voice])
+        prior = self._stream_priors(voice)
         tokens, feed = self._feed(phonemes, voice, speed)
         if not tokens:
             return Front(0, np.zeros(len(phonemes) + 2, np.int64), SAMPLES_PER_FRAME, None)

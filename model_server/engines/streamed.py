@@ -339,7 +339,8 @@ class StreamPriors:
     """A streamed decoder's priors by voice (`LengthPrior`): from memory, the cache directory
     (`directory`, for the model `model_key`), or computed: one whole call over each phrase of
     `LENGTH_CALIBRATION` (about 35 s of speech, once per voice), each from the engine's own
-    front pass (`inputs(phonemes, voice)`, at speed 1)."""
+    front pass (`inputs(phonemes, voice)`, at speed 1). A voice's pack (`pack(voice)`, an
+    array: it keys the prior in the directory) is read only when its prior is not in memory."""
 
     def __init__(
         self,
@@ -347,20 +348,23 @@ class StreamPriors:
         directory: Path,
         model_key: str,
         inputs: Callable[[str, str], Inputs],
+        pack: Callable[[str], Any],
     ) -> None:
         self._decoder = decoder
         self._directory = directory
         self._key = model_key
         self._inputs = inputs
+        self._pack = pack
         self._known: dict[str, LengthPrior] = {}
         self._lock = threading.Lock()  # one calibration at a time
 
-    def __call__(self, voice: str, pack: Any) -> LengthPrior:
-        """`voice`'s prior; `pack`, its voice pack (an array), keys it in the directory."""
+    def __call__(self, voice: str) -> LengthPrior:
+        """`voice`'s prior."""
         with self._lock:
             known = self._known.get(voice)
             if known is not None:
                 return known
+            pack = self._pack(voice)
             points = []
             for name, phrases in LENGTH_CALIBRATION.items():
                 stats = voice_prior(

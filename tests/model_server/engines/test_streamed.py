@@ -229,7 +229,7 @@ def test_the_body_normalises_by_the_segments_own_and_the_generator_by_the_voices
     _, oracle = streamed.whole(front.features.inputs)
     priors = engine._stream_priors
     assert priors is not None
-    prior = priors(VOICE, engine._packs[VOICE]).at(front.frames)
+    prior = priors(VOICE).at(front.frames)
     got = front.features.statistics
     assert set(got) == set(oracle)
     generator = {k for k in got if k.startswith("generator.")}

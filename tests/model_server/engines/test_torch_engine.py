@@ -591,7 +591,7 @@ def test_the_stream_prior_is_the_voices_at_the_segments_length_kept_in_the_cache
     front = streaming.front(HELLO, VOICE, 1.0, CancelToken())
     priors = streaming._stream_priors
     assert priors is not None
-    prior = priors(VOICE, streaming._pack_array(VOICE)).at(front.frames)
+    prior = priors(VOICE).at(front.frames)
     got = front.features.statistics
     generator = {k for k in got if k.startswith("generator.")}
     assert generator == set(prior)
@@ -605,7 +605,7 @@ def test_the_stream_prior_is_the_voices_at_the_segments_length_kept_in_the_cache
     )
     assert later._stream_priors is not None
     later._stream_priors._calibrate = lambda *_: pytest.fail("computed again")  # type: ignore[method-assign]
-    again = later._stream_priors(VOICE, later._pack_array(VOICE)).at(front.frames)
+    again = later._stream_priors(VOICE).at(front.frames)
     for name in generator:
         torch.testing.assert_close(again[name][0], prior[name][0])
 
