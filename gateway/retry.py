@@ -16,6 +16,7 @@ import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from gateway.aio import Clock, loop_time
 from kokoro_contract.errors import ServiceError
 
 
@@ -48,8 +49,9 @@ class RetryBudget:
     and the pool's failover, so none re-derives attempts, lateness or "already started"."""
 
     policy: RetryPolicy
-    deadline: float | None = None
+    deadline: float | None = None  # on `clock`
     on_retry: OnRetry | None = None
+    clock: Clock = loop_time
     failures: int = 0
     started: bool = False  # text shown or audio played: nothing may be retried now
 
@@ -62,7 +64,7 @@ class RetryBudget:
         if self.started or not retryable(exc) or self.failures >= self.policy.attempts:
             return None
         wait = self.policy.delay(self.failures)
-        if self.deadline is not None and asyncio.get_running_loop().time() + wait >= self.deadline:
+        if self.deadline is not None and self.clock() + wait >= self.deadline:
             return None
         if self.on_retry is not None:
             self.on_retry(exc, wait)

@@ -19,12 +19,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from gateway.access.keys import Client
 from gateway.access.quotas import Lease, PerMinute, Sessions
+from gateway.aio import Clock, loop_time
 from gateway.config import Settings
 from gateway.errors import BadRequest, Overloaded
 from gateway.metrics import GatewayMetrics
@@ -142,7 +142,8 @@ class Gate:
             settings.replies_per_minute_per_subject, "replies", who="token subject"
         )
         self.token_rate = PerMinute(settings.llm_tokens_per_minute, "LLM tokens")
-        self.clock: Callable[[], float] = time.monotonic
+        # every time the gate reads (rates, admission's wait, first-audio deadlines): the loop's
+        self.clock: Clock = loop_time
         metrics.sessions.set_function(lambda: self.sessions.total)
         pool = runtime.pool
         if pool is not None:
@@ -259,7 +260,9 @@ class Gate:
         """The reply's TTS on the model server that should take it, its place reserved there
         until the reply ends; raises `Overloaded` when none can serve it in time."""
         budget = RetryBudget(
-            self.runtime.retry, on_retry=lambda *_: self.metrics.retries.labels("tts").inc()
+            self.runtime.retry,
+            on_retry=lambda *_: self.metrics.retries.labels("tts").inc(),
+            clock=self.clock,
         )
         bidi: SessionTransport
         batch: BatchTransport
@@ -269,8 +272,7 @@ class Gate:
         else:
             settings = self.settings
             wait_budget = settings.first_audio_budget_s if settings.admission else None
-            loop = asyncio.get_running_loop()
-            asked = loop.time()
+            asked = self.clock()
             chosen = await pool.admit(
                 wait_budget,
                 settings.admission_wait_s,
@@ -279,7 +281,7 @@ class Gate:
                 per_client=settings.admission_waiting_per_client,
             )
             if wait_budget is not None:
-                self.metrics.admission_wait.observe(loop.time() - asked)
+                self.metrics.admission_wait.observe(self.clock() - asked)
             if isinstance(chosen, Refusal):
                 self.metrics.refused.labels(chosen.code).inc()
                 what = "at capacity" if chosen.code == "overloaded" else "unavailable"
@@ -291,8 +293,7 @@ class Gate:
             admitted._placement = chosen
             admitted._releases.append(chosen.release)
             bidi = batch = chosen
-        loop = asyncio.get_running_loop()
-        budget.deadline = loop.time() + self.settings.first_audio_budget_s
+        budget.deadline = self.clock() + self.settings.first_audio_budget_s
         # after audio, only a pool can resume a reply elsewhere: SageMaker's stream would be
         # opened on the same endpoint, which just broke it
         return ResumingTransport(bidi, batch, budget, resume_after_audio=pool is not None)
