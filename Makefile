@@ -12,7 +12,7 @@ MODEL_PORT ?= 8080
 PORT ?= 8000
 
 .PHONY: help setup browser dev dev-docker dev-gpu images k8s-render test lint typecheck bench \
-	test-quick bench-model bench-load bench-quality bench-timings bench-faults bench-frameworks soak gpu-check deploy-sagemaker lock clean
+	test-quick bench-model bench-demo bench-load bench-quality bench-timings bench-faults bench-frameworks soak gpu-check deploy-sagemaker lock clean
 
 help:
 	@echo "make dev          model server ($(HOST):$(MODEL_PORT)) and gateway (http://$(HOST):$(PORT))"
@@ -20,6 +20,7 @@ help:
 	@echo "make test-quick   the edit loop: the suite without the real engine, slow tests or the browser"
 	@echo "make bench        gateway: time to first audio, bidi vs batch"
 	@echo "make bench-model  model-server latency/RTF table"
+	@echo "make bench-demo   the demo page in Chromium: first audio heard after Speak, quiet and busy"
 	@echo "make bench-load   conversations at once: first audio, gaps, refusals (two policies)"
 	@echo "make bench-quality  MOS and word error rate by voice, format, chunk plan, joins"
 	@echo "make bench-timings  word timings against where the waveform's energy puts them"
@@ -98,6 +99,9 @@ bench: setup
 
 bench-model: setup
 	$(PY) -m bench.bench_model $(BENCH_ARGS)
+
+bench-demo: setup browser
+	$(PY) -m bench.bench_demo $(BENCH_ARGS)
 
 bench-load: setup
 	$(PY) -m bench.bench_load $(BENCH_ARGS)
