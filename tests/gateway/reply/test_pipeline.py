@@ -8,16 +8,13 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 
 from gateway.encoders import create_encoder
 from gateway.params import Mode
-from gateway.reply.chunk_plan import (
-    UNFINISHED_MAX,
-    Chunk,
-    ChunkPlan,
-    PlanConfig,
-    SentencePlan,
-    SpeechRate,
-)
 from gateway.reply.events import AgentEnd, AudioChunk, ErrorEvent, Event, TextDelta
 from gateway.reply.pipeline import Reply, ReplySpec
+from gateway.reply.plan.config import PlanConfig
+from gateway.reply.plan.playback_plan import ChunkPlan
+from gateway.reply.plan.protocol import UNFINISHED_MAX, Chunk
+from gateway.reply.plan.rates import SpeechRate
+from gateway.reply.plan.sentence_plan import SentencePlan
 from gateway.transports.base import Completed, OnComplete
 from kokoro_contract.formats import FORMATS
 from kokoro_contract.speed import SpeedModel

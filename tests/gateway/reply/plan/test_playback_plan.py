@@ -1,22 +1,15 @@
-"""The playback-aware chunk plan (`gateway.reply.chunk_plan`) and the chunker's first cut: literal
-texts and timelines in, cuts and deadlines out. No clock, no server."""
+"""The playback-aware chunk plan (`gateway.reply.plan.playback_plan`) and the chunker's first cut:
+literal texts and timelines in, cuts and deadlines out. No clock, no server."""
 
 from __future__ import annotations
 
 import pytest
 
-from gateway.reply.chunk_plan import (
-    FIRST_WINDOW_AUDIO_S,
-    UNFINISHED_MAX,
-    Chunk,
-    ChunkPlan,
-    EarlyAudio,
-    PlanConfig,
-    SentencePlan,
-    SpeechRate,
-    window_spans,
-)
 from gateway.reply.chunker import ChunkerConfig, IncrementalSentenceChunker
+from gateway.reply.plan.config import PlanConfig
+from gateway.reply.plan.playback_plan import ChunkPlan, window_spans
+from gateway.reply.plan.protocol import UNFINISHED_MAX, Chunk, Plan
+from gateway.reply.plan.rates import FIRST_WINDOW_AUDIO_S, EarlyAudio, SpeechRate
 from gateway.sources.echo import tokens
 from kokoro_contract.speed import SpeedModel
 
@@ -333,24 +326,11 @@ def test_an_engine_far_behind_the_estimate_gets_no_fifth_chunk_until_one_is_done
     assert plan.wake_at() is None
 
 
-def test_the_sentences_plan_keeps_no_more_unfinished_either() -> None:
-    plan = SentencePlan()
-    sent = [c.text for c in plan.push(ANSWER + " " + ANSWER, 0.0)]
-    assert len(sent) == UNFINISHED_MAX
-    assert plan.wake_at() is None
-    assert plan.unsent  # the rest waits for a report
-    assert plan.flush(0.1) == []
-    plan.completed(0, audio_s=1.0, now=0.5)
-    sent += [c.text for c in plan.tick(0.5)]
-    assert len(sent) == UNFINISHED_MAX + 1
-    plan.completed(0, audio_s=1.0, now=0.6)  # reported again (a resumed stream): no effect
-    assert plan.tick(0.6) == []
-    index = 1
-    while plan.unsent:
-        plan.completed(index, audio_s=1.0, now=0.7)
-        sent += [c.text for c in plan.tick(0.7)]
-        index += 1
-    assert " ".join(sent) == ANSWER + " " + ANSWER
+def test_the_playback_plan_is_its_own_playback() -> None:
+    """What the reply's playback processor and admission ask of it (`Plan.playback`)."""
+    plan = plan_of()
+    asked: Plan = plan
+    assert asked.playback is plan
 
 
 # --- an engine that speaks progressively ------------------------------------------------------

@@ -50,91 +50,13 @@ from gateway.reply.chunker import (
     IncrementalSentenceChunker,
     word_of,
 )
-from kokoro_contract.load import FRAME_S, LARGEST_WINDOW_FRAMES
-from kokoro_contract.speed import PRIOR_SECONDS_PER_CALL, PRIOR_SECONDS_PER_CHARACTER, SpeedModel
+from gateway.reply.plan.config import PlanConfig
+from gateway.reply.plan.protocol import UNFINISHED_MAX, Chunk, Plan, Playback
+from gateway.reply.plan.rates import EarlyAudio, SpeechRate, chunk_speed
+from kokoro_contract.speed import SpeedModel
 
-# chunks a reply may have at the model server, unfinished: a model server's --max-pending is at
-# least this (its default is 32)
-UNFINISHED_MAX = 4
 HOLD_STEP_S = 0.05  # how finely the start of playback is chosen
 TIE_S = 1e-9  # a spare this small is none: sums of seconds in floating point land beside 0
-# the audio of a progressive model server's first window of a reply, trimmed: 0.55-0.63 s over
-# the quality corpus (model_server/windows.py), 0.63 s through the stack here
-FIRST_WINDOW_AUDIO_S = 0.55
-# the first chunk is needed when it could be ready plus this: under load, a new reply's first
-# chunk waits this long rather than make a reply in progress late (a reply whose server has
-# nothing else to do has none: `ChunkPlan.alone`); admission gives a reply still starting as
-# much spare time. The default of `--first-slack-s`
-FIRST_SLACK_S = 1.0
-
-
-@dataclass(frozen=True)
-class PlanConfig:
-    first_min_words: int = 4
-    first_max_words: int = 5  # past this, the first chunk is cut only where a phrase begins...
-    first_wait_words: int = 16  # ...or here at the latest
-    first_wait_s: float = 0.6  # ...or this long after the first text, if the text is slow
-    max_chars: int = 400  # one chunk: under Kokoro's 510 phonemes
-    # sentences are grouped into a chunk only while its first audio (estimated) takes at most
-    # this long: with an engine whose unit is the chunk, a long call holds a worker from a new
-    # reply's first chunk, and its estimate errs the most; a progressive engine's first audio
-    # hardly grows with the chunk, so its chunks grow to `max_chars`
-    max_group_s: float = 2.5
-    margin_s: float = 0.4  # a chunk should be ready this long before the listener needs it...
-    margin_share: float = 0.25  # ...plus this share of its synthesis: estimates err by a share
-    # the fixed part of that margin, `margin_s`, covers a chunk's start too (the engine's queue,
-    # its front pass, the wire), and so the later windows of a chunk whose first audio may be
-    # late by as much; once a first chunk's first audio is here, its later windows follow it
-    # on an engine already at work, and only this much, plus the share, is kept for them
-    ready_margin_s: float = 0.1
-    lead_s: float = 0.15  # send the next chunk this long before the one before it is done
-    first_slack_s: float = FIRST_SLACK_S  # a first chunk's slack under load (`FIRST_SLACK_S`)
-    # the first audio is held, at most this long after it is ready, until the sentences
-    # known so far can follow it without a gap; 0: played as soon as it is ready
-    first_hold_s: float = 1.0
-    # a progressive model server's windows, as the plan expects them (`window_spans`): the
-    # first holds what a first chunk's first frame held (`EarlyAudio`), each after it twice
-    # the one before, up to this much audio (`LARGEST_WINDOW_FRAMES` frames: 4.8 s)
-    largest_window_s: float = round(LARGEST_WINDOW_FRAMES * FRAME_S, 6)
-
-
-@dataclass
-class SpeechRate:
-    """Characters spoken per second at speed 1, learned from the audio each chunk gave."""
-
-    chars_per_s: float = 18.0  # Kokoro at speed 1, measured: 17-20
-    weight: float = 0.2  # how far one chunk moves the estimate
-
-    def observe(self, chars: int, audio_s: float, speed: float) -> None:
-        if chars >= 10 and audio_s > 0:
-            seen = chars / (audio_s * speed)
-            self.chars_per_s += self.weight * (seen - self.chars_per_s)
-
-
-@dataclass
-class EarlyAudio:
-    """Seconds of audio in a reply's first chunk's first frame, learned from the first chunks
-    whose first frame held less than all of their audio; None until one did (then a chunk's
-    audio comes all at once, with its first). Later chunks' first frames hold at least as much
-    (the server sizes them by the lead they have)."""
-
-    seconds: float | None = None
-    weight: float = 0.3  # how far one chunk moves the estimate
-
-    def observe(self, first_s: float, chunk_s: float) -> None:
-        if 0.0 < first_s < chunk_s - 0.001:
-            seen = self.seconds
-            self.seconds = first_s if seen is None else seen + self.weight * (first_s - seen)
-
-    def assume(self, seconds: float = FIRST_WINDOW_AUDIO_S) -> None:
-        """A model server that says it speaks progressively: until a first chunk shows how
-        much its first frame holds, take `seconds`."""
-        if self.seconds is None:
-            self.seconds = seconds
-
-    def of(self, audio_s: float) -> float:
-        """How much of a chunk of `audio_s` comes with its first audio."""
-        return audio_s if self.seconds is None else min(audio_s, self.seconds)
 
 
 def window_spans(audio_s: float, first_s: float, largest_s: float) -> list[tuple[float, float]]:
@@ -155,77 +77,6 @@ def window_spans(audio_s: float, first_s: float, largest_s: float) -> list[tuple
     return spans or [(0.0, audio_s)]
 
 
-@dataclass(frozen=True)
-class Chunk:
-    text: str
-    deadline_ms: float | None  # from now: when its first audio is needed (None: no deadline)
-
-
-class SentencePlan:
-    """The `sentences` plan: every sentence (the first clause early) goes out the moment the
-    chunker has it, with no deadline, one chunk each, while fewer than `UNFINISHED_MAX` are
-    unfinished (later ones wait for a `completed`); playback is never held. The same inputs as
-    `ChunkPlan`, so a reply runs either without knowing which."""
-
-    def __init__(self, config: ChunkerConfig | None = None) -> None:
-        self._chunker = IncrementalSentenceChunker(config)
-        self._units: list[str] = []  # final sentences not sent yet
-        self._sent = 0
-        self._done: set[int] = set()
-
-    def push(self, text: str, now: float) -> list[Chunk]:
-        self._units += self._chunker.push(text)
-        return self._release()
-
-    def flush(self, now: float) -> list[Chunk]:
-        self._units += self._chunker.flush()
-        return self._release()
-
-    def tick(self, now: float) -> list[Chunk]:
-        return self._release()
-
-    def _release(self) -> list[Chunk]:
-        out: list[Chunk] = []
-        while self._units and self._sent - len(self._done) < UNFINISHED_MAX:
-            out.append(Chunk(self._units.pop(0), None))
-            self._sent += 1
-        return out
-
-    @property
-    def unsent(self) -> bool:
-        """Whether final text waits to be sent (for a chunk to complete)."""
-        return bool(self._units)
-
-    @property
-    def asking(self) -> bool:
-        """Whether the reply asks the engine for synthesis now: a chunk there unfinished, or
-        a sentence to send."""
-        return bool(self._units) or self._sent > len(self._done)
-
-    def wake_at(self) -> float | None:
-        return None
-
-    def audio_ready(self, now: float) -> None:
-        pass
-
-    def audio_started(self, now: float) -> None:
-        pass
-
-    def release_at(self, now: float) -> float | None:
-        return None
-
-    def completed(
-        self,
-        index: int,
-        audio_s: float,
-        now: float,
-        synth_s: float | None = None,
-        first_s: float | None = None,
-        early_s: float | None = None,
-    ) -> None:
-        self._done.add(index)
-
-
 @dataclass
 class _Sent:
     chars: int
@@ -236,15 +87,8 @@ class _Sent:
     done: bool = False
 
 
-def chunk_speed() -> SpeedModel:
-    """Seconds of synthesis per chunk against its characters, queueing included, as a plan
-    learns it from the model server's reports (prior: `kokoro_contract.speed`'s, per call and
-    per character)."""
-    return SpeedModel(PRIOR_SECONDS_PER_CALL, PRIOR_SECONDS_PER_CHARACTER)
-
-
 @dataclass(eq=False)  # one plan per reply: compared (and found in lists) by identity
-class ChunkPlan:
+class ChunkPlan(Plan, Playback):
     config: PlanConfig = field(default_factory=PlanConfig)
     # seconds of synthesis per chunk against its characters, queueing included: learned here
     # from the model server's synthesis_complete reports (`completed`), shared across replies
@@ -281,6 +125,11 @@ class ChunkPlan:
         self._first_audio: float | None = None
         self._first_ready: float | None = None
         self._ended = False
+
+    @property
+    def playback(self) -> Playback:
+        """The plan itself: it holds the listener's playback."""
+        return self
 
     # --- inputs -----------------------------------------------------------------------------
 
@@ -618,6 +467,3 @@ class ChunkPlan:
             del self._units[:taken]
             out.append(self._send(group, now))
         return out
-
-
-Plan = ChunkPlan | SentencePlan  # what a reply's text goes through
