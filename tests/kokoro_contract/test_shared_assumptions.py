@@ -11,8 +11,9 @@ import httpx
 import pytest
 
 from gateway.reply.plan.config import PlanConfig
-from gateway.reply.plan.playback_plan import ChunkPlan, window_spans
+from gateway.reply.plan.playback_plan import ChunkPlan
 from gateway.reply.plan.rates import chunk_speed
+from gateway.reply.plan.timeline import window_spans
 from gateway.routing import admission, pool
 from kokoro_contract.audio import SAMPLE_RATE
 from kokoro_contract.load import (

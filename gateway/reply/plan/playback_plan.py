@@ -25,7 +25,8 @@ smaller chunks when the engine is behind: more calls for the same text.)
 A chunk's audio is ready in steps: its first frame (its first window on a progressive
 server, its first segment on one whose unit of output is the chunk) `first_s` after its
 synthesis starts, and the rest by the end of its synthesis (`synth_s`), window by window on a
-progressive server (`window_spans`: each window twice the one before, as the server's are).
+progressive server (`timeline.window_spans`: each window twice the one before, as the server's
+are).
 The plan learns both times and how much audio a first frame holds (`completed`), and asks of
 every chunk that its first audio be ready, with a margin, when the audio before it runs out,
 and each later window, with a margin on the synthesis up to it, before the audio before it
@@ -37,54 +38,29 @@ smaller again).
 
 Time is the caller's clock in seconds (`now`); nothing here reads a clock or sleeps. `wake_at()`
 says when the plan wants `tick()` called if no text or audio arrives first.
+
+What the plan knows is its record of the chunks sent (`timeline.Sent`: each estimated when it
+is sent, corrected by the reports: its first audio, its completion), the text not sent yet, the
+learned rates (`rates.Rates`, read at the moment asked) and whether playback has started. From
+those and the moment it computes one timeline (`timeline.build`: each chunk's synthesis start,
+first audio, windows, finish and audio, the hold, when each chunk is needed, and the text not
+sent as it would be cut) and keeps it until one of them changes (`timeline.Timeline.holds`):
+every question here reads it, and an audio piece that changes nothing computes nothing. The
+moment counts only as when the engine is free for the text not sent: past the estimate of the
+chunks sent, with text waiting, each moment moves the timeline, and gets its own.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
-from gateway.reply.chunker import (
-    CLAUSE_MARKS,
-    PHRASE_STARTS,
-    ChunkerConfig,
-    IncrementalSentenceChunker,
-    word_of,
-)
+from gateway.reply.chunker import ChunkerConfig, IncrementalSentenceChunker
 from gateway.reply.plan.config import PlanConfig
 from gateway.reply.plan.protocol import UNFINISHED_MAX, Chunk, Plan, Playback
-from gateway.reply.plan.rates import EarlyAudio, SpeechRate, chunk_speed
+from gateway.reply.plan.rates import EarlyAudio, Rates, SpeechRate, chunk_speed
+from gateway.reply.plan.timeline import Inputs, Sent, Timeline, build
 from kokoro_contract.speed import SpeedModel
-
-HOLD_STEP_S = 0.05  # how finely the start of playback is chosen
-TIE_S = 1e-9  # a spare this small is none: sums of seconds in floating point land beside 0
-
-
-def window_spans(audio_s: float, first_s: float, largest_s: float) -> list[tuple[float, float]]:
-    """Where a progressive model server's windows of a chunk of `audio_s` seconds begin and
-    end, in seconds of its audio, as the plan expects them: the first holds `first_s`, each
-    after it twice the one before up to `largest_s`, and what is left after a window, when
-    shorter than the first, goes into it (as the server's window ladder does,
-    `model_server.windows`). One span when the first holds it all (an engine whose unit of
-    output is the chunk)."""
-    spans: list[tuple[float, float]] = []
-    begin, size = 0.0, max(first_s, 1e-3)
-    while begin < audio_s:
-        end = begin + size
-        if audio_s - end < first_s:
-            end = audio_s
-        spans.append((begin, end))
-        begin, size = end, max(size, min(largest_s, 2 * size))
-    return spans or [(0.0, audio_s)]
-
-
-@dataclass
-class _Sent:
-    chars: int
-    sent_at: float
-    first: float  # when its first audio should be ready (estimated; corrected when it is)
-    finish: float  # when its synthesis should end (estimated; corrected when it completes)
-    audio_s: float  # how long it plays (estimated; corrected when it completes)
-    done: bool = False
 
 
 @dataclass(eq=False)  # one plan per reply: compared (and found in lists) by identity
@@ -119,12 +95,13 @@ class ChunkPlan(Plan, Playback):
             )
         )
         self._units: list[str] = []  # final sentences not sent yet
-        self._sent: list[_Sent] = []
+        self._sent: list[Sent] = []  # the record of the chunks sent
         self._first_text: float | None = None
         self._first_overdue = False  # its first wait passed with too few words to cut
         self._first_audio: float | None = None
         self._first_ready: float | None = None
         self._ended = False
+        self._timeline: Timeline | None = None  # the last one computed (`timeline`)
 
     @property
     def playback(self) -> Playback:
@@ -166,21 +143,22 @@ class ChunkPlan(Plan, Playback):
             self._first_audio = now
 
     def release_at(self, now: float) -> float | None:
-        """When the first audio, ready, should go to the listener (`_planned_start`). None
+        """When the first audio, ready, should go to the listener (the timeline's hold). None
         once playback started or before anything was sent."""
         if self._first_audio is not None or not self._sent:
             return None
-        return self._planned_start(now)
+        return self.timeline(now).play_start
 
     def audio_ready(self, now: float) -> None:
         """Audio has come back: the first chunk's first audio is ready by now, and the rest of
-        it follows at the learned speed."""
+        it follows at the learned speed. Every later piece changes nothing."""
         if self._sent and self._first_ready is None:
             self._first_ready = now
             first = self._sent[0]
             if not first.done:
-                first.first = now
-                first.finish = now + self._synth_s(first.chars) - self._first_s(first.chars)
+                rates = self._rates()
+                finish = now + rates.synth_s(first.chars) - rates.first_s(first.chars)
+                self._sent[0] = dataclasses.replace(first, first=now, finish=finish)
 
     def completed(
         self,
@@ -195,8 +173,10 @@ class ChunkPlan(Plan, Playback):
         give its first audio, and how much audio its first frame held (the shared speeds
         learn them; None: not reported)."""
         sent = self._sent[index]
-        sent.done, sent.finish, sent.audio_s = True, now, audio_s
-        sent.first = min(sent.first, now)
+        first = min(sent.first, now)
+        sent = self._sent[index] = dataclasses.replace(
+            sent, done=True, finish=now, audio_s=audio_s, first=first
+        )
         self.speech.observe(sent.chars, audio_s, self.speed_factor)
         if synth_s is not None:
             self.speed.observe(sent.chars, synth_s)
@@ -209,12 +189,16 @@ class ChunkPlan(Plan, Playback):
             self.first_speed.observe(sent.chars, min(first_s, synth_s or first_s))
         if index == 0 and early_s is not None and self.early is not None:
             self.early.observe(early_s, audio_s)
+        rates = self._rates()
         before = sent
-        for later in self._sent[index + 1 :]:  # the ones behind it start when it is done
+        for later_index in range(index + 1, len(self._sent)):
+            later = self._sent[later_index]  # the ones behind it start when it is done
             if not later.done:
                 start = max(before.finish, later.sent_at)
-                later.first = start + self._first_s(later.chars)
-                later.finish = start + self._synth_s(later.chars)
+                first = start + rates.first_s(later.chars)
+                finish = start + rates.synth_s(later.chars)
+                later = dataclasses.replace(later, start=start, first=first, finish=finish)
+                self._sent[later_index] = later
             before = later
 
     @property
@@ -238,6 +222,24 @@ class ChunkPlan(Plan, Playback):
     def _unfinished(self) -> int:
         return sum(not s.done for s in self._sent)
 
+    # --- questions: each reads the timeline -------------------------------------------------
+
+    def timeline(self, now: float) -> Timeline:
+        """The timeline at `now`: the one computed last while it holds (its inputs unchanged,
+        and the moment none that moves it), else a new one."""
+        inputs = Inputs(
+            tuple(self._sent),
+            tuple(self._units),
+            self._rates(),
+            self.config,
+            self._first_ready is not None,
+            self._first_audio,
+        )
+        known = self._timeline
+        if known is None or not known.holds(inputs, now):
+            known = self._timeline = build(inputs, now)
+        return known
+
     def spare_profile(self, now: float) -> tuple[tuple[float, float], ...]:
         """For each chunk still to come, as far as its text known tells, in order: how much
         later it could be ready and still play with no gap, and the seconds of synthesis from
@@ -247,37 +249,11 @@ class ChunkPlan(Plan, Playback):
         synthesis left. Empty when nothing is left to synthesize."""
         if self._ended and not self._units and all(s.done for s in self._sent):
             return ()
-        if not self._sent:
-            return ((0.0, self.done_in_s(now)),)
-        if self._first_audio is None:
-            slide = self._sent[0].first + self.config.first_hold_s - self._planned_start(now)
-            return ((slide, self.done_in_s(now)),)
-        profile: list[tuple[float, float]] = []
-        before, ready = 0.0, now
-        for sent in self._sent:
-            if not sent.done:
-                first = max(ready, sent.first)
-                ready = max(ready, sent.finish)
-                at = self._first_audio + before
-                spare = self._spare(sent.chars, first, ready, at, sent.audio_s)
-                profile.append((spare, ready - now))
-            before += sent.audio_s
-        for unit in self._units:
-            first = ready + self._first_s(len(unit))
-            ready += self._synth_s(len(unit))
-            audio = self._audio_s(len(unit))
-            spare = self._spare(len(unit), first, ready, self._first_audio + before, audio)
-            profile.append((spare, ready - now))
-            before += audio
-        return tuple(profile)
+        return self.timeline(now).spare_profile(now)
 
     def done_in_s(self, now: float) -> float:
         """How long until the text known so far is all synthesized (estimated)."""
-        ready = max(now, self._busy_until())
-        ready += sum(self._synth_s(len(unit)) for unit in self._units)
-        if not self._sent and self._units:
-            ready += self._synth_s(0)  # not started: its first chunk is one call more
-        return ready - now
+        return self.timeline(now).done_in_s(now)
 
     def wake_at(self) -> float | None:
         if self._ended and not self._units:
@@ -293,151 +269,25 @@ class ChunkPlan(Plan, Playback):
     # --- decisions --------------------------------------------------------------------------
 
     def _busy_until(self) -> float:
-        """When the chunks sent so far should all be synthesized."""
+        """When the chunks sent so far should all be synthesized (the record's last finish)."""
         return self._sent[-1].finish if self._sent else float("-inf")
 
-    def _planned_start(self, now: float) -> float:
-        """When playback should start: the earliest moment, from when the first chunk's first
-        audio is ready to `first_hold_s` later, from which the chunks sent and then the sentences
-        known (each sent whole, or cut before a phrase where whole would be late) can each be
-        ready, with its margins (`_spare`), before the audio before them runs out."""
-        first = self._sent[0].first
-        latest = first + self.config.first_hold_s
-        step = 0
-        while (start := first + step * HOLD_STEP_S) < latest and not self._keeps_up(start, now):
-            step += 1  # counted, not summed: the steps land where they are written
-        return min(start, latest)
-
-    def _keeps_up(self, start: float, now: float) -> bool:
-        """Whether playback from `start` has no gap, as far as the text known tells."""
-        first = self._sent[0]
-        fixed = self.config.ready_margin_s if self._first_ready is not None else None
-        if self._rest_spare(first.first, first.finish, start, first.audio_s, fixed) < -TIE_S:
-            return False  # the first chunk itself would run out before it is synthesized
-        before = first.audio_s
-        for sent in self._sent[1:]:
-            at = start + before
-            if (
-                not sent.done
-                and self._spare(sent.chars, sent.first, sent.finish, at, sent.audio_s) < -TIE_S
-            ):
-                return False
-            before += sent.audio_s
-        ready = max(now, self._busy_until())
-        units = list(self._units)
-        while units:
-            head, tail = self._cut(units.pop(0), ready, start + before)
-            audio = self._audio_s(len(head))
-            first_at = ready + self._first_s(len(head))
-            ready += self._synth_s(len(head))
-            if self._spare(len(head), first_at, ready, start + before, audio) < -TIE_S:
-                return False
-            before += audio
-            if tail:
-                units.insert(0, tail)
-        return True
-
-    def _cut(self, unit: str, start: float, needed: float) -> tuple[str, str | None]:
-        """`unit` whole if its synthesis, from `start`, ends its margin before `needed`; else
-        cut before a phrase (a clause mark, a conjunction or preposition) that leaves
-        `first_min_words` words on each side: the longest first part that is ready in time,
-        else the shortest (late, but less late than the whole); whole if there is no such
-        place."""
-        min_words = self.config.first_min_words
-
-        def fits(text: str) -> bool:
-            chars = len(text)
-            first, finish = start + self._first_s(chars), start + self._synth_s(chars)
-            return self._spare(chars, first, finish, needed, self._audio_s(chars)) >= 0
-
-        if fits(unit):
-            return unit, None
-        words = unit.split(" ")
-        cuts = [
-            i
-            for i in range(min_words, len(words) - min_words + 1)
-            if words[i - 1][-1] in CLAUSE_MARKS or word_of(words[i]) in PHRASE_STARTS
-        ]
-        if not cuts:
-            return unit, None
-        fitting = [i for i in cuts if fits(" ".join(words[:i]))]
-        best = max(fitting) if fitting else min(cuts)
-        return " ".join(words[:best]), " ".join(words[best:])
-
-    def _play_start(self, now: float) -> float:
-        if self._first_audio is not None:
-            return self._first_audio
-        return self._planned_start(now) if self._sent else float("inf")
-
-    def _synth_s(self, chars: int) -> float:
-        return self.speed.estimate(chars)
-
-    def _first_s(self, chars: int) -> float:
-        """Seconds from a chunk's synthesis start to its first audio (at most the whole): the
-        whole until the model server has shown it speaks progressively (`early`), whose first
-        audio hardly grows with the chunk (`first_speed`'s prior is that shape)."""
-        whole = self._synth_s(chars)
-        if self.first_speed is None or self.early is None or self.early.seconds is None:
-            return whole
-        return min(whole, self.first_speed.estimate(chars))
-
-    def _early(self, audio_s: float) -> float:
-        return audio_s if self.early is None else self.early.of(audio_s)
-
-    def _spare(self, chars: int, first: float, finish: float, at: float, audio_s: float) -> float:
-        """How much later a chunk of `chars` could be ready and still play from `at` with no
-        gap: its first audio (ready at `first`) before it is needed, with its margin, and
-        each of its later windows before the audio before it has played (`_rest_spare`)."""
-        first_margin = self.config.margin_s + self.config.margin_share * self._first_s(chars)
-        return min(at - first - first_margin, self._rest_spare(first, finish, at, audio_s))
-
-    def _rest_spare(
-        self, first: float, finish: float, at: float, audio_s: float, fixed: float | None = None
-    ) -> float:
-        """How much later the rest of a chunk, after its first audio (ready at `first`), could
-        be synthesized (by `finish`) and still play from `at` with no gap: each window after
-        the first (`window_spans`) ready before the audio before it has played, the synthesis
-        from `first` to `finish` spread over the audio after the first window, each with a
-        margin: `fixed` (`margin_s` when None; at most the synthesis before it) and
-        `margin_share` of it. Unbounded when the first audio is all of it."""
-        cfg = self.config
-        fixed = cfg.margin_s if fixed is None else fixed
-        spans = window_spans(audio_s, self._early(audio_s), cfg.largest_window_s)
-        if len(spans) == 1:
-            return float("inf")
-        opened = spans[0][1]
-        rest = max(0.0, finish - first)
-        spare = float("inf")
-        for begin, end in spans[1:]:
-            done = rest * (end - opened) / (audio_s - opened)
-            margin = min(fixed, done) + cfg.margin_share * done
-            spare = min(spare, at + begin - first - done - margin)
-        return spare
-
-    def _audio_s(self, chars: int) -> float:
-        return chars / (self.speech.chars_per_s * self.speed_factor)
+    def _rates(self) -> Rates:
+        return Rates.of(self.speed, self.speech, self.speed_factor, self.first_speed, self.early)
 
     def _send(self, text: str, now: float) -> Chunk:
         start = max(now, self._busy_until())
         audio_before = sum(s.audio_s for s in self._sent)
         first = not self._sent
         chars = len(text)
-        ready, finish = start + self._first_s(chars), start + self._synth_s(chars)
-        self._sent.append(_Sent(chars, now, ready, finish, self._audio_s(chars)))
+        rates = self._rates()
+        ready, finish = start + rates.first_s(chars), start + rates.synth_s(chars)
+        self._sent.append(Sent(chars, now, start, ready, finish, rates.audio_s(chars)))
         if first:
             slack = 0.0 if self.alone else self.config.first_slack_s
-            return Chunk(text, (self._first_s(chars) + slack) * 1000)
-        needed = self._play_start(now) + audio_before
+            return Chunk(text, (rates.first_s(chars) + slack) * 1000)
+        needed = self.timeline(now).play_start + audio_before
         return Chunk(text, max(0.0, (needed - now) * 1000))
-
-    def _fits(self, chars: int, now: float) -> bool:
-        start = max(now, self._busy_until())
-        first, finish = start + self._first_s(chars), start + self._synth_s(chars)
-        return self._spare(chars, first, finish, self._needed(now), self._audio_s(chars)) >= 0
-
-    def _needed(self, now: float) -> float:
-        """When the audio sent so far runs out: the next chunk's deadline."""
-        return self._play_start(now) + sum(s.audio_s for s in self._sent)
 
     def _release(self, now: float) -> list[Chunk]:
         out: list[Chunk] = []
@@ -450,17 +300,19 @@ class ChunkPlan(Plan, Playback):
                 break  # the engine is busy: decide later, with more text and what it reports
             if self._unfinished() >= UNFINISHED_MAX:
                 break  # far behind the estimate: decide when it reports a chunk done
-            # a sentence too long for its deadline: cut before a phrase
-            head, tail = self._cut(self._units[0], max(now, self._busy_until()), self._needed(now))
+            # a sentence too long for its deadline: cut before a phrase (as the timeline has it)
+            planned = self.timeline(now).planned[0]
+            head, tail = planned.text, planned.rest
             self._units[0:1] = [head] if tail is None else [head, tail]
+            timeline = self.timeline(now)
             group = self._units[0]
             taken = 1
             for unit in self._units[1:]:
                 candidate = f"{group} {unit}"
                 if (
                     len(candidate) > self.config.max_chars
-                    or self._first_s(len(candidate)) > self.config.max_group_s
-                    or not self._fits(len(candidate), now)
+                    or timeline.inputs.rates.first_s(len(candidate)) > self.config.max_group_s
+                    or not timeline.fits(len(candidate))
                 ):
                     break
                 group, taken = candidate, taken + 1

@@ -1,6 +1,7 @@
 """What a chunk plan learns from the model server's reports, shared by every reply (the reply
 factory owns them): seconds of synthesis per chunk (`chunk_speed`), characters spoken per second
-(`SpeechRate`), how much audio a first frame holds (`EarlyAudio`)."""
+(`SpeechRate`), how much audio a first frame holds (`EarlyAudio`); and `Rates`, a frozen reading
+of them at one moment, which is what a plan's timeline is computed from."""
 
 from __future__ import annotations
 
@@ -57,3 +58,57 @@ class EarlyAudio:
     def of(self, audio_s: float) -> float:
         """How much of a chunk of `audio_s` comes with its first audio."""
         return audio_s if self.seconds is None else min(audio_s, self.seconds)
+
+
+@dataclass(frozen=True)
+class Rates:
+    """The learned rates as a plan reads them at one moment (`of`): equal readings give equal
+    estimates, so a timeline computed from one holds until the rates move (another reply's
+    report moves them too: they are shared)."""
+
+    synth: tuple[float, float]  # seconds of synthesis per chunk and per character
+    # seconds to a chunk's first audio, per chunk and per character; None: the whole synthesis
+    # (the model server has not shown that it speaks progressively)
+    first: tuple[float, float] | None
+    spoken_per_s: float  # characters spoken per second, at the reply's speed
+    early_s: float | None  # audio in a first frame (None: all of a chunk's, at once)
+
+    @classmethod
+    def of(
+        cls,
+        speed: SpeedModel,
+        speech: SpeechRate,
+        speed_factor: float,
+        first_speed: SpeedModel | None = None,
+        early: EarlyAudio | None = None,
+    ) -> Rates:
+        """The rates a plan reads now: `first_speed` only once `early` shows the model server
+        speaks progressively (its first audio hardly grows with the chunk: the prior's shape)."""
+        progressive = first_speed is not None and early is not None and early.seconds is not None
+        return cls(
+            speed.line,
+            first_speed.line if progressive and first_speed is not None else None,
+            speech.chars_per_s * speed_factor,
+            None if early is None else early.seconds,
+        )
+
+    def synth_s(self, chars: int) -> float:
+        """Seconds of synthesis for a chunk of `chars` (`SpeedModel.estimate`)."""
+        a, b = self.synth
+        return a + b * chars
+
+    def first_s(self, chars: int) -> float:
+        """Seconds from a chunk's synthesis start to its first audio: at most the whole."""
+        whole = self.synth_s(chars)
+        if self.first is None:
+            return whole
+        a, b = self.first
+        return min(whole, a + b * chars)
+
+    def audio_s(self, chars: int) -> float:
+        """How long a chunk of `chars` plays."""
+        return chars / self.spoken_per_s
+
+    def early(self, audio_s: float) -> float:
+        """How much of a chunk of `audio_s` comes with its first audio (`EarlyAudio.of`)."""
+        return audio_s if self.early_s is None else min(audio_s, self.early_s)
