@@ -32,7 +32,8 @@ import httpx
 import orjson
 from websockets.asyncio.client import connect
 
-from gateway.reply.chunk_plan import ChunkPlan, PlanConfig
+from gateway.reply.plan.config import PlanConfig
+from gateway.reply.plan.playback_plan import ChunkPlan
 from gateway.sources.echo import tokens
 from gateway.sources.sse import SSEDecoder
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from gateway.reply.chunk_plan import FIRST_SLACK_S
+from gateway.reply.plan.config import FIRST_SLACK_S
 from gateway.sources.registry import LLMS
 from kokoro_contract import connections, limits
 from kokoro_contract.settings import parse_dataclass

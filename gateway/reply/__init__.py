@@ -1,2 +1,2 @@
-"""One reply: where its text is cut (`chunker`, `chunk_plan`, pure), how it runs (`pipeline`),
-what it emits (`events`) and what the listener heard of it (`heard`, pure)."""
+"""One reply: where its text is cut (`chunker`, and the chunk plans in `plan/`, pure), how it
+runs (`pipeline`), what it emits (`events`) and what the listener heard of it (`heard`, pure)."""

@@ -5,13 +5,14 @@
 
 `_read_text` puts the source's deltas in a queue (and emits `text_delta`); `_cut` feeds them to
 the plan and sends each chunk the moment it is decided; `_receive` puts the TTS audio in a
-queue; `_play` encodes it, holding the first of it until the plan starts playback. The playback
-plan (`chunk_plan.ChunkPlan`) cuts chunks that grow with the listener's buffer, gives each its
-deadline and says when the listener's playback starts (the first audio is held until what
-follows it can be ready in time); the `sentences` plan (`SentencePlan`, the chunker alone)
-sends every sentence as it is final, with no deadline. batch waits for all the text and makes
-one call: the honest baseline. Both emit the same events, so measured differences are timing
-alone.
+queue; `_play` encodes it, holding the first of it until the plan starts playback. A plan is a
+`plan.protocol.Plan`: the playback plan (`plan.playback_plan.ChunkPlan`) cuts chunks that grow
+with the listener's buffer, gives each its deadline and says when the listener's playback
+starts (its `Plan.playback`: the first audio is held until what follows it can be ready in
+time); the `sentences` plan (`plan.sentence_plan.SentencePlan`, the chunker alone) sends every
+sentence as it is final, with no deadline, and holds no playback. batch waits for all the text
+and makes one call: the honest baseline. Both emit the same events, so measured differences are
+timing alone.
 
 Events go into a bounded queue that the route drains (through `gateway.service.speak`); when
 the client goes away `speak` cancels the reply's task, which closes the source and the TTS
@@ -34,7 +35,6 @@ from gateway.aio import POKED, Inbox, first_leaf
 from gateway.encoders import Encoder, EncoderError
 from gateway.errors import GatewayError, LLMError
 from gateway.params import Mode
-from gateway.reply.chunk_plan import Plan, SentencePlan
 from gateway.reply.events import (
     AgentEnd,
     AgentStart,
@@ -47,6 +47,8 @@ from gateway.reply.events import (
     Words,
 )
 from gateway.reply.heard import heard_text
+from gateway.reply.plan.protocol import Plan
+from gateway.reply.plan.sentence_plan import SentencePlan
 from gateway.sources.base import TextSource
 from gateway.transports.base import (
     BatchTransport,
@@ -384,15 +386,15 @@ class Reply:
             raise
 
     async def _play_held(self, pieces: _Items[Piece], hold: bool) -> None:
-        plan = self.plan
+        playback = self.plan.playback  # None: the plan never holds playback
         held = self._held
         loop = asyncio.get_running_loop()
         while True:
             timeout = None
             if held:
-                at = plan.release_at(loop.time())
+                at = None if playback is None else playback.release_at(loop.time())
                 if at is None or loop.time() >= at:
-                    plan.audio_started(loop.time())
+                    self._audio_started()
                     while held:  # one by one: what a cancel leaves is `_release_now`'s
                         await self._encode_one(held.pop(0))
                 else:
@@ -406,15 +408,22 @@ class Reply:
                 break
             if item is POKED:  # a chunk completed: look again
                 continue
-            if isinstance(item, bytes):
-                plan.audio_ready(loop.time())
-            if held or (hold and plan.release_at(loop.time()) is not None):
+            if isinstance(item, bytes) and playback is not None:
+                playback.audio_ready(loop.time())
+            if held or (
+                hold and playback is not None and playback.release_at(loop.time()) is not None
+            ):
                 held.append(item)
             else:
                 await self._encode_one(item)
-        plan.audio_started(loop.time())  # a reply that ends while held: all of it, now
+        self._audio_started()  # a reply that ends while held: all of it, now
         while held:
             await self._encode_one(held.pop(0))
+
+    def _audio_started(self) -> None:
+        """The reply's first audio goes to the listener: its plan's playback starts."""
+        if (playback := self.plan.playback) is not None:
+            playback.audio_started(asyncio.get_running_loop().time())
 
     def _release_now(self) -> None:
         for piece in self._held:
@@ -434,7 +443,7 @@ class Reply:
             self.words += words
             return [Words(words)] if self.spec.words_events else []
         if not self.metrics.pcm_bytes:
-            self.plan.audio_started(asyncio.get_running_loop().time())
+            self._audio_started()
         self.metrics.pcm_bytes += len(piece)
         event = self._audio_event(self.encoder.push(piece))
         return [] if event is None else [event]

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, Self
 
-from gateway.reply.chunk_plan import FIRST_SLACK_S
+from gateway.reply.plan.config import FIRST_SLACK_S
 from kokoro_contract import load as contract
 from kokoro_contract.load import FIRST_CHUNK_PHONEMES, SEGMENT_PHONEMES
 

@@ -26,7 +26,7 @@ import httpx
 
 from gateway.aio import Clock, loop_time
 from gateway.errors import TTSError
-from gateway.reply.chunk_plan import FIRST_SLACK_S
+from gateway.reply.plan.config import FIRST_SLACK_S
 from gateway.retry import RetryBudget
 from gateway.routing import probes
 from gateway.routing.admission import Refusal, choose

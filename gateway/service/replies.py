@@ -13,18 +13,14 @@ from gateway.encoders import create_encoder
 from gateway.errors import BadRequest
 from gateway.metrics import GatewayMetrics
 from gateway.params import SpeakParams
-from gateway.reply.chunk_plan import (
-    ChunkPlan,
-    EarlyAudio,
-    Plan,
-    PlanConfig,
-    SentencePlan,
-    SpeechRate,
-    chunk_speed,
-)
 from gateway.reply.chunker import ChunkerConfig
 from gateway.reply.events import Event
 from gateway.reply.pipeline import Reply, ReplySpec
+from gateway.reply.plan.config import PlanConfig
+from gateway.reply.plan.playback_plan import ChunkPlan
+from gateway.reply.plan.protocol import Plan
+from gateway.reply.plan.rates import EarlyAudio, SpeechRate, chunk_speed
+from gateway.reply.plan.sentence_plan import SentencePlan
 from gateway.service.runtime import Runtime
 from gateway.service.voices import VoiceCatalog, parse_table
 from gateway.sources.registry import Source, SourceRequest, Supplies, kind_for, llm_kind

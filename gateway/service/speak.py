@@ -34,7 +34,6 @@ from gateway.access.quotas import Lease
 from gateway.aio import cancel_and_wait
 from gateway.metrics import GatewayMetrics
 from gateway.params import SpeakParams
-from gateway.reply.chunk_plan import ChunkPlan
 from gateway.reply.events import Cancelled, Event
 from gateway.reply.pipeline import Reply
 from gateway.service.gate import Admitted
@@ -207,14 +206,15 @@ async def speak(
             utterance_id=uid,
             audio_format=audio_format,
         )
-        # a plan with deadlines gives admission its spare time; the sentences plan has none.
+        # a plan with deadlines gives admission its spare time (`Plan.playback`); the sentences
+        # plan has none.
         # A reply whose client sends its text asks for synthesis only with that text: while
         # it waits for it, it holds no place on its model server
         takes_client_text = source.capabilities.takes_client_text
         admitted.follow(
             lambda: reply.metrics.text_chars,
             source.prompt_chars,  # an LLM's input counts as tokens too
-            reply.plan if isinstance(reply.plan, ChunkPlan) else None,
+            reply.plan.playback,
             reply.waiting_for_text if takes_client_text else None,
         )
         speech = Speech(reply, events, admitted, source.client_text, service.metrics, transport)

@@ -14,7 +14,7 @@ from websockets.asyncio.client import connect
 
 from gateway.app import create_app as create_gateway
 from gateway.config import Settings as GatewaySettings
-from gateway.reply.chunk_plan import ChunkPlan
+from gateway.reply.plan.playback_plan import ChunkPlan
 from gateway.routing import pool
 from gateway.routing.admission import Refusal
 from kokoro_contract import protocol

@@ -22,7 +22,7 @@ from websockets.asyncio.client import connect
 from gateway.access.policy import LOOPBACK_HOSTS, AccessPolicy, Denial, RequestFacts, host_name
 from gateway.app import create_app as create_gateway
 from gateway.config import Settings as GatewaySettings
-from gateway.reply.chunk_plan import ChunkPlan
+from gateway.reply.plan.playback_plan import ChunkPlan
 from gateway.routing import pool
 from gateway.routing.admission import Refusal
 from tests.end_to_end.test_browser import browser, open_demo, played_proof, speak, wait_for_state

@@ -10,7 +10,10 @@ import dataclasses
 import httpx
 import pytest
 
-from gateway.reply.chunk_plan import ChunkPlan, PlanConfig, chunk_speed, window_spans
+from gateway.reply.plan.config import PlanConfig
+from gateway.reply.plan.playback_plan import ChunkPlan
+from gateway.reply.plan.rates import chunk_speed
+from gateway.reply.plan.timeline import window_spans
 from gateway.routing import admission, pool
 from kokoro_contract.audio import SAMPLE_RATE
 from kokoro_contract.load import (

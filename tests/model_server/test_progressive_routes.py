@@ -273,7 +273,7 @@ async def test_a_gateway_plans_for_windows_from_its_first_reply_when_told(
     reply of one window shows nothing either way, so what the plan holds is what it was told."""
     from gateway.app import create_app as create_gateway
     from gateway.config import Settings as GatewaySettings
-    from gateway.reply.chunk_plan import FIRST_WINDOW_AUDIO_S
+    from gateway.reply.plan.rates import FIRST_WINDOW_AUDIO_S
     from tests.support.servers import serve
 
     told = []

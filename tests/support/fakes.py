@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from gateway.reply.chunk_plan import PlanConfig
+from gateway.reply.plan.config import PlanConfig
 from model_server.app import create_app
 from model_server.config import Settings
 from model_server.engines.base import CancelToken, FloatAudio, Front, Timed
@@ -132,7 +132,8 @@ def paced_reply_bytes(text: str) -> int:
     each segment voiced once. The same every run, unlike under the `playback` plan, whose
     chunks (and so segments) follow the machine's speed."""
     from gateway.config import Settings as GatewaySettings
-    from gateway.reply.chunk_plan import Chunk, SentencePlan
+    from gateway.reply.plan.protocol import Chunk
+    from gateway.reply.plan.sentence_plan import SentencePlan
     from gateway.service.replies import chunker_config
     from gateway.sources.echo import tokens
     from model_server.text.split import split_phonemes

@@ -6,18 +6,19 @@ import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 
+import pytest
+
 from gateway.encoders import create_encoder
 from gateway.params import Mode
-from gateway.reply.chunk_plan import (
-    UNFINISHED_MAX,
-    Chunk,
-    ChunkPlan,
-    PlanConfig,
-    SentencePlan,
-    SpeechRate,
-)
 from gateway.reply.events import AgentEnd, AudioChunk, ErrorEvent, Event, TextDelta
 from gateway.reply.pipeline import Reply, ReplySpec
+from gateway.reply.plan import playback_plan
+from gateway.reply.plan.config import PlanConfig
+from gateway.reply.plan.playback_plan import ChunkPlan
+from gateway.reply.plan.protocol import UNFINISHED_MAX, Chunk
+from gateway.reply.plan.rates import EarlyAudio, SpeechRate
+from gateway.reply.plan.sentence_plan import SentencePlan
+from gateway.reply.plan.timeline import Inputs, Timeline, build
 from gateway.transports.base import Completed, OnComplete
 from kokoro_contract.formats import FORMATS
 from kokoro_contract.speed import SpeedModel
@@ -275,6 +276,84 @@ async def test_the_first_audio_waits_until_the_chunk_after_it_is_ready_in_time()
     audio = [e for e in drain(out) if isinstance(e, AudioChunk)]
     assert b"".join(e.data for e in audio) == PCM_PER_CHUNK * 2
     assert reply.metrics.pcm_bytes == 2 * len(PCM_PER_CHUNK)
+
+
+class PiecedStream:
+    """A TTS stream whose audio comes piece by piece as the test puts it in `pieces` (None: the
+    end), with nothing reported complete."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+        self.pieces: asyncio.Queue[bytes | None] = asyncio.Queue()
+
+    async def send(self, text: str, deadline_ms: float | None = None) -> None:
+        self.sent.append(text)
+
+    async def end_input(self) -> None:
+        pass
+
+    async def audio(self) -> AsyncIterator[bytes]:
+        while (pcm := await self.pieces.get()) is not None:
+            yield pcm
+
+
+class PiecedTransport(MemoryTransport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.pieced = PiecedStream()
+
+    @contextlib.asynccontextmanager
+    async def open(  # type: ignore[override]
+        self,
+        voice: str | None,
+        speed: float,
+        on_complete: OnComplete | None = None,
+        timestamps: bool = False,
+    ) -> AsyncIterator[PiecedStream]:
+        yield self.pieced
+
+
+async def test_a_held_first_audio_computes_the_plans_timeline_once_not_per_piece(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The playback processor asks the plan of every piece while it holds the first audio
+    (`audio_ready`, `release_at`): the plan's timeline is computed for the first piece (the
+    first audio is here), and for no piece after it."""
+    builds: list[float] = []
+
+    def counted(inputs: Inputs, now: float) -> Timeline:
+        builds.append(now)
+        return build(inputs, now)
+
+    monkeypatch.setattr(playback_plan, "build", counted)
+    # a progressive engine estimated at 5 s a chunk, its first audio at 0.25 s: what follows
+    # cannot keep up, the first audio is held (up to an hour here) while the rest comes
+    config = PlanConfig(first_hold_s=3600.0)
+    first = SpeedModel(prior_a=0.25, prior_b=0.0)
+    speed = SpeedModel(prior_a=5.0, prior_b=0.0)
+    plan = ChunkPlan(config, speed, SpeechRate(), 1.0, first, EarlyAudio(0.6))
+    source = GatedSource(["Sure, I can help you with that right away."], [])
+    source.gate.set()
+    transport = PiecedTransport()
+    stream = transport.pieced
+    out: asyncio.Queue[Event | None] = asyncio.Queue()
+    spec = ReplySpec("u1", Mode.BIDI, FORMATS["pcm"], None, 1.0)
+    reply = Reply(spec, source, create_encoder(spec.format), transport, transport, out, plan=plan)
+    task = asyncio.create_task(reply.run())
+    await until(lambda: stream.sent == ["Sure, I can help you"] and plan.unsent)
+    piece = PCM_PER_CHUNK[:480]  # 10 ms
+    stream.pieces.put_nowait(piece)
+    await until(lambda: reply.held_bytes == len(piece))
+    computed = len(builds)
+    assert computed > 0
+    for count in range(2, 41):
+        stream.pieces.put_nowait(piece)
+        await until(lambda: reply.held_bytes == count * len(piece))  # noqa: B023
+    assert len(builds) == computed
+    assert not any(isinstance(e, AudioChunk) for e in drain(out))  # all of it held
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 async def test_a_reply_whose_engine_is_far_behind_keeps_its_text_past_a_few_chunks() -> None:

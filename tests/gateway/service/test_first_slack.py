@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from gateway.config import Settings, parse_settings
-from gateway.reply.chunk_plan import FIRST_SLACK_S, PlanConfig
+from gateway.reply.plan.config import FIRST_SLACK_S, PlanConfig
 from gateway.routing.admission import Candidate, LoadReport, refusal
 from gateway.routing.pool import ModelServerPool
 from gateway.service.replies import plan_config

@@ -19,6 +19,7 @@ from gateway.config import Settings
 from gateway.errors import BadRequest, LLMError
 from gateway.params import SpeakParams
 from gateway.reply.events import AgentEnd, AudioChunk, Cancelled, ErrorEvent, TextDelta
+from gateway.reply.plan.playback_plan import ChunkPlan
 from gateway.service import GatewayService
 from gateway.service.speak import speak
 from gateway.sources import registry
@@ -115,6 +116,28 @@ async def test_a_reply_spoken_to_its_end_gives_everything_back_once(
         assert any(isinstance(e, AudioChunk) for e in events)
         assert recorded(service) == (1, 1)  # counted and recorded once
         assert service.gate.sessions.of("web") == 0
+
+
+@pytest.mark.parametrize("chunk_plan", ["playback", "sentences"])
+async def test_admission_follows_the_plans_playback_and_none_of_the_sentences_plan(
+    fake_server: RunningServer, chunk_plan: str
+) -> None:
+    """The playback plan tells admission its spare time (`Plan.playback`, the plan itself); the
+    sentences plan has no deadlines to tell: its reply is followed with no plan."""
+    async with (
+        service_on(fake_server, chunk_plan=chunk_plan) as service,
+        speak(service, WEB, HELLO, transport="sse") as speech,
+    ):
+        pool = service.gate.runtime.pool
+        assert pool is not None
+        (place,) = [p for upstream in pool.upstreams for p in upstream.placed]
+        assert place.tracked
+        if chunk_plan == "playback":
+            assert isinstance(speech.reply.plan, ChunkPlan)
+            assert place.plan is speech.reply.plan
+        else:
+            assert place.plan is None
+        [event async for event in speech]
 
 
 async def test_an_error_in_the_source_ends_the_events_and_gives_everything_back_once(

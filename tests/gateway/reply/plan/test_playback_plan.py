@@ -1,22 +1,17 @@
-"""The playback-aware chunk plan (`gateway.reply.chunk_plan`) and the chunker's first cut: literal
-texts and timelines in, cuts and deadlines out. No clock, no server."""
+"""The playback-aware chunk plan (`gateway.reply.plan.playback_plan`) and the chunker's first cut:
+literal texts and timelines in, cuts and deadlines out. No clock, no server."""
 
 from __future__ import annotations
 
 import pytest
 
-from gateway.reply.chunk_plan import (
-    FIRST_WINDOW_AUDIO_S,
-    UNFINISHED_MAX,
-    Chunk,
-    ChunkPlan,
-    EarlyAudio,
-    PlanConfig,
-    SentencePlan,
-    SpeechRate,
-    window_spans,
-)
 from gateway.reply.chunker import ChunkerConfig, IncrementalSentenceChunker
+from gateway.reply.plan import playback_plan
+from gateway.reply.plan.config import PlanConfig
+from gateway.reply.plan.playback_plan import ChunkPlan
+from gateway.reply.plan.protocol import UNFINISHED_MAX, Chunk, Plan
+from gateway.reply.plan.rates import FIRST_WINDOW_AUDIO_S, EarlyAudio, SpeechRate
+from gateway.reply.plan.timeline import Inputs, Timeline, build
 from gateway.sources.echo import tokens
 from kokoro_contract.speed import SpeedModel
 
@@ -333,24 +328,11 @@ def test_an_engine_far_behind_the_estimate_gets_no_fifth_chunk_until_one_is_done
     assert plan.wake_at() is None
 
 
-def test_the_sentences_plan_keeps_no_more_unfinished_either() -> None:
-    plan = SentencePlan()
-    sent = [c.text for c in plan.push(ANSWER + " " + ANSWER, 0.0)]
-    assert len(sent) == UNFINISHED_MAX
-    assert plan.wake_at() is None
-    assert plan.unsent  # the rest waits for a report
-    assert plan.flush(0.1) == []
-    plan.completed(0, audio_s=1.0, now=0.5)
-    sent += [c.text for c in plan.tick(0.5)]
-    assert len(sent) == UNFINISHED_MAX + 1
-    plan.completed(0, audio_s=1.0, now=0.6)  # reported again (a resumed stream): no effect
-    assert plan.tick(0.6) == []
-    index = 1
-    while plan.unsent:
-        plan.completed(index, audio_s=1.0, now=0.7)
-        sent += [c.text for c in plan.tick(0.7)]
-        index += 1
-    assert " ".join(sent) == ANSWER + " " + ANSWER
+def test_the_playback_plan_is_its_own_playback() -> None:
+    """What the reply's playback processor and admission ask of it (`Plan.playback`)."""
+    plan = plan_of()
+    asked: Plan = plan
+    assert asked.playback is plan
 
 
 # --- an engine that speaks progressively ------------------------------------------------------
@@ -424,16 +406,6 @@ def test_a_progressive_engine_gets_fewer_calls_and_an_earlier_first_deadline() -
     assert len(whole) == 6
 
 
-def test_a_progressive_chunk_is_expected_in_windows_that_double() -> None:
-    # a first window of 0.6 s, then 1.2, 2.4, 4.8 (the largest), 4.8, and the 2.2 s left
-    ends = [end for _, end in window_spans(16.0, 0.6, 4.8)]
-    assert ends == pytest.approx([0.6, 1.8, 4.2, 9.0, 13.8, 16.0])
-    # what is left after a window, when shorter than the first, goes into it
-    assert [end for _, end in window_spans(1.43, 0.6, 4.8)] == pytest.approx([0.6, 1.43])
-    assert window_spans(1.0, 0.6, 4.8) == [(0.0, 1.0)]
-    assert window_spans(2.0, 5.0, 4.8) == [(0.0, 2.0)]  # a first frame with all of it
-
-
 def test_a_progressive_engine_slower_than_half_of_playback_gets_smaller_chunks() -> None:
     # 45 ms a character against 14 characters a second: 0.63 s of synthesis a second of
     # audio, slower than windows that double can follow from a short lead, so the chunks
@@ -496,3 +468,63 @@ def test_a_server_that_says_it_speaks_progressively_is_planned_for_from_its_firs
     assert told.seconds == pytest.approx(0.55 + 0.3 * (0.2 - 0.55))
     told.assume()  # and a later reply's report changes nothing learned
     assert told.seconds == pytest.approx(0.445)
+
+
+# --- one timeline, computed when an input changes it ------------------------------------------
+
+
+def counting_builds(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The moments at which the plans compute a timeline (`timeline.build`), from now on."""
+    builds: list[float] = []
+
+    def counted(inputs: Inputs, now: float) -> Timeline:
+        builds.append(now)
+        return build(inputs, now)
+
+    monkeypatch.setattr(playback_plan, "build", counted)
+    return builds
+
+
+def test_an_audio_piece_computes_no_timeline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The playback processor asks the plan of every audio piece while it holds the first audio
+    (`audio_ready`, then `release_at`): a piece that changes nothing reads the timeline computed
+    before it. A report, or the shared speed moved by another reply's report, computes it
+    again."""
+    builds = counting_builds(monkeypatch)
+    # synthesis slower than playback: the first audio is early, and held as long as it may be
+    plan = progressive_plan(fixed_speed(b=0.09), early_s=30.0)
+    plan.push("Sure, I can help you with that right away. Thanks a lot for asking. ", 0.0)
+    plan.audio_ready(0.25)  # the first piece: the first audio is here, the rest by 2.15
+    assert plan.release_at(0.25) == pytest.approx(1.25)
+    timeline, computed = plan.timeline(0.25), len(builds)
+    for piece in range(1, 40):  # the rest of the first window, 20 ms a piece
+        now = 0.25 + 0.02 * piece
+        plan.audio_ready(now)
+        assert plan.release_at(now) == pytest.approx(1.25)
+    assert len(builds) == computed
+    assert plan.timeline(1.05) is timeline
+    assert timeline.planned[0].slot.finish == pytest.approx(2.15 + 0.35 + 0.09 * 21)
+    plan.speed.observe(40, 1.0)  # another reply's chunk: the shared speed is faster
+    assert plan.release_at(1.05) == pytest.approx(1.25)  # the first chunk's rest is still late
+    assert len(builds) == computed + 1
+    a, b = plan.speed.line
+    assert plan.timeline(1.05).planned[0].slot.finish == pytest.approx(2.15 + a + b * 21)
+    plan.audio_ready(1.06)
+    assert plan.release_at(1.06) == pytest.approx(1.25)
+    assert len(builds) == computed + 1
+    plan.completed(0, audio_s=1.4, now=1.1, synth_s=0.85)  # its own report: it is all here
+    assert plan.release_at(1.1) == pytest.approx(0.45)  # and would have kept up from 0.45
+    assert len(builds) == computed + 2
+
+
+def test_past_the_estimate_with_text_waiting_the_moment_moves_the_hold() -> None:
+    """Where the engine is estimated done with the chunks sent and text waits, that text's
+    synthesis starts no sooner than now: the hold moves with the moment, and so does the
+    timeline (the one computed before is not kept past it)."""
+    plan = plan_of()
+    (first,) = plan.push(TWO_SENTENCES, 0.0)
+    assert first.text == "Sure, I can help you"  # the rest of the sentence waits
+    plan.audio_ready(0.85)  # all of the first chunk's audio: estimated done at 0.85
+    # "with that right away." from `now` (0.875 s) needs a 0.1 s hold before 1.43 s of audio
+    assert [plan.release_at(now) for now in (0.85, 0.9, 1.2)] == pytest.approx([0.95, 1.0, 1.3])
+    assert plan.timeline(1.2).free == 1.2
