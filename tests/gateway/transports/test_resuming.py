@@ -89,7 +89,6 @@ def test_every_tts_retry_is_the_budgets_one_decision() -> None:
     assert RetryBudget(FAST, started=True).next_try(final, resumable=True) is None
 
 
-
 def test_a_retry_past_the_deadline_is_refused_on_the_budgets_own_clock() -> None:
     """The budget reads the clock it is given (the gate's: the loop's by default), never
     another: a wait that would end at or past the deadline is no retry, one before it is."""
@@ -99,12 +98,14 @@ def test_a_retry_past_the_deadline_is_refused_on_the_budgets_own_clock() -> None
     )
     lost = TTSError("session lost", retryable=True)
     wait = budget.retry_after(lost)
-    assert wait is not None and wait <= 0.5  # full jitter: 100 + wait < 101
+    assert wait is not None
+    assert wait <= 0.5  # full jitter: 100 + wait < 101
     now[0] = 100.6  # 100.6 + up to 0.5 may reach the deadline: refused only when it does
     later = budget.retry_after(lost)
     assert later is None or 100.6 + later < 101.0
     now[0] = 101.0
     assert budget.retry_after(lost) is None  # no time left: whatever the jitter draws
+
 
 # --- the resuming stream ------------------------------------------------------------------------
 
