@@ -379,6 +379,100 @@ async def test_a_dropped_socket_reconnects(fake_server: RunningServer) -> None:
     assert [f for f in up if isinstance(f, ErrorFrame)] == []
 
 
+async def test_a_slow_utterance_is_spoken_whole_however_long_the_gateway_is_quiet(
+    gateway_on_fake: RunningServer, fake_engine: FakeEngine
+) -> None:
+    """The model stalls after the first sentence (a busy machine), and the gateway is quiet
+    for far longer than pipecat's idle wait (`stop_frame_timeout_s`, made short here so the
+    stall need not last seconds); then the pipeline ends, as `run_test`'s does. The utterance
+    is still the gateway's: its context waits for the rest and ends at `agent_end`, every
+    byte and word there and no error, where the idle wait used to end it and drop the rest
+    (the real-model test's audio cut short on a busy machine)."""
+    text = "Hello there. How are you today?"
+    fake_engine.hold_after = 1  # the second sentence waits in the engine until released
+    tts = KokoroVoiceTTSService(url=gateway_on_fake.http_url, stop_frame_timeout_s=0.5)
+
+    async def script(send: Send, down: Tape, up: Tape) -> None:
+        await send(TTSSpeakFrame(text))
+        assert await asyncio.to_thread(fake_engine.entered.wait, 10)  # the first one is done
+        await asyncio.sleep(1.5)  # the fault: the model stalls, three idle waits long
+        fake_engine.gate.set()  # the EndFrame that follows waits for the utterance's end
+
+    down, up = await drive(tts, script)
+    assert fake_engine.calls == ["Hello there.", "How are you today?"]
+    assert len(audio_of(down)) == sum(expected_pcm_bytes(call) for call in fake_engine.calls)
+    assert [w.text for w in words_of(down)] == text.split()
+    assert [f for f in up if isinstance(f, ErrorFrame)] == []
+    kinds = [type(f) for f in down if isinstance(f, TTSStartedFrame | TTSStoppedFrame)]
+    assert kinds == [TTSStartedFrame, TTSStoppedFrame]
+
+
+async def test_an_utterance_cut_short_by_a_lost_connection_is_an_error(
+    gateway_on_fake: RunningServer, fake_engine: FakeEngine
+) -> None:
+    """The network drops while an utterance plays: pipecat reconnects, and the utterance,
+    its audio incomplete, is an ErrorFrame naming it rather than a silently short answer;
+    the next one plays on the new socket."""
+    fake_engine.hold = True  # the first utterance is mid-synthesis when the socket goes
+    tts = service(gateway_on_fake)
+    connected = [asyncio.Event(), asyncio.Event()]
+    count = itertools.count()
+
+    async def _connected(tts: KokoroVoiceTTSService) -> None:
+        connected[min(next(count), 1)].set()
+
+    tts.add_event_handler("on_connected", _connected)
+
+    async def script(send: Send, down: Tape, up: Tape) -> None:
+        await send(TTSSpeakFrame("Cut off in the middle."))
+        started = await down.until(lambda f: isinstance(f, TTSStartedFrame))
+        assert await asyncio.to_thread(fake_engine.entered.wait, 10)
+        uid = tts._queue.utterance_id(str(started.context_id))  # type: ignore[attr-defined]
+        assert uid is not None
+        socket = tts._websocket
+        assert socket is not None
+        socket.transport.abort()  # the network drops: no close handshake
+        await asyncio.wait_for(connected[1].wait(), 30)  # pipecat reconnected
+        fake_engine.hold = False
+        fake_engine.gate.set()
+        await send(TTSSpeakFrame("After the drop."))
+        await down.until(stopped())
+        cut.append(uid)
+
+    cut: list[str] = []
+    down, up = await drive(tts, script)
+    lost = [f.error for f in up if isinstance(f, ErrorFrame) and "lost before" in f.error]
+    assert len(lost) == 1
+    assert cut[0] in lost[0]
+    assert len(audio_of(down)) == expected_pcm_bytes("After the drop.")
+
+
+async def test_a_receive_loop_that_gave_up_is_started_again_with_the_next_socket(
+    gateway_on_fake: RunningServer, fake_engine: FakeEngine
+) -> None:
+    """Without pipecat's reconnect (`reconnect_on_error=False`) a dropped socket ends the
+    receive loop: the utterance on it is an error at once (not a context left waiting for
+    audio nobody reads), and the next one opens a socket and a receive loop with it."""
+    fake_engine.hold = True
+    tts = KokoroVoiceTTSService(url=gateway_on_fake.http_url, reconnect_on_error=False)
+
+    async def script(send: Send, down: Tape, up: Tape) -> None:
+        await send(TTSSpeakFrame("Cut off in the middle."))
+        await down.until(lambda f: isinstance(f, TTSStartedFrame))
+        assert await asyncio.to_thread(fake_engine.entered.wait, 10)
+        socket = tts._websocket
+        assert socket is not None
+        socket.transport.abort()
+        await up.until(lambda f: isinstance(f, ErrorFrame) and "lost before" in f.error)
+        fake_engine.hold = False
+        fake_engine.gate.set()
+        await send(TTSSpeakFrame("On a new socket."))
+        await down.until(stopped())
+
+    down, _ = await drive(tts, script)
+    assert len(audio_of(down)) == expected_pcm_bytes("On a new socket.")
+
+
 async def test_connects_that_race_leave_one_socket_open(fake_server: RunningServer) -> None:
     """run_tts finding the socket gone connects while a reconnect (the receive task's) is
     closing the old one and opening the next: one connect at a time, so exactly one socket
@@ -493,6 +587,31 @@ def test_a_second_context_waits_for_the_first_to_end() -> None:
     assert ended.context_id == "a"
     assert ended.messages == [speak("b"), {"type": "text", "delta": "Next."}, {"type": "flush"}]
     assert q.playing == "b"
+
+
+def test_an_utterance_is_the_gateways_to_end_until_it_ends() -> None:
+    """On the wire, or queued behind it on an open connection: the gateway ends it, however
+    quiet it is meanwhile. Ended, being cancelled, or held with no socket: not."""
+    q = UtteranceQueue()
+    q.text("a", "Playing.", V)
+    q.text("b", "Queued behind it.", V)
+    assert q.carries("a")
+    assert q.carries("b")
+    assert not q.carries("z")
+    assert q.on_wire() == ["a"]  # what a lost connection would cut short
+    assert q.ended("a") is not None
+    assert not q.carries("a")
+    assert q.on_wire() == ["b"]
+    q.cancel("b")
+    assert not q.carries("b")
+    assert q.on_wire() == []
+    offline = UtteranceQueue(online=False)
+    offline.text("c", "Held.", V)
+    assert not offline.carries("c")  # nothing may ever send it
+    assert offline.on_wire() == []
+    offline.connected()
+    assert offline.carries("c")
+    assert offline.on_wire() == ["c"]
 
 
 def test_audio_goes_to_its_utterance_whole_samples_only() -> None:

@@ -7,6 +7,13 @@ s16le PCM) and `words` frames (word timings on the utterance's clock), which bec
 `TTSAudioRawFrame`s and pipecat's word timestamps. An interruption sends `cancel` (with
 `played_ms` when pipecat has played some of the context) and the next utterance waits for
 `cancelled`; the gateway plays one utterance at a time, so contexts queue (`wire.py`).
+
+The gateway ends every utterance it is sent (`agent_end`, `cancelled`, an error that refuses
+it), and a lost connection ends those it carried (an `ErrorFrame` says one was cut short).
+So a context whose utterance is the gateway's waits for its audio however long the gateway is
+quiet (a slow model, a busy machine): pipecat's idle end (`stop_frame_timeout_s`) applies only
+to a context the gateway was never asked to speak (or one held while there is no socket), and
+a slow answer is never cut short.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from pipecat.frames.frames import (
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessorSetup
 from pipecat.services.settings import TTSSettings
 from pipecat.services.tts_service import TextAggregationMode, WebsocketTTSService
+from pipecat.utils.context.word_timestamp_tracker import WordTimestamp
 from pipecat.utils.errors import ErrorCategory
 from pipecat.utils.types import NOT_GIVEN, NotGiven
 from websockets.protocol import State
@@ -137,8 +145,8 @@ class KokoroVoiceTTSService(WebsocketTTSService):
         defaults = KokoroVoiceTTSSettings(model=None, voice=None, language=None, speed=1.0)
         if settings is not None:
             defaults.apply_update(settings)
-        # the gateway says when an utterance ends; until then a context waits for its audio
-        # (its speak may wait behind the utterance before it)
+        # pipecat ends a context that is quiet this long; one whose utterance is the
+        # gateway's is exempt (`_next_audio_context_item`): this is for the others only
         kwargs.setdefault("stop_frame_timeout_s", 10.0)
         super().__init__(
             text_aggregation_mode=text_aggregation_mode,
@@ -172,7 +180,8 @@ class KokoroVoiceTTSService(WebsocketTTSService):
     async def _connect(self) -> None:
         await super()._connect()  # type: ignore[no-untyped-call]
         await self._connect_websocket()
-        if self._websocket and not self._receive_task:
+        receiving = self._receive_task is not None and not self._receive_task.done()
+        if self._websocket and not receiving:  # a receive loop that gave up reads no more
             self._receive_task = self.create_task(self._receive_task_handler(self._report_error))
 
     async def _disconnect(self) -> None:
@@ -189,7 +198,7 @@ class KokoroVoiceTTSService(WebsocketTTSService):
             stale, self._websocket = self._websocket, None
             if stale is not None:  # closed or closing: never left open behind us
                 await self._close_quietly(stale)
-            self._drop_utterances(keep_unsent=True)
+            await self._drop_utterances(keep_unsent=True)
             headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
             try:
                 logger.debug(f"{self}: connecting to {self._url}")
@@ -221,7 +230,7 @@ class KokoroVoiceTTSService(WebsocketTTSService):
                 logger.warning(f"{self}: closing the WebSocket: {exc}")
             finally:
                 self._websocket = None
-                self._drop_utterances()
+                await self._drop_utterances()
         await self._call_event_handler("on_disconnected")
 
     async def _close_quietly(self, websocket: Any) -> None:
@@ -230,12 +239,25 @@ class KokoroVoiceTTSService(WebsocketTTSService):
         except Exception as exc:
             logger.debug(f"{self}: closing a stale WebSocket: {exc}")
 
-    def _drop_utterances(self, *, keep_unsent: bool = False) -> None:
+    async def _drop_utterances(self, *, keep_unsent: bool = False) -> None:
         """A new or closed socket: the utterance on the last one is gone with it; the ones
-        queued behind it too, unless `keep_unsent` (pipecat closes every audio context on a
-        disconnect and a reconnect, not when run_tts finds the socket gone and opens one)."""
-        for context_id in self._queue.connection_lost(keep_unsent=keep_unsent):
+        queued behind it too, unless `keep_unsent`. Their contexts end (pipecat closes every
+        audio context on a disconnect and a reconnect, not when run_tts finds the socket gone
+        and opens one), and one cut short on the wire is an error, unless the service is
+        disconnecting on purpose (the pipeline's end)."""
+        cut = ", ".join(str(self._queue.utterance_id(c)) for c in self._queue.on_wire())
+        lost = self._queue.connection_lost(keep_unsent=keep_unsent)
+        for context_id in lost:
             self._playback.pop(context_id, None)
+        if cut and not self._disconnecting:
+            error = ConnectionError(
+                f"the connection to the gateway was lost before utterance {cut} ended: its "
+                "audio is incomplete"
+            )
+            await self.push_error(error_msg=f"{self}: {error}", exception=error)
+        for context_id in lost:
+            if self.audio_context_available(context_id):
+                await self.remove_audio_context(context_id)  # what came of it still plays
 
     async def _send(self, messages: list[Message]) -> None:
         if not messages:
@@ -288,6 +310,23 @@ class KokoroVoiceTTSService(WebsocketTTSService):
                 logger.warning(f"{self}: sending cancel: {exc}")
         await super().on_audio_context_interrupted(context_id)
 
+    async def _next_audio_context_item(self, context_id: str) -> Frame | WordTimestamp | None:
+        """The playing context's next item (pipecat's playback loop asks), or None at its end.
+        pipecat takes `stop_frame_timeout_s` without one as the end; for a context whose
+        utterance is the gateway's (`UtteranceQueue.carries`) that is only a quiet spell (a
+        slow model, a busy machine, a speak waiting behind the one playing): it waits on,
+        until the gateway ends the utterance or its connection is lost."""
+        timeout = self._stop_frame_timeout_s
+        while True:
+            try:
+                item: Frame | WordTimestamp | None = await self._audio_context_manager.get(
+                    context_id, timeout=timeout
+                )
+                return item
+            except TimeoutError:
+                if not self._queue.carries(context_id):
+                    return None  # never the gateway's, or held with no socket: the idle end
+
     async def on_audio_context_completed(self, context_id: str) -> None:
         self._playback.pop(context_id, None)
         await super().on_audio_context_completed(context_id)
@@ -330,11 +369,24 @@ class KokoroVoiceTTSService(WebsocketTTSService):
         websocket = self._websocket
         if websocket is None:
             raise ConnectionError(f"{self}: not connected")
-        async for message in websocket:
-            if isinstance(message, bytes):
-                await self._on_audio(message)
-            else:
-                await self._on_event(json.loads(message))
+        try:
+            async for message in websocket:
+                if isinstance(message, bytes):
+                    await self._on_audio(message)
+                else:
+                    await self._on_event(json.loads(message))
+        except Exception:
+            await self._reading_ended(websocket)
+            raise
+        await self._reading_ended(websocket)
+
+    async def _reading_ended(self, websocket: Any) -> None:
+        """`websocket` is read no more (closed, or reading it failed): the utterance on it
+        ends with it, whether pipecat reconnects or gives up (a connect that replaced it has
+        ended it already)."""
+        async with self._connection_lock:
+            if self._websocket is websocket:
+                await self._drop_utterances(keep_unsent=True)
 
     async def _on_audio(self, frame: bytes) -> None:
         try:

@@ -7,7 +7,9 @@ queue, its text held, until the one before it has ended (`agent_end`, `cancelled
 error that refused it). Its methods take what happened and return the messages to send now,
 in order; `audio` says whose a binary frame is. While there is no connection nothing is sent:
 text and flushes are held, and go out with their `speak` once `connected()` (a flush that
-finds no socket is not lost). The messages, audio frames and the rule for which errors end an
+finds no socket is not lost). An utterance sent, or queued on an open connection, is the
+gateway's to end (`carries`): however long the gateway is quiet, only its word or the
+connection's loss ends it. The messages, audio frames and the rule for which errors end an
 utterance are `kokoro_voice_client`'s, shared with the LiveKit plugin.
 """
 
@@ -92,6 +94,20 @@ class UtteranceQueue:
     def utterance_id(self, context_id: str) -> str | None:
         found = self._find(context_id)
         return found.utterance_id if found is not None else None
+
+    def carries(self, context_id: str) -> bool:
+        """The context's utterance is the gateway's to end: on the wire, or queued behind the
+        one playing on an open connection, and not being cancelled. It ends at the gateway's
+        word (`agent_end`, `cancelled`, an error that refuses it) or with its connection,
+        never because the gateway has been quiet for a while. One held while there is no
+        connection is not: nothing may ever carry it."""
+        found = self._find(context_id)
+        return found is not None and not found.cancelling and (found.sent or self.online)
+
+    def on_wire(self) -> list[str]:
+        """The contexts whose utterance went out and has not ended (nor is being cancelled):
+        what losing the connection now would cut short."""
+        return [u.context_id for u in self._queue if u.sent and not u.cancelling]
 
     # --- what pipecat does ------------------------------------------------------------------
 
