@@ -77,7 +77,9 @@ async def one_reply(page: Any) -> Heard:
     )
 
 
-async def run(base: str, runs: int, loads: list[bool]) -> dict[bool, list[Heard]]:
+async def run(
+    base: str, runs: int, loads: list[bool], controls: dict[str, str]
+) -> dict[bool, list[Heard]]:
     from playwright.async_api import async_playwright
 
     heard: dict[bool, list[Heard]] = {load: [] for load in loads}
@@ -89,6 +91,8 @@ async def run(base: str, runs: int, loads: list[bool]) -> dict[bool, list[Heard]
         page = await browser.new_page()
         await page.goto(base + "/")
         await page.wait_for_function("window.demo !== undefined")
+        for control, value in controls.items():
+            await page.select_option(f"#{control}", value)
         await one_reply(page)  # a first reply warms the page, the gateway and the engine
         for _ in range(runs):
             for load in loads:
@@ -108,6 +112,8 @@ def main() -> None:
     parser.add_argument("--quiet-only", action="store_true", help="no busy row")
     parser.add_argument("--model-args", default="", help="more model server flags")
     parser.add_argument("--gateway-args", default="", help="more gateway flags")
+    parser.add_argument("--format", default="", help="instead of the page's (mp3)")
+    parser.add_argument("--transport", default="", help="instead of the page's (sse)")
     args = parser.parse_args()
     if shutil.which("chromium") is None:
         sys.exit("bench-demo: Debian's chromium is missing: run `make browser`")
@@ -115,7 +121,9 @@ def main() -> None:
     with stack(
         args.model_args.split(), ["--echo-pacing", "true", *args.gateway_args.split()]
     ) as services:
-        heard = asyncio.run(run(services.gateway, args.runs, loads))
+        controls = {"format": args.format, "transport": args.transport}
+        chosen = {control: value for control, value in controls.items() if value}
+        heard = asyncio.run(run(services.gateway, args.runs, loads, chosen))
     print("\nThe demo page, its own text and settings, Speak pressed; median [range]:")
     print(
         "| machine | replies | first audio heard | first audio bytes | last text "
