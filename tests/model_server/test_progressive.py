@@ -95,13 +95,15 @@ def test_the_split_graphs_are_made_once_beside_the_timed_variant_and_recorded(
     assert all(p.exists() for p in parts)
 
 
-def test_the_body_and_the_generator_take_what_their_own_norms_read(tmp_path: Path) -> None:
+def test_the_body_and_the_generator_take_what_their_own_norms_read() -> None:
     """The decoder's norms are numbered over the whole decoder; each part takes the carried
-    inputs of its own and gives their core sums: together, every norm once."""
+    inputs of its own and gives their core sums: together, every norm once. (The parts of the
+    cache the session's engines use: how they are made is the test above's.)"""
     import onnx
 
-    timed = weights.timed_path(weights.assemble_model(tmp_path))
-    _, body, generator = (onnx.load(str(p)) for p in weights.split_models(timed, tmp_path))
+    cache = weights.default_cache_dir()
+    timed = weights.timed_model(weights.assemble_model(cache), cache)
+    _, body, generator = (onnx.load(str(p)) for p in weights.split_models(timed, cache))
     body_in = {i.name for i in body.graph.input}
     body_out = [o.name for o in body.graph.output]
     gen_in = {i.name for i in generator.graph.input}
@@ -244,13 +246,40 @@ def _spectrum_db(audio: np.ndarray) -> np.ndarray:
     return magnitude
 
 
+def _mos(mos_judge: judges.MosJudge, audio: np.ndarray) -> float:
+    """DistillMOS of float audio at 24 kHz, as 16-bit PCM (what the server sends)."""
+    pcm = (np.clip(audio, -1, 1) * 32767).round().astype("<i2").tobytes()
+    return mos_judge.score(judges.decode(pcm, "pcm"))
+
+
+class OneCalls:
+    """Each sentence's one call (`infer`: the registry's whole graph, which both decoders'
+    engines run in sessions of the same options: the same samples) and its DistillMOS, computed
+    once in the module for both decoders' tests."""
+
+    def __init__(self, mos_judge: judges.MosJudge) -> None:
+        self._mos_judge = mos_judge
+        self._known: dict[str, tuple[np.ndarray, float]] = {}
+
+    def __call__(self, engine: OnnxEngine, phonemes: str) -> tuple[np.ndarray, float]:
+        if phonemes not in self._known:
+            whole = engine.infer(phonemes, VOICE, 1.0, CancelToken())
+            self._known[phonemes] = (whole, _mos(self._mos_judge, whole))
+        return self._known[phonemes]
+
+
+@pytest.fixture(scope="module")
+def one_calls(mos_judge: judges.MosJudge) -> OneCalls:
+    return OneCalls(mos_judge)
+
+
 @pytest.mark.parametrize("name", sorted(SENTENCES))
 def test_progressive_audio_is_the_whole_calls_within_tolerance_and_its_seams_are_inaudible(
-    either: OnnxEngine, mos_judge: judges.MosJudge, name: str
+    either: OnnxEngine, mos_judge: judges.MosJudge, one_calls: OneCalls, name: str
 ) -> None:
     engine = either
     phonemes = SENTENCES[name]
-    whole = engine.infer(phonemes, VOICE, 1.0, CancelToken())
+    whole, whole_mos = one_calls(engine, phonemes)
     progressive, at = _progressive(engine, phonemes)
     assert len(at) >= 2  # seams to judge
     assert progressive.size == whole.size
@@ -267,9 +296,7 @@ def test_progressive_audio_is_the_whole_calls_within_tolerance_and_its_seams_are
     spectrum = np.abs(_spectrum_db(progressive) - reference)[heard].mean()
     assert spectrum < SPECTRUM_DB, spectrum
     # the judge
-    pcm = {k: (np.clip(a, -1, 1) * 32767).round().astype("<i2").tobytes() for k, a in
-           (("whole", whole), ("progressive", progressive))}  # fmt: skip
-    scores = {k: mos_judge.score(judges.decode(p, "pcm")) for k, p in pcm.items()}
+    scores = {"whole": whole_mos, "progressive": _mos(mos_judge, progressive)}
     assert scores["progressive"] >= scores["whole"] - MOS_MARGIN, scores
     if engine.exact_windows:
         # no seams: its samples do not depend on its windows

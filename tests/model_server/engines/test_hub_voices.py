@@ -216,6 +216,11 @@ class ModelServerProcess:
             *("-c", "from model_server.cli import main; main()"),
             *("--port", str(self.port), "--workers", "1", "--english-voices", "auto"),
             *("--model-path", str(assemble_model(default_cache_dir()))),
+            # where the voices come from is under test, not how a segment is voiced: one call
+            # per segment, no warm-up (the default's streamed decoder imports torch and kokoro,
+            # and its warm-up voices twice: about 10 s a start here against 1.5), and the same
+            # samples for the same pack whatever the machine's speed (af_heart == jm_kumo below)
+            *("--progressive", "off", "--warmup", "off"),
         ]
         self.proc = subprocess.Popen(
             [sys.executable, *args],

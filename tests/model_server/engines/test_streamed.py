@@ -18,8 +18,8 @@ import torch
 
 from model_server.engines.base import SAMPLES_PER_FRAME, CancelToken
 from model_server.engines.onnx import OnnxEngine
-from model_server.engines.streamed import FIRST_BLOCKS, LATER_BLOCK, blocks
-from model_server.engines.streaming_decoder import Kernels
+from model_server.engines.streamed import FIRST_BLOCKS, LATER_BLOCK, Inputs, blocks
+from model_server.engines.streaming_decoder import Kernels, Statistics
 from model_server.errors import SynthesisCancelled, SynthesisFailed
 from model_server.windows import Window
 
@@ -52,6 +52,30 @@ def test_blocks_tile_the_segment_on_a_fixed_ladder(frames: int) -> None:
 def engine(stream_engine: OnnxEngine) -> OnnxEngine:
     """The session's streamed-decoder engine (tests/conftest.py), loaded once."""
     return stream_engine
+
+
+class WholeCalls:
+    """A segment's whole torch call (`StreamedDecoder.whole`: its audio and every norm's
+    statistics, the oracle) over its front pass's inputs, each computed once in the module: the
+    front pass and the call are deterministic, and four tests here compare against FOX's."""
+
+    def __init__(self, engine: OnnxEngine) -> None:
+        self._engine = engine
+        self._known: dict[str, tuple[Inputs, np.ndarray, Statistics]] = {}
+
+    def __call__(self, phonemes: str) -> tuple[Inputs, np.ndarray, Statistics]:
+        """`phonemes`' decoder inputs, its whole call's audio and the oracle."""
+        if phonemes not in self._known:
+            streamed = self._engine._streamed
+            assert streamed is not None
+            inputs = self._engine.front(phonemes, VOICE, 1.0, CancelToken()).features.inputs
+            self._known[phonemes] = (inputs, *streamed.whole(inputs))
+        return self._known[phonemes]
+
+
+@pytest.fixture(scope="module")
+def whole_calls(stream_engine: OnnxEngine) -> WholeCalls:
+    return WholeCalls(stream_engine)
 
 
 def _audio(engine: OnnxEngine, phonemes: str, sizes: list[int]) -> np.ndarray:
@@ -113,7 +137,9 @@ async def test_the_same_request_under_two_schedules_gives_the_same_bytes(
     assert b"".join(got[0]) == b"".join(got[1]) == b"".join(got[2])
 
 
-def _oracle_stream(engine: OnnxEngine, kernels: Kernels | None) -> tuple[np.ndarray, np.ndarray]:
+def _oracle_stream(
+    engine: OnnxEngine, whole_calls: WholeCalls, kernels: Kernels | None
+) -> tuple[np.ndarray, np.ndarray]:
     """FOX's whole torch call, and its segment streamed as the engine streams it (the body's
     whole pass, its output pushed into the generator in the segment's blocks) with that
     call's own statistics (the oracle), its resblocks' convolutions computed by `kernels`."""
@@ -122,9 +148,7 @@ def _oracle_stream(engine: OnnxEngine, kernels: Kernels | None) -> tuple[np.ndar
 
     streamed = engine._streamed
     assert streamed is not None
-    front = engine.front(FOX, VOICE, 1.0, CancelToken())
-    x = front.features.inputs
-    whole, oracle = streamed.whole(x)
+    x, whole, oracle = whole_calls(FOX)
 
     body, _ = streamed.body(x)
 
@@ -140,7 +164,7 @@ def _oracle_stream(engine: OnnxEngine, kernels: Kernels | None) -> tuple[np.ndar
         return torch.cat([*pieces, decoder.flush()], dim=-1)
 
     stream = streamed.thread.run(push).numpy().ravel() * GRAPH_GAIN
-    assert stream.size == whole.size == front.frames * SAMPLES_PER_FRAME
+    assert stream.size == whole.size == x.frames * SAMPLES_PER_FRAME
     return whole, stream
 
 
@@ -151,18 +175,18 @@ def _snr_db(reference: np.ndarray, other: np.ndarray) -> float:
 
 @pytest.mark.real_model
 def test_with_the_whole_calls_statistics_the_stream_is_the_whole_call(
-    engine: OnnxEngine,
+    engine: OnnxEngine, whole_calls: WholeCalls
 ) -> None:
     """The only approximation is the norms' statistics: given the whole call's (the oracle),
     the segment pushed in its blocks is the whole call, to float32's rounding."""
-    whole, stream = _oracle_stream(engine, None)
+    whole, stream = _oracle_stream(engine, whole_calls, None)
     snr = _snr_db(whole, stream)
     assert snr >= 80, snr  # measured 118 dB
 
 
 @pytest.mark.real_model
 def test_the_engine_streams_its_resblocks_in_int8_close_to_the_float_call(
-    engine: OnnxEngine,
+    engine: OnnxEngine, whole_calls: WholeCalls
 ) -> None:
     """On a CPU with oneDNN the engine computes the generator's resblocks' convolutions in
     int8 (as the registry graph's are): with the oracle's statistics, 8 bits' precision of
@@ -175,7 +199,7 @@ def test_the_engine_streams_its_resblocks_in_int8_close_to_the_float_call(
         assert streamed.kernels is None
         pytest.skip("this torch has no oneDNN: the stream is float")
     assert streamed.kernels is not None
-    whole, stream = _oracle_stream(engine, streamed.kernels)
+    whole, stream = _oracle_stream(engine, whole_calls, streamed.kernels)
     snr = _snr_db(whole, stream)
     assert 20 <= snr < 80, snr  # measured 24 dB
 
@@ -221,12 +245,12 @@ def test_the_word_timings_read_the_whole_calls_durations(engine: OnnxEngine) -> 
 
 @pytest.mark.real_model
 def test_the_body_normalises_by_the_segments_own_and_the_generator_by_the_voices(
-    engine: OnnxEngine,
+    engine: OnnxEngine, whole_calls: WholeCalls
 ) -> None:
     streamed = engine._streamed
     assert streamed is not None
     front = engine.front(FOX, VOICE, 1.0, CancelToken())
-    _, oracle = streamed.whole(front.features.inputs)
+    _, _, oracle = whole_calls(FOX)
     priors = engine._stream_priors
     assert priors is not None
     prior = priors(VOICE).at(front.frames)
@@ -262,15 +286,15 @@ def test_the_length_prior_is_its_points_at_them_and_between_them_in_one_over_fra
 
 
 @pytest.mark.real_model
-def test_a_short_segment_speaks_at_one_calls_level(engine: OnnxEngine) -> None:
+def test_a_short_segment_speaks_at_one_calls_level(
+    engine: OnnxEngine, whole_calls: WholeCalls
+) -> None:
     """The generator's prior is the voice's at the segment's length: "Hello there." streams
     at the level of its own whole call (with one prior of long sentences it was 15 dB per
     frame quieter, its fading end trimmed), and no segment moves far from it."""
-    streamed = engine._streamed
-    assert streamed is not None
     for phonemes in (HELLO, FOX):
         front = engine.front(phonemes, VOICE, 1.0, CancelToken())
-        whole, _ = streamed.whole(front.features.inputs)
+        _, whole, _ = whole_calls(phonemes)
         stream = engine.decode(front, Window(0, front.frames, 0, 0), CancelToken())
         n = whole.size // 600 * 600
         levels = [

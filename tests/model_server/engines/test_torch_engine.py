@@ -62,7 +62,8 @@ def checkpoint_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Where the engines of this file keep the voices' norm priors (each computed once)."""
+    """Where the windows decoder's engines of this file keep the voices' norm priors (each
+    computed once; the streamed decoder's: `stream_cache_dir`)."""
     return tmp_path_factory.mktemp("torch-cache")
 
 
@@ -101,8 +102,18 @@ def torch_server(checkpoint_dir: Path, cache_dir: Path) -> Iterator[RunningServe
 
 
 @pytest.fixture(scope="session")
-def progressive_torch_server(checkpoint_dir: Path, cache_dir: Path) -> Iterator[RunningServer]:
-    yield from _torch_server(checkpoint_dir, cache_dir, progressive=True)
+def stream_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the streamed decoder's engines of this file keep the voices' priors: `streaming`
+    and the progressive server's, the same checkpoint's, so calibrated once (about 35 s of
+    speech through the full-width decoder)."""
+    return tmp_path_factory.mktemp("torch-stream-cache")
+
+
+@pytest.fixture(scope="session")
+def progressive_torch_server(
+    checkpoint_dir: Path, stream_cache_dir: Path
+) -> Iterator[RunningServer]:
+    yield from _torch_server(checkpoint_dir, stream_cache_dir, progressive=True)
 
 
 def _infer(engine: TorchEngine, phonemes: str = HELLO, speed: float = 1.0) -> np.ndarray:
@@ -518,9 +529,9 @@ def test_the_whole_segments_statistics_bring_a_window_closer_to_the_whole_call(
 
 
 @pytest.fixture(scope="session")
-def streaming(checkpoint_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> TorchEngine:
-    cache = tmp_path_factory.mktemp("torch-stream-cache")
-    return TorchEngine(TorchOptions(model_dir=checkpoint_dir, device=DEVICE, cache_dir=cache))
+def streaming(checkpoint_dir: Path, stream_cache_dir: Path) -> TorchEngine:
+    options = TorchOptions(model_dir=checkpoint_dir, device=DEVICE, cache_dir=stream_cache_dir)
+    return TorchEngine(options)
 
 
 def test_the_default_decoder_streams_exactly(streaming: TorchEngine) -> None:
