@@ -139,7 +139,7 @@ async def _families(server: RunningServer) -> list[Metric]:
     """A server's Prometheus metrics: a gateway's on its internal listener, a model server's
     on its own port."""
     base = server.internal_url if server.internal_port is not None else server.http_url
-    async with httpx.AsyncClient(base_url=base) as http:
+    async with httpx.AsyncClient(base_url=base, timeout=15) as http:
         text = (await http.get("/metrics")).text
     return list(text_string_to_metric_families(text))
 
