@@ -1,5 +1,6 @@
-"""The engines package itself: torch's OpenMP threads sleep while they wait (`OMP_WAIT_POLICY`
-PASSIVE, set before torch loads libgomp), unless the environment says otherwise."""
+"""The engines package itself: torch's OpenMP threads spin only briefly while they wait
+(`OMP_WAIT_POLICY` PASSIVE and `GOMP_SPINCOUNT`, set before torch loads libgomp), unless the
+environment names either."""
 
 from __future__ import annotations
 
@@ -9,24 +10,34 @@ import sys
 
 import pytest
 
+from model_server.engines import SPIN_COUNT
+
 CODE = (
     "import os, sys; import model_server.engines; import torch; "
-    "print(os.environ['OMP_WAIT_POLICY'], 'torch' in sys.modules)"
+    "print(os.environ.get('OMP_WAIT_POLICY', '-'), os.environ.get('GOMP_SPINCOUNT', '-'), "
+    "'torch' in sys.modules)"
 )
+NAMES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 
 
-@pytest.mark.parametrize(("given", "seen"), [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
-def test_torch_threads_sleep_while_waiting_unless_told_otherwise(
-    given: str | None, seen: str
+@pytest.mark.parametrize(
+    ("given", "seen"),
+    [
+        ({}, ["PASSIVE", str(SPIN_COUNT)]),
+        ({"OMP_WAIT_POLICY": "ACTIVE"}, ["ACTIVE", "-"]),  # ACTIVE's own spin, not ours
+        ({"OMP_WAIT_POLICY": "PASSIVE"}, ["PASSIVE", "-"]),  # sleep at once, as asked
+        ({"GOMP_SPINCOUNT": "300000"}, ["-", "300000"]),
+    ],
+)
+def test_torch_threads_spin_briefly_unless_told_otherwise(
+    given: dict[str, str], seen: list[str]
 ) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-    if given is not None:
-        env["OMP_WAIT_POLICY"] = given
+    env = {k: v for k, v in os.environ.items() if k not in NAMES} | given
     done = subprocess.run(
         [sys.executable, "-c", CODE], capture_output=True, text=True, env=env, timeout=120
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == [seen, "True"]
+    assert done.stdout.split() == [*seen, "True"]
 
 
 def test_the_engines_load_torch_only_after_the_policy_is_set() -> None:
