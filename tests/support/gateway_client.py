@@ -23,6 +23,9 @@ from gateway.routing.pool import ModelServerPool
 from gateway.sources.sse import SSEDecoder, SSEEvent
 from tests.support.servers import RunningServer
 
+# how long the test client waits for a server's next bytes: its SSE replies and its /metrics reads
+READ_TIMEOUT_S = 15
+
 
 @dataclass
 class SSEReply:
@@ -65,7 +68,7 @@ async def read_reply(response: httpx.Response) -> SSEReply:
 
 async def sse_get(base_url: str, params: dict[str, Any]) -> SSEReply:
     async with (
-        httpx.AsyncClient(base_url=base_url, timeout=15) as http,
+        httpx.AsyncClient(base_url=base_url, timeout=READ_TIMEOUT_S) as http,
         http.stream("GET", "/v1/speak/sse", params=params) as r,
     ):
         assert r.status_code == 200, await r.aread()
@@ -75,7 +78,7 @@ async def sse_get(base_url: str, params: dict[str, Any]) -> SSEReply:
 
 async def sse_post(base_url: str, body: dict[str, Any]) -> SSEReply:
     async with (
-        httpx.AsyncClient(base_url=base_url, timeout=15) as http,
+        httpx.AsyncClient(base_url=base_url, timeout=READ_TIMEOUT_S) as http,
         http.stream("POST", "/v1/speak", json=body) as r,
     ):
         assert r.status_code == 200, await r.aread()
@@ -139,7 +142,7 @@ async def _families(server: RunningServer) -> list[Metric]:
     """A server's Prometheus metrics: a gateway's on its internal listener, a model server's
     on its own port."""
     base = server.internal_url if server.internal_port is not None else server.http_url
-    async with httpx.AsyncClient(base_url=base, timeout=15) as http:
+    async with httpx.AsyncClient(base_url=base, timeout=READ_TIMEOUT_S) as http:
         text = (await http.get("/metrics")).text
     return list(text_string_to_metric_families(text))
 
