@@ -9,6 +9,8 @@
 - `speed`: the learned synthesis speed, and the priors both services start from.
 - `load`: the model server's `/load` answer and its JSON, and the sizes both services count
   by (a typical first chunk and segment in phonemes, the largest decoder window).
+- `asks`: the unit a gateway's admission counts on a model server (one reply's asked-for
+  synthesis).
 - `settings`: settings dataclasses from flags and environment variables.
 
 Both services import this package; neither imports the other.

@@ -14,9 +14,10 @@ it, so a chunk due soon needs less room than one at the end of a long reply, who
 grows meanwhile. A reply still starting (nothing sent yet) has the slack its plan gives a first
 chunk under load (`--first-slack-s`) and, its text unknown, a typical reply's synthesis left
 (`LoadReport.reply_s`): on 2 cores two replies starting together would both fall behind, on a
-GPU dozens may. Replies in progress are those that ask the server for synthesis, or are about
-to (`placement.Upstream.asking` counts them); a reply that waits for its client's text with
-nothing asked counts for nothing. What cannot be served in time is refused up front: never
+GPU dozens may. Replies in progress are counted by what they ask the server for (an `Ask`,
+`kokoro_contract.asks`: starting, or under way with the spare time of each chunk to come;
+`placement.Upstream.asks` gives them); a reply that waits for its client's text with nothing
+asked counts for nothing. What cannot be served in time is refused up front: never
 accepted and then stuttered. A refusal that time clears by itself (a reply in progress gains
 spare time as its synthesis runs ahead, one ends) is `deferrable`: the pool may hold the new
 reply a moment and ask again (`waiting.WaitingLine.admit`) rather than refuse it.
@@ -32,6 +33,7 @@ from typing import Protocol, Self
 
 from gateway.reply.plan.config import FIRST_SLACK_S
 from kokoro_contract import load as contract
+from kokoro_contract.asks import Ask, Spare
 from kokoro_contract.load import FIRST_CHUNK_PHONEMES, SEGMENT_PHONEMES
 
 # a typical reply, for one still starting (its text unknown): the demo's five sentences,
@@ -41,11 +43,6 @@ RETRY_WHEN_FULL_S = 5  # a reply in progress needs a few seconds more, typically
 STALE_ESTIMATE_FACTOR = 2.0  # an idle server is given a reply estimated up to this x budget
 
 
-# of a reply in progress, for each chunk it has still to come: (how much later that chunk could
-# be ready without a gap, seconds of synthesis from now until it is done)
-Profile = Sequence[tuple[float, float]]
-
-
 class InProgress(Protocol):
     """What admission needs of a reply in progress (its chunk plan, for one): whether it has
     started, and the spare time of each chunk it has still to come."""
@@ -53,7 +50,7 @@ class InProgress(Protocol):
     @property
     def started(self) -> bool: ...
 
-    def spare_profile(self, now: float) -> Profile:
+    def spare_profile(self, now: float) -> Sequence[Spare]:
         """(spare seconds, seconds of synthesis until it is done) of each chunk still to come,
         in order; empty when nothing is left."""
         ...
@@ -121,25 +118,25 @@ class Refusal:
 class Candidate:
     name: str
     load: LoadReport | None  # None: down (or its load is unknown)
-    replies: int = 0  # replies this gateway runs there now that ask it for synthesis
-    # the spare profile of each of those under way with work left (`ChunkPlan.spare_profile`)
-    spare: tuple[Profile, ...] = ()
-    starting: int = 0  # of `replies`, those that have sent nothing yet
-    first_slack_s: float = FIRST_SLACK_S  # the spare time each of those has (--first-slack-s)
+    asks: tuple[Ask, ...] = ()  # of the replies this gateway runs there now
+    first_slack_s: float = FIRST_SLACK_S  # the spare time a starting one has (--first-slack-s)
+
+    @property
+    def replies(self) -> int:
+        """Replies this gateway runs there now that ask it for synthesis."""
+        return len(self.asks)
 
 
 def refusal(
     load: LoadReport,
     budget_s: float,
-    replies: int = 0,
-    spare: Sequence[Profile] = (),
-    starting: int = 0,
+    asks: Sequence[Ask] = (),
     first_slack_s: float = FIRST_SLACK_S,
 ) -> Refusal | None:
-    """Why `load` cannot take a new reply now, or None if it can; `replies`: the ones this
-    gateway already runs there, `spare` the spare profile of each of them under way with work
-    left, `starting` how many of them have sent nothing yet, each with `first_slack_s` of
-    spare time."""
+    """Why `load` cannot take a new reply now, or None if it can; `asks`: what the replies
+    this gateway already runs there ask of it, a starting one with `first_slack_s` of spare
+    time."""
+    replies = len(asks)
     idle = load.busy == 0 and load.waiting == 0 and load.min_slack_s is None and replies == 0
     if idle and load.first_audio_s <= STALE_ESTIMATE_FACTOR * budget_s:
         # idle, and the estimate only a little past the budget: it may be stale (learned while
@@ -169,7 +166,9 @@ def refusal(
         )
     startup = load.first_chunk_s / load.workers  # its first chunk goes ahead of them
     slower = load.slowdown(replies) - 1.0  # and what they have left runs this much longer
-    for profile in [*spare, *[((first_slack_s, load.reply_s),)] * starting]:
+    starting = ((first_slack_s, load.reply_s),)  # its text unknown: a typical reply's work
+    for ask in asks:
+        profile = starting if ask.chunks is None else ask.chunks
         for slack, until in profile:
             needs = startup + slower * until
             if slack < needs:
@@ -201,14 +200,7 @@ def choose(candidates: Sequence[Candidate], budget_s: float | None) -> Candidate
     refusals = []
     for candidate in ranked:
         assert candidate.load is not None
-        refused = refusal(
-            candidate.load,
-            budget_s,
-            candidate.replies,
-            candidate.spare,
-            candidate.starting,
-            candidate.first_slack_s,
-        )
+        refused = refusal(candidate.load, budget_s, candidate.asks, candidate.first_slack_s)
         if refused is None:
             return candidate
         refusals.append(refused)

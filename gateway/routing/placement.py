@@ -19,11 +19,12 @@ from typing import Protocol
 from gateway.aio import Clock
 from gateway.errors import TTSError
 from gateway.retry import RetryBudget
-from gateway.routing.admission import Candidate, InProgress, LoadReport, Profile
+from gateway.routing.admission import Candidate, InProgress, LoadReport
 from gateway.routing.probes import Probed
 from gateway.transports.base import Piece
 from gateway.transports.framed_stream import FrameCarrier, FramedSessions
 from gateway.transports.model_server import ModelServerTransport
+from kokoro_contract.asks import Ask
 
 
 @dataclass
@@ -58,45 +59,20 @@ class Upstream:
         """The playback plans of those."""
         return [p.plan for p in self.placed if p.plan is not None]
 
-    @property
-    def starting(self) -> int:
-        """Replies admitted whose plan is not tracked yet (nothing sent)."""
-        return sum(not p.tracked for p in self.placed)
-
     def asking(self) -> list[PooledTransport]:
         """The replies there that ask it for synthesis now, or are about to."""
         return [p for p in self.placed if p.asking]
 
-    def spare(self, now: float) -> tuple[Profile, ...]:
-        """The spare profile of each reply under way there with work left."""
-        return tuple(
-            profile
-            for p in self.asking()
-            if p.plan is not None
-            and p.plan.started
-            and (profile := tuple(p.plan.spare_profile(now)))
-        )
-
-    def starting_now(self) -> int:
-        """Replies admitted there that ask but have sent nothing yet (tracked or not)."""
-        return sum(
-            not p.tracked or (p.plan is not None and not p.plan.started) for p in self.asking()
-        )
+    def asks(self, now: float) -> tuple[Ask, ...]:
+        """What those ask of it at `now` (the plans' clock)."""
+        return tuple(p.ask(now) for p in self.asking())
 
 
 def candidates(upstreams: Sequence[Upstream], now: float, first_slack_s: float) -> list[Candidate]:
     """What admission weighs of each server at `now` (the plans' clock): its load if it is
-    up, the replies placed there that ask it for synthesis, their spare time, how many of them
-    are still starting, and the spare time each of those has."""
+    up, what the replies placed there ask of it, and the spare time a starting one has."""
     return [
-        Candidate(
-            u.url,
-            u.load if u.probed.up(now) else None,
-            len(u.asking()),
-            u.spare(now),
-            u.starting_now(),
-            first_slack_s,
-        )
+        Candidate(u.url, u.load if u.probed.up(now) else None, u.asks(now), first_slack_s)
         for u in upstreams
     ]
 
@@ -158,6 +134,14 @@ class PooledTransport(FramedSessions):
         admission on, but not while it waits for its client's text with nothing asked
         (`track`'s `waiting`)."""
         return self._waiting is None or not self._waiting()
+
+    def ask(self, now: float) -> Ask:
+        """What it asks of its server at `now` (the plan's clock): starting until its plan is
+        tracked and has sent something, then the spare time of each chunk still to come (none
+        known for a reply without a plan)."""
+        if not self.tracked or (self.plan is not None and not self.plan.started):
+            return Ask()
+        return Ask.under_way(self.plan.spare_profile(now) if self.plan is not None else ())
 
     def track(self, plan: InProgress | None, waiting: Callable[[], bool] | None = None) -> None:
         """The reply's playback plan (None: it has none): admission asks it how much spare

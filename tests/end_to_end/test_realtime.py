@@ -18,6 +18,7 @@ from gateway.reply.plan.playback_plan import ChunkPlan
 from gateway.routing import pool
 from gateway.routing.admission import Refusal
 from kokoro_contract import protocol
+from kokoro_contract.asks import Ask
 from model_server.app import create_app
 from tests.conftest import FAKE_SETTINGS
 from tests.support.fakes import FakeEngine, expected_pcm_bytes, identity_g2p
@@ -202,7 +203,7 @@ async def test_a_reply_fails_over_from_a_stopped_model_server(
             await tts.end_input()
             pcm = b"".join([chunk async for chunk in tts.audio() if isinstance(chunk, bytes)])
         transport.release()
-        assert (chosen.replies, other.replies, other.plans, other.starting_now()) == (0, 0, [], 0)
+        assert (chosen.replies, other.replies, other.plans, other.asks(0.0)) == (0, 0, [], ())
         await servers.aclose()
     assert len(pcm) > 0
     assert fake_engine.calls == ["After the stop."]
@@ -268,9 +269,9 @@ async def test_asks_wait_their_turn_for_spare_time_rather_than_being_refused(
         assert isinstance(running, pool.PooledTransport)
         upstream = running.upstream
         # admitted, no plan yet: starting, with a typical reply's work ahead of it
-        assert (upstream.spare(0.0), upstream.starting_now()) == ((), 1)
+        assert upstream.asks(0.0) == (Ask(),)
         running.track(ChunkPlan())  # asked, nothing sent yet: still starting
-        assert (upstream.spare(0.0), upstream.starting_now()) == ((), 1)
+        assert upstream.asks(0.0) == (Ask(),)
         first = asyncio.create_task(servers.admit(budget_s=3.0, wait_s=30.0))
         await until(lambda: servers.waiting == 1)
         second = asyncio.create_task(servers.admit(budget_s=3.0, wait_s=30.0))
@@ -296,7 +297,7 @@ async def test_asks_wait_their_turn_for_spare_time_rather_than_being_refused(
         assert upstream.replies == 1
         then.release()
         assert upstream.replies == 0
-        assert upstream.starting == 0
+        assert upstream.asks(0.0) == ()
 
 
 async def test_an_ask_that_waits_too_long_or_leaves_reserves_nothing(

@@ -25,6 +25,7 @@ from gateway.config import Settings as GatewaySettings
 from gateway.reply.plan.playback_plan import ChunkPlan
 from gateway.routing import pool
 from gateway.routing.admission import Refusal
+from kokoro_contract.asks import Ask
 from tests.end_to_end.test_browser import browser, open_demo, played_proof, speak, wait_for_state
 from tests.support.gateway_client import model_server_pool, read_sse, sse_post, ws_events
 from tests.support.servers import RunningServer, serve
@@ -96,10 +97,10 @@ async def test_a_reply_counts_on_its_server_by_the_synthesis_it_asks_for(
         alice.track(plan, waiting=lambda: not plan.asking)  # her client sends her text
         upstream = alice.upstream
         # no text yet: there, but asking for nothing
-        assert (upstream.replies, upstream.asking(), upstream.starting_now()) == (1, [], 0)
+        assert (upstream.replies, upstream.asking(), upstream.asks(0.0)) == (1, [], ())
         assert await servers.pick(budget_s=3.0) is upstream
         plan.push("Hello there", 0.0)  # text: her first chunk is about to need the engine
-        assert (upstream.asking(), upstream.starting_now()) == ([alice], 1)
+        assert (upstream.asking(), upstream.asks(0.0)) == ([alice], (Ask(),))  # starting
         refused = await servers.pick(budget_s=3.0)
         assert isinstance(refused, Refusal)
         assert refused.reason.startswith("replies in progress would fall behind")

@@ -14,6 +14,7 @@ from gateway.routing.admission import (
     choose,
     refusal,
 )
+from kokoro_contract.asks import Ask
 from kokoro_contract.load import FIRST_CHUNK_PHONEMES
 
 
@@ -22,6 +23,16 @@ def load(
 ) -> LoadReport:
     # every call: 0.1 s + 20 ms per phoneme, so a first chunk costs 1.0 s
     return LoadReport(workers, busy, 0, backlog_s, min_slack_s, 0.1, 0.9 / FIRST_CHUNK_PHONEMES)
+
+
+def under_way(*chunks: tuple[float, float]) -> tuple[Ask, ...]:
+    """One reply under way, with the spare time of each chunk it has still to come."""
+    return (Ask.under_way(chunks),)
+
+
+def replies(n: int) -> tuple[Ask, ...]:
+    """`n` replies under way with nothing left to synthesize (their playback runs)."""
+    return (Ask.under_way(),) * n
 
 
 def side_by_side(report: LoadReport) -> LoadReport:
@@ -61,8 +72,8 @@ def test_a_progressive_start_costs_the_replies_in_progress_only_its_first_window
     progressive = dataclasses.replace(whole, first_window_s=0.2)
     # a reply with 0.8 s to spare and 1.0 s of synthesis left: the whole first chunk's share
     # (0.5 s) and the slowdown of what it has left (0.5 s) do not fit; the first window does
-    assert refusal(whole, budget_s=3.0, replies=1, spare=[((0.8, 1.0),)]) is not None
-    assert refusal(progressive, budget_s=3.0, replies=1, spare=[((0.8, 1.0),)]) is None
+    assert refusal(whole, budget_s=3.0, asks=under_way((0.8, 1.0))) is not None
+    assert refusal(progressive, budget_s=3.0, asks=under_way((0.8, 1.0))) is None
 
 
 def test_an_idle_server_takes_the_reply() -> None:
@@ -77,7 +88,7 @@ def test_an_idle_server_is_never_refused_whatever_it_has_learned() -> None:
     assert slow.first_audio_s > 3.0
     assert refusal(slow, budget_s=3.0) is None
     assert refusal(dataclasses.replace(slow, busy=1), budget_s=3.0) is not None
-    assert refusal(slow, budget_s=3.0, replies=1) is not None
+    assert refusal(slow, budget_s=3.0, asks=replies(1)) is not None
     # far past the budget, idle or not: the budget is the operator's word
     assert refusal(slow, budget_s=1.0) is not None
 
@@ -123,19 +134,19 @@ def test_no_server_up_is_unavailable_not_overloaded() -> None:
 
 def test_a_server_whose_real_time_capacity_is_in_use_takes_no_more_replies() -> None:
     full = dataclasses.replace(load(), realtime_streams=2.4)  # room for 2 replies at once
-    assert refusal(full, budget_s=3.0, replies=1) is None
-    refused = refusal(full, budget_s=3.0, replies=2)
+    assert refusal(full, budget_s=3.0, asks=replies(1)) is None
+    refused = refusal(full, budget_s=3.0, asks=replies(2))
     assert refused is not None
     assert refused.reason == "2 replies in progress use all of its real-time capacity (2)"
     assert refused.deferrable  # one may end in a moment
     # replies synthesize ahead of their playback and overlap only in part: 1.6 streams (one
     # worker on all cores) carry two replies at once, not one
     serial = dataclasses.replace(load(workers=1), realtime_streams=1.6)
-    assert refusal(serial, budget_s=3.0, replies=1) is None
-    assert refusal(serial, budget_s=3.0, replies=2) is not None
+    assert refusal(serial, budget_s=3.0, asks=replies(1)) is None
+    assert refusal(serial, budget_s=3.0, asks=replies(2)) is not None
     # routing prefers the server with the most room
-    a = Candidate("http://a:8080", dataclasses.replace(load(), realtime_streams=4.0), replies=3)
-    b = Candidate("http://b:8080", dataclasses.replace(load(), realtime_streams=4.0), replies=1)
+    a = Candidate("http://a:8080", dataclasses.replace(load(), realtime_streams=4.0), replies(3))
+    b = Candidate("http://b:8080", dataclasses.replace(load(), realtime_streams=4.0), replies(1))
     assert choose([a, b], budget_s=3.0) == b
 
 
@@ -155,7 +166,7 @@ def test_replies_in_progress_without_the_spare_time_a_new_start_costs_refuse_it(
     shared = side_by_side(load())
     # the new first chunk takes 1.0 s / 2 workers from it, and the 6.2 s it has left to
     # synthesize runs half as long again: 0.5 + 3.1 s
-    refused = refusal(shared, budget_s=3.0, replies=1, spare=[((0.4, 6.2),)])
+    refused = refusal(shared, budget_s=3.0, asks=under_way((0.4, 6.2)))
     assert refused is not None
     assert refused.code == "overloaded"
     assert refused.reason == (
@@ -165,25 +176,25 @@ def test_replies_in_progress_without_the_spare_time_a_new_start_costs_refuse_it(
     assert refused.retry_after_s == 7  # when that reply has synthesized all it knows
     assert refused.deferrable
     # the same spare time is enough near the end of a reply, not in the middle of it
-    assert refusal(shared, budget_s=3.0, replies=1, spare=[((1.2, 1.0),)]) is None
-    assert refusal(shared, budget_s=3.0, replies=1, spare=[((1.2, 2.0),)]) is not None
-    assert refusal(shared, budget_s=3.0, replies=1, spare=[]) is None  # nothing left to do
+    assert refusal(shared, budget_s=3.0, asks=under_way((1.2, 1.0))) is None
+    assert refusal(shared, budget_s=3.0, asks=under_way((1.2, 2.0))) is not None
+    assert refusal(shared, budget_s=3.0, asks=replies(1)) is None  # nothing left to do
     # each chunk to come is asked on its own: one due soon is delayed by the new start and the
     # slowdown of the little synthesis before it, one at the end by all of it; the playback
     # buffer of a reply synthesizing ahead grows meanwhile, so its later chunks have more room
     profile = ((0.8, 0.4), (2.0, 2.4), (4.0, 6.2))  # 0.5 + 0.2, 0.5 + 1.2, 0.5 + 3.1 s needed
-    assert refusal(shared, budget_s=3.0, replies=1, spare=[profile]) is None
-    late = refusal(shared, budget_s=3.0, replies=1, spare=[((0.8, 0.4), (1.6, 2.4), (4.0, 6.2))])
+    assert refusal(shared, budget_s=3.0, asks=under_way(*profile)) is None
+    late = refusal(shared, budget_s=3.0, asks=under_way((0.8, 0.4), (1.6, 2.4), (4.0, 6.2)))
     assert late is not None
     assert late.reason.endswith("(spare 1.60 s, a new reply takes 1.70 s of it)")
     assert late.retry_after_s == 7  # when it has synthesized all it knows
     # every reply in progress must have room, not only the one with the least spare time
-    two = [((3.0, 1.0),), ((1.4, 4.0),)]
-    assert refusal(dataclasses.replace(shared, realtime_streams=3.0), 3.0, 2, two) is not None
+    two = under_way((3.0, 1.0)) + under_way((1.4, 4.0))
+    assert refusal(dataclasses.replace(shared, realtime_streams=3.0), 3.0, two) is not None
     # a reply just starting may wait 1 s for its first chunk, but has a typical reply ahead of
     # it (6 calls and 230 phonemes side by side: 7.8 s here), half as long again beside a new one
     assert shared.reply_s == pytest.approx(6 * 0.15 + 0.03 * 230)
-    starting = refusal(shared, budget_s=3.0, replies=1, starting=1)
+    starting = refusal(shared, budget_s=3.0, asks=(Ask(),))
     assert starting is not None
     assert starting.reason.endswith("(spare 1.00 s, a new reply takes 4.40 s of it)")
     assert starting.retry_after_s == 8
@@ -195,17 +206,17 @@ def test_at_a_gpus_speed_replies_starting_together_are_all_taken() -> None:
     starting or under way leave room for one more; at 2 cores' speed one starting reply does not."""
     gpu = LoadReport(4, 2, 0, 0.05, None, 0.04, 0.00037, 60.0, 0.046, 0.000426)
     assert gpu.reply_s == pytest.approx(6 * 0.046 + 0.000426 * 230)
-    under_way = [((1.0, 0.3),)] * 8
-    assert refusal(gpu, budget_s=3.0, replies=16, spare=under_way, starting=8) is None
+    asks = under_way((1.0, 0.3)) * 8 + (Ask(),) * 8
+    assert refusal(gpu, budget_s=3.0, asks=asks) is None
     cpu = side_by_side(load(workers=4))
-    assert refusal(cpu, budget_s=3.0, replies=1, starting=1) is not None
+    assert refusal(cpu, budget_s=3.0, asks=(Ask(),)) is not None
 
 
 def test_routing_skips_a_server_whose_replies_have_no_spare_time() -> None:
-    tight = Candidate("http://a:8080", load(), replies=1, spare=(((0.1, 3.0),),))
-    roomy = Candidate("http://b:8080", load(backlog_s=0.5), replies=1, spare=(((2.0, 1.0),),))
+    tight = Candidate("http://a:8080", load(), under_way((0.1, 3.0)))
+    roomy = Candidate("http://b:8080", load(backlog_s=0.5), under_way((2.0, 1.0)))
     assert choose([tight, roomy], budget_s=3.0) == roomy
-    both_tight = dataclasses.replace(roomy, spare=(((0.2, 9.0),),))
+    both_tight = dataclasses.replace(roomy, asks=under_way((0.2, 9.0)))
     refused = choose([tight, both_tight], budget_s=3.0)
     assert isinstance(refused, Refusal)
     assert refused.retry_after_s == 3  # the least loaded one's
@@ -216,7 +227,7 @@ def test_a_refusal_time_may_clear_is_given_before_one_it_cannot() -> None:
     # reply in progress without spare time (waiting may): the pool should wait for that one
     backlogged = dataclasses.replace(load(backlog_s=4.5, busy=2), realtime_streams=4.0)
     a = Candidate("http://a:8080", backlogged)
-    b = Candidate("http://b:8080", load(), replies=1, spare=(((0.1, 3.0),),))
+    b = Candidate("http://b:8080", load(), under_way((0.1, 3.0)))
     refused = choose([a, b], budget_s=3.0)
     assert isinstance(refused, Refusal)
     assert refused.deferrable

@@ -21,6 +21,7 @@ from gateway.routing.placement import (
 )
 from gateway.routing.probes import Probed, ProbeRules
 from gateway.transports.model_server import ModelServerTransport
+from kokoro_contract.asks import Ask
 
 RULES = ProbeRules()
 
@@ -75,8 +76,8 @@ async def test_admission_is_told_a_down_servers_load_as_none(
     up = server("http://a", answered(load(0.5)))
     down = server("http://b", answered(load(0.0)).down(now=99.0, rules=RULES))  # until 101
     assert candidates([up, down], now=100.0, first_slack_s=1.0) == [
-        Candidate("http://a", load(0.5), 0, (), 0, 1.0),
-        Candidate("http://b", None, 0, (), 0, 1.0),
+        Candidate("http://a", load(0.5), (), 1.0),
+        Candidate("http://b", None, (), 1.0),
     ]
     # at 101 its time is up, but the load it gave was forgotten when it went down
     assert candidates([down], now=101.0, first_slack_s=1.0)[0].load is None
@@ -104,14 +105,14 @@ async def test_a_replys_place_is_held_until_it_ends_and_moves_with_it(
     servers = Servers(first, other)
     reply = PooledTransport(servers, first)
     assert reply.alone  # nothing else there, as its load said when it took the reply
-    assert (first.replies, first.starting, first.starting_now()) == (1, 1, 1)
+    assert (first.replies, first.asks(0.0)) == (1, (Ask(),))  # starting
     reply._move(other)
     assert (first.replies, other.replies, reply.upstream) == (0, 1, other)
     waiting_for_text = True
     reply.track(None, lambda: waiting_for_text)
-    assert (other.asking(), other.starting) == ([], 0)  # waits for its client: counts nothing
+    assert (other.asking(), other.asks(0.0)) == ([], ())  # waits for its client: counts nothing
     waiting_for_text = False
-    assert other.asking() == [reply]
+    assert (other.asking(), other.asks(0.0)) == ([reply], (Ask.under_way(),))  # no plan
     reply.release()
     reply.release()  # once
     assert (first.replies, other.replies) == (0, 0)

@@ -12,6 +12,7 @@ from gateway.routing.admission import Candidate, LoadReport, refusal
 from gateway.routing.pool import ModelServerPool
 from gateway.service.replies import plan_config
 from gateway.service.runtime import Runtime
+from kokoro_contract.asks import Ask
 
 
 def test_the_defaults_are_one_value() -> None:
@@ -41,5 +42,5 @@ def test_admission_gives_a_starting_reply_that_spare_time() -> None:
     the new start takes from it (0.5 s of a 1.0 s first chunk on 2 workers, and the slowdown
     of its typical reply), taken with more."""
     load = LoadReport(2, 0, 0, 0.0, None, 0.1, 0.02, 1e9, 0.15, 0.03)
-    assert refusal(load, budget_s=3.0, replies=1, starting=1, first_slack_s=0.4) is not None
-    assert refusal(load, budget_s=3.0, replies=1, starting=1, first_slack_s=30.0) is None
+    assert refusal(load, budget_s=3.0, asks=(Ask(),), first_slack_s=0.4) is not None
+    assert refusal(load, budget_s=3.0, asks=(Ask(),), first_slack_s=30.0) is None
