@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, Self, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -119,10 +119,34 @@ class NormStats:
         return cls(sums, squares, frames) if frames > 0 else None
 
 
-def prior_weight(prior_frames: float, after: int) -> float:
-    """How much the prior weighs for a window with `after` frames of its segment still to come
-    after it: as many as they are, at most `prior_frames` (none for the last window)."""
-    return max(0.0, min(prior_frames, float(after)))
+class Sums(Protocol):
+    """Norm statistics that add up and scale: `NormStats`, and the torch engine's
+    `torch_norms.Carried` (the same sums as tensors on its device)."""
+
+    @property
+    def frames(self) -> float: ...
+
+    def plus(self, other: Self) -> Self: ...
+
+    def scaled(self, frames: float) -> Self: ...
+
+
+@overload
+def carried_in[S: Sums](prior: S | None, seen: S, after: int) -> S: ...
+@overload
+def carried_in[S: Sums](prior: S | None, seen: None, after: int) -> S | None: ...
+def carried_in[S: Sums](prior: S | None, seen: S | None, after: int) -> S | None:
+    """The statistics a window is normalised by, beside its own core's: `seen`, those of the
+    segment's cores before it, and the voice's `prior`, standing in for the `after` frames
+    still to come after the window and weighing as many as they are, at most its own weight.
+    So the last window is normalised by the whole segment's statistics, as one call is. The
+    one rule for every engine that carries norms; None: nothing to carry (each norm its
+    window's own)."""
+    weight = 0.0 if prior is None else max(0.0, min(prior.frames, float(after)))
+    if prior is None or weight <= 0:
+        return seen
+    scaled = prior.scaled(weight)
+    return scaled if seen is None else scaled.plus(seen)
 
 
 def voice_prior(

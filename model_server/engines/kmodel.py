@@ -59,7 +59,7 @@ from model_server.engines.base import (
 from model_server.engines.carried_norms import (
     CALIBRATION_PHONEMES,
     PRIOR_FRAMES,
-    prior_weight,
+    carried_in,
     voice_prior,
 )
 from model_server.engines.weights import default_cache_dir
@@ -132,13 +132,9 @@ class Carry:
     next_start: int = 0
 
     def carried(self, after: int) -> Carried | None:
-        """The statistics a window is normalised by, beside its own core's: the cores' before
-        it and the prior, standing in for the `after` frames still to come after it, weighing
-        as many as they are, at most its own weight (the onnx engine's rule: `_Segment`)."""
-        if self.prior is None or (weight := prior_weight(self.prior.frames, after)) <= 0:
-            return self.seen
-        prior = self.prior.scaled(weight)
-        return prior if self.seen is None else prior.plus(self.seen)
+        """The statistics a window with `after` frames of the segment after it is normalised
+        by, beside its own core's (`carried_norms.carried_in`)."""
+        return carried_in(self.prior, self.seen, after)
 
 
 def frame_samples(config: dict[str, Any]) -> int:

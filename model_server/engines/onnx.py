@@ -43,7 +43,7 @@ from model_server.engines.carried_norms import (
     CALIBRATION_PHONEMES,
     PRIOR_FRAMES,
     NormStats,
-    prior_weight,
+    carried_in,
     voice_prior,
 )
 from model_server.engines.norm_graph import CORE_FRAMES, CORE_LEFT, FRAMES
@@ -428,14 +428,9 @@ class _Segment:
     next_start: int = 0
 
     def carried(self, after: int) -> NormStats:
-        """The statistics a window is normalised by, beside its own core's: those of the cores
-        before it and the prior, standing in for the frames still to come after it (`after`),
-        weighing as many of them as it does, at most its own weight. So the last window is
-        normalised by the whole segment's statistics, as one call is."""
-        weight = prior_weight(self.prior.frames, after)
-        if weight <= 0:
-            return self.seen
-        return self.prior.scaled(weight).plus(self.seen)
+        """The statistics a window with `after` frames of the segment after it is normalised
+        by, beside its own core's (`carried_norms.carried_in`)."""
+        return carried_in(self.prior, self.seen, after)
 
 
 @dataclass(frozen=True)
