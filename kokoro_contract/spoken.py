@@ -6,11 +6,9 @@ numbers become words, so a character of digits can cost ten of prose. The estima
 characters the normalised text would have, without normalising (the gateway does not import
 the model server): a run of digits by its length, a few symbols by the words they become,
 everything else as itself; then seconds per character of prose. Calibrated once with the real
-model (Kokoro-82M int8 on onnxruntime, voice af_heart, speed 1, 2026-12-06): 134 characters of
-prose spoke 8.93 s (0.067 s a character); 100 random digits, read one by one, normalise to 511
-characters and spoke 27.5 s; a 15-digit number normalises to 177 characters in words and spoke
-11.9 s; twenty 3-5 digit numbers (116 characters) normalise to 924 and spoke 53.1 s.
-`SpokenMeter` gives the same estimate for text that streams in, piece by piece.
+model on prose, on numbers and on runs of digits, each timed by the audio it spoke
+(docs/measured.md, "2026-12-06: how long a text takes to speak"). `SpokenMeter` gives the same
+estimate for text that streams in, piece by piece.
 """
 
 from __future__ import annotations

@@ -60,8 +60,9 @@ class Settings:
     @property
     def shared_threads(self) -> int:
         """Threads of a call that starts beside another: the cores split between the workers.
-        Measured on 2 cores (docs/measured.md): two 1-thread calls side by side make about a
-        third more audio per second than two 2-thread calls oversubscribing the cores."""
+        Two calls side by side, each on its share of the cores, make more audio per second than
+        two calls that each take all the cores and oversubscribe them (docs/measured.md, "Model
+        server (`make bench-model`)")."""
         if self.threads:
             return self.threads
         return max(1, (os.cpu_count() or 1) // max(1, self.workers))

@@ -21,20 +21,20 @@ smaller than `first` (down to `Schedule.smallest`) when, at the speed the schedu
 for (`Schedule.design`, the int8 graph on 2 CPU cores), every window after it is still decoded
 before the audio ahead of it has played (`keeps_ahead`): a short segment speaks sooner, a
 long one keeps `first`. That choice reads the segment alone, never the learned speed, so the
-same text gives the same windows, and the same bytes, however busy the machine is. Worked
-out for a 430-frame (10.8 s) sentence at RTF 0.5 with 12 frames of context (24, 48, 96, 192,
-70 frames): gapless playback could start 1.35 s after the request, at 1.22x the decoder
-compute of one call (with 6 frames, 1.11x); with the rest in one window after the first,
-5.1 s at 1.06x; one call, 5.4 s.
+same text gives the same windows, and the same bytes, however busy the machine is. The rest
+of a segment in one window after the first would cost less compute than doubling, but would
+leave a wait before gapless playback nearly as long as one call's (worked out for a long
+sentence in docs/measured.md, "Progressive synthesis").
 
-The leading pause: a segment's first frames voice the pad before its first phoneme (13-17
-frames of Kokoro's output over the quality corpus), silence the trim cuts to 30 ms. So the first
-window's core holds that pause, less `Schedule.lead_margin` frames (the speech's onset starts up
-to 4.6 frames before the pad ends), besides its `first` frames: its audio, trimmed, is then
-0.55-0.63 s rather than 0.27-0.30 s (9 frames of speech), and the window after it has that much
-longer to be ready. (Not decoding the pause at all would save its frames, but the norms'
-statistics the later windows carry would then lack it: one call's level was followed less
-closely, 1.82 against 1.23 dB on the fox of tests/model_server/test_progressive.py.)
+The leading pause: a segment's first frames voice the pad before its first phoneme, silence the
+trim cuts to 30 ms, so a first window of `first` frames alone would leave little audio once
+trimmed, and the window after it would have to be ready almost at once. So the first window's
+core holds that pause, less `Schedule.lead_margin` frames (the speech's onset can start a few
+frames before the pad ends), besides its `first` frames: its audio, trimmed, is then much
+longer, and the window after it has that much longer to be ready. (Not decoding the pause at
+all would save its frames, but the norms' statistics the later windows carry would then lack
+it, and one call's level is followed less closely.) The figures are in docs/measured.md,
+"2026-12-01 (night)".
 
 The seams (`Joiner`): window k's core is sent as soon as it is decoded, but the first
 `crossfade` frames of its right context are kept; window k+1's first `crossfade` frames are
@@ -90,28 +90,26 @@ class Window:
 # A reply's first window, in frames, where windows are exact (`ProgressiveEngine.exact_windows`:
 # the streamed decoder, whose windows decode nothing twice and have no seams): its audio is
 # ready with the stream's first block (16 frames) less the generator's lookahead (5.4 frames),
-# so a first window of 8 and the leading pause's frames come from one block. In process, 2
-# cores, medians of 3 (docs/measured.md, 2026-12-06 night): "Hello there." first audio 255 ms
-# against 460 with 24, a 9 s sentence 526 ms against 622. Later windows double as usual, and
-# a remainder shorter than the usual first window (24) still joins the window before it.
+# so a first window of 8 and the leading pause's frames come from one block: the first audio
+# does not wait for the blocks a first window of 24 would need, which short sentences feel most
+# (docs/measured.md, "2026-12-06 (night)"). Later windows double as usual, and a remainder
+# shorter than the usual first window (24) still joins the window before it.
 EXACT_FIRST = 8
 
 
 @dataclass(frozen=True)
 class Schedule:
-    """Window sizes, in frames. Measured on Kokoro-82M int8 with the norms' statistics carried
-    (docs/measured.md, 2026-12-01 and 2026-12-02): with 4 to 12 frames of context each side the
-    windows' level, spectrum and seams measure alike against one call (no context: a click at
-    every seam); PocketSphinx's word error rate, context 6 less context 12, per sentence over
-    the corpus, 3 voices and 2 window layouts: -0.044 to +0.026, mean -0.001, no 95 % interval
-    excluding 0 on the side of 12, as much as the layouts alone move it. The context was then
-    6; 3 frames (75 ms) of crossfade leave no click where a hard cut does. Since 2026-12-03 the
-    decoder runs in two parts: its body (frame-rate layers, about 5 % of its time, a receptive
-    field of about 10 frames each side) sees `body_context` frames, its generator (the rest, a
-    receptive field of about 3) `context`: over the corpus, every sentence a reply's first
-    segment (jm_kumo, in process), body 10 / generator 3 misheard 95 of 430 words, 10 / 2 96,
-    the whole decoder at 6 101, one call 86; MOS 4.099 / 4.092 / 4.103 / 4.101, and 6.5 % fewer
-    generator frames than 6."""
+    """Window sizes, in frames, for Kokoro-82M int8 with the norms' statistics carried. Each window
+    is decoded with context on each side, which is decoded only to be thrown away: with none, every
+    seam clicks; from a few frames on, the windows' level, spectrum and seams measure alike against
+    one call, and the word error rate could not tell 6 frames of context from 12 (docs/measured.md,
+    "2026-12-01 (night)" and "2026-12-02: context 6, ..."), so the context is kept small. The
+    decoder runs in two parts, each with the context its receptive field needs: its body (the
+    frame-rate layers, a small part of its time, reaching about 10 frames each side) sees
+    `body_context` frames, its generator (the rest, reaching about 3) `context`. Over the quality
+    corpus that misheard no more words than the whole decoder with 6 frames each side, scored alike,
+    and decodes fewer generator frames ("2026-12-03 (afternoon)"). 3 frames (75 ms) of crossfade
+    leave no click where a hard cut does ("Progressive synthesis")."""
 
     first: int = 24
     largest: int = LARGEST_WINDOW_FRAMES  # 192, which the gateways' chunk plans expect
@@ -122,9 +120,10 @@ class Schedule:
     lead_margin: int = 4  # frames of the leading pause that count as the first window's speech
     # a reply's first window may be as small as `smallest` (in steps of `step`, below
     # `first`) when each window after it is decoded within `gapless` of the audio ahead of it
-    # at the design speed: `per_call` + `per_frame` x frames seconds, as measured in process
-    # for the int8 decoder on 2 cores. A 12-frame first window's seam measured HF 3.15 over
-    # the corpus (one call 0.14 there), 16's 1.70 (one call 1.70)
+    # at the design speed (`design`: `per_call` + `per_frame` x frames seconds, the int8
+    # decoder's in process on 2 CPU cores). After a first window of 12 frames the seam was
+    # brighter than one call's audio at the same point (a click); after one of 16 it measures
+    # as one call's (docs/measured.md, "2026-12-02 (morning)")
     smallest: int = 16
     # a segment's last frames shorter than this go into the window before them (None:
     # `first`): a segment's trailing pause (Kokoro gives one up to about 20 frames) is never a

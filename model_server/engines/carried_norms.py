@@ -10,8 +10,8 @@ reference text (`CALIBRATION_PHONEMES`), standing in for the frames still to com
 window and weighing as many as they are, at most `PRIOR_FRAMES`. So even the first window, too
 short to speak for the segment, is normalised near what the whole segment would give it, and the
 last is normalised by the whole segment's own statistics, as one call is (with a fixed weight
-the prior outweighed a short segment: "Hello there." ended 7.8 dB quieter than one call's and was
-trimmed 77 ms shorter; docs/measured.md, the night of 2026-12-01).
+the prior outweighed a short segment, whose end then came out quieter than one call's and was
+trimmed shorter: docs/measured.md, "2026-12-01 (night)").
 
 The onnx graphs' norms take the carried sums as inputs (`norm_graph`, which rewrites them);
 the torch decoder's take them from `torch_norms`. `NormStats` holds those sums.
@@ -42,8 +42,9 @@ log = logging.getLogger(__name__)
 
 PRIOR_FRAMES = 96.0  # how much the voice's reference statistics weigh, in frames
 # Two sentences of reference speech (espeak-ng's phonemes; about 11 s at speed 1), not in the
-# quality corpus; measured on the corpus with jm_kumo: word error rate 0.216 against one call's
-# 0.209, 0.258 with nothing but the segment's own frames, 0.288 with each window's own.
+# quality corpus: with their statistics as the prior the corpus's windows were heard nearly as
+# one call, and clearly worse with nothing but the segment's own frames or each window's own
+# (docs/measured.md, "2026-12-01 (evening)").
 CALIBRATION_PHONEMES = (
     "ðə kwˈɪk bɹˈWn fˈɑks ʤˈʌmps ˌOvəɹ ðə lˈAzi dˈɑɡ nˌɪɹ ðə ɹˈɪvəɹ bˈæŋk.",
     "wʊd ju lˈIk mˌi tə swˈɪʧ jʊɹ əkˈWnt tə ðɪ ˈænjuᵊl plˈæn tədˈA, ɔɹ kˈip ðə mˈʌnθli wˌʌn?",

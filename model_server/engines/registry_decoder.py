@@ -26,10 +26,11 @@ its shape: anything else is refused (`MappingError`), naming what is missing or 
 its float operator over the same dequantized weights: the graph computed as the torch decoder
 computes it, for checking one against the other (the int8 graph itself quantizes every
 activation with a scale chosen per call, so no float model reproduces it closely). Two fixed
-operators differ from torch's, not weights (docs/measured.md, 2026-12-06): the graph's iSTFT
-is torch.istft times `GRAPH_GAIN`, and its STFT of the harmonic source rounds differently,
-which matters where the source is constant (unvoiced: the graph draws no noise), as all bins
-but DC are then rounding noise whose phase the noise branch reads.
+operators differ from torch's, not weights (docs/measured.md, "2026-12-06, later: the same with
+the registry's real weights"): the graph's iSTFT is torch.istft times `GRAPH_GAIN`, and its
+STFT of the harmonic source rounds differently, which matters where the source is constant
+(unvoiced: the graph draws no noise), as all bins but DC are then rounding noise whose phase the
+noise branch reads.
 """
 
 from __future__ import annotations
@@ -64,8 +65,9 @@ DECODER_CONFIG: dict[str, Any] = {
 }
 SCOPE = "/decoder/decoder/"  # the decoder's nodes in the registry graph
 # The graph's iSTFT (a transposed convolution over a fixed basis, times 4, cropped) is
-# torch.istft times 1.5 (measured: 125 dB SNR after that gain, on a real conv_post output): the
-# registry graph speaks 3.5 dB louder than kokoro's torch decoder with the same weights.
+# torch.istft times 1.5 (checked on a real conv_post output: docs/measured.md, "2026-12-06,
+# later: the same with the registry's real weights"): the registry graph speaks louder than
+# kokoro's torch decoder with the same weights by that gain (20 log10 1.5, about 3.5 dB).
 GRAPH_GAIN = 1.5
 _SNAKE = re.compile(r"^(?P<block>.*)/Sin(?:_(?P<k>\d+))?$")
 
@@ -253,7 +255,7 @@ def registry_parameters(model: onnx.ModelProto) -> dict[str, tuple[Array, str]]:
 def build_decoder() -> nn.Module:
     """kokoro's `Decoder` as Kokoro-82M's config builds it, in eval mode, its parameters
     allocated but not initialised (built on the meta device: kokoro's random initialisation of
-    54 M weights took 20 s here, and `load_parameters` sets every one)."""
+    its 54 M weights is slow, and `load_parameters` sets every one)."""
     import warnings
 
     import torch

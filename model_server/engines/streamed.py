@@ -4,9 +4,9 @@ registry graph's own weights, `registry_decoder`; the torch engine's its KModel'
 segment's audio is one call's, however it is asked for.
 
 A segment's front pass (the engine's: aligned features, F0 and N curves, the harmonic source,
-durations) opens a `SegmentStream`, which runs the decoder's body (its frame-rate
-layers, about 5 % of the decoder) over the whole segment at once: its norms' statistics are then
-the segment's own, and its output is the whole call's. `take(start, end)` answers the audio of
+durations) opens a `SegmentStream`, which runs the decoder's body (its frame-rate layers, a
+small part of the decoder's compute) over the whole segment at once: its norms' statistics are
+then the segment's own, and its output is the whole call's. `take(start, end)` answers the audio of
 frames `[start, end)`, pushing that output into the generator in fixed blocks (`blocks`: 16
 frames at first, then 32, then 64) as far as those samples need (the generator's lookahead,
 about 5 frames, behind the frames pushed). The blocks are the segment's, never the caller's:
@@ -16,17 +16,18 @@ generator's resblocks compute in int8 where this torch has oneDNN (`int8`: the o
 on the CPU, as the registry graph's convolutions do).
 
 The one approximation is the instance norms' statistics (Kokoro's AdaIN norms the whole
-segment's, which no stream knows before its end; docs/measured.md, 2026-12-06):
+segment's, which no stream knows before its end):
 - the body's exact: recorded in its whole-segment pass;
 - the generator's the voice's prior at the segment's length (`LengthPrior`: its statistics
   at three lengths, `LENGTH_CALIBRATION`, computed once per voice and kept in the cache
-  directory), the same for every frame of the segment. Over the quality corpus (430 words,
-  jm_kumo, in process) PocketSphinx misheard 89 words with it, against 93 for the int8 graph's
-  one call per segment, 97 for one prior of long sentences (`carried_norms.CALIBRATION_PHONEMES`,
-  under which a short segment spoke quieter than one call: "Hello there." 15 dB per frame), 99
-  for the torch decoder's one call (its own statistics, the oracle), and 120 for the prior
-  pooled with what each norm has normalised so far (the rule `carried_norms` gives the
-  windows): carried statistics move with the segment's opening, not with the segment.
+  directory), the same for every frame of the segment. Over the quality corpus the recogniser
+  misheard about as many words with it as with the int8 graph's one call per segment or the
+  torch decoder's own one call (its own statistics, the oracle). One prior of long sentences
+  (`carried_norms.CALIBRATION_PHONEMES`) made a short segment speak quieter than one call, and
+  the prior pooled with what each norm has normalised so far (the rule `carried_norms` gives
+  the windows) misheard clearly more: carried statistics move with the segment's opening, not
+  with the segment (docs/measured.md, "2026-12-06 (night)" and "2026-12-06 (evening): the
+  streamed decoder in the server").
 
 The priors are computed once per voice (`StreamPriors`) over whole calls of the engine's own
 front passes. The graph's iSTFT is torch's times `GRAPH_GAIN`: the onnx engine's stream is
@@ -59,21 +60,22 @@ from model_server.windows import Window
 T = TypeVar("T")
 
 # the decoder's blocks: these first (a reply's first audio needs ~14 frames past its first
-# window), then `LATER_BLOCK` frames each (a push costs ~1.2x its frames' share of one call at
-# 16 frames, ~1.09x at 32, on 2 CPU cores: docs/measured.md)
+# window), then `LATER_BLOCK` frames each: a push has a cost of its own, so small blocks cost
+# more per frame than large ones, and only the first audio is worth them (docs/measured.md,
+# "2026-12-06 (evening): the streamed decoder in the server")
 FIRST_BLOCKS = (16, 16, 16, 16, 32, 32)
 LATER_BLOCK = 64
 
 
 # The voice's prior for the generator's norms, measured at three lengths: a segment's own
 # statistics move with its length (a short one is more of its leading pause and its final fall:
-# with one prior of long sentences "Hello there." streamed 15 dB per frame quieter than one call,
-# its fading end trimmed away). Each length's prior is the average, over its phrases, of each
+# with one prior of long sentences a short phrase streamed far quieter than one call, its fading
+# end trimmed away). Each length's prior is the average, over its phrases, of each
 # phrase's own statistics (a whole call of it); a segment reads the two around its length,
 # interpolated linearly in 1 / frames (`LengthPrior`). Literal phonemes (espeak's), so the
-# priors do not follow the G2P. Per 25 ms frame within 30 dB of the loudest, against the torch
-# decoder's one call (docs/measured.md, 2026-12-06 night): "Hello there." 0.68 dB (one prior:
-# 15.1), three sentences of 91-100 frames 0.8-2.8 dB (2.8-5.1), 238 frames 0.51 (0.51).
+# priors do not follow the G2P. With them a short segment follows one call's level far more
+# closely than under one prior, and a long one as closely as before (docs/measured.md,
+# "2026-12-06 (night)").
 LENGTH_CALIBRATION: dict[str, tuple[str, ...]] = {
     "short": (  # "Thank you.", "Sure, one moment.", ... 67 frames on average in jm_kumo
         "θˈæŋk ju.",
@@ -233,8 +235,9 @@ class CallingThread:
 class TorchThread:
     """One thread for all of a decoder's torch work. On the CPU, torch computes in an OpenMP
     team per calling thread: teams of several engine workers, idle or spinning, take the cores
-    from the one computing (measured on 2 cores: a segment 25-50 % slower from a second thread
-    than from the thread that loaded the decoder, and slower again with a third), so every
+    from the one computing (on a CPU of few cores a segment is markedly slower from a second
+    thread than from the thread that loaded the decoder, and slower again from a third:
+    docs/measured.md, "2026-12-06 (evening): the streamed decoder in the server"), so every
     segment's blocks run here, one after another, each on all `threads`."""
 
     def __init__(self, threads: int) -> None:

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 
 from kokoro_contract.speed import PRIOR_SECONDS_PER_CALL, PRIOR_SECONDS_PER_CHARACTER, SpeedModel
 
-# the audio of a progressive model server's first window of a reply, trimmed: 0.55-0.63 s over
-# the quality corpus (model_server/windows.py), 0.63 s through the stack here
+# the audio of a progressive model server's first window of a reply, trimmed, until a first
+# chunk shows it: the least it was measured to be, so a plan counts on no more audio than a first
+# window gives (docs/measured.md, "2026-12-01 (night)" and "2026-12-03 (evening)")
 FIRST_WINDOW_AUDIO_S = 0.55
 
 
@@ -25,7 +26,7 @@ def chunk_speed() -> SpeedModel:
 class SpeechRate:
     """Characters spoken per second at speed 1, learned from the audio each chunk gave."""
 
-    chars_per_s: float = 18.0  # Kokoro at speed 1, measured: 17-20
+    chars_per_s: float = 18.0  # Kokoro at speed 1 (docs/measured.md, "Conversations at once")
     weight: float = 0.2  # how far one chunk moves the estimate
 
     def observe(self, chars: int, audio_s: float, speed: float) -> None:
