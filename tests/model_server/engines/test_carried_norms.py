@@ -35,7 +35,8 @@ def test_with_nothing_seen_or_no_prior_what_there_is_is_carried() -> None:
     prior, seen = stats(2.0, 96), stats(1.0, 24)
     first = carried_in(prior, None, 30)  # the first window: the prior alone
     assert first is not None
-    assert (first.frames, first.sums[0].item()) == (30, pytest.approx(60.0))
+    assert first.frames == 30
+    assert first.sums[0].item() == pytest.approx(60.0)
     assert carried_in(None, seen, 30) is seen  # no prior: the cores decoded so far
     assert carried_in(None, None, 30) is None  # nothing: each norm its window's own
     empty = NormStats.none(1)  # the onnx engine's "no prior": no frames to weigh
