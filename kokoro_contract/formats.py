@@ -34,11 +34,12 @@ class AudioFormat:
     model_server: bool = False  # `POST /invocations` of the model server can answer it
 
 
-# Bitrates and encoder settings chosen by `make bench-quality` (docs/measured.md has the
-# figures): for each codec the lowest bitrate whose decoded audio is within 0.10 MOS of the PCM
-# of the same replies and whose next step down is no cliff, so the guard's 0.15 holds with room
-# on other texts. At speech bitrates FFmpeg's own AAC encoder does better with its "fast" coder
-# than with the default "twoloop" (4.58 against 4.47 at 48 kbit/s); Opus is set for speech.
+# Bitrates and encoder settings chosen by `make bench-quality` (docs/measured.md, "Speech
+# quality (`make bench-quality`)", has the figures): for each codec the lowest bitrate whose
+# decoded audio is within 0.10 MOS of the PCM of the same replies and whose next step down is no
+# cliff, so the guard's 0.15 holds with room on other texts. At speech bitrates FFmpeg's own AAC
+# encoder scores higher with its "fast" coder than with the default "twoloop"; Opus is set for
+# speech.
 AAC_OPTIONS: Mapping[str, str] = MappingProxyType({"aac_coder": "fast"})
 OPUS_OPTIONS: Mapping[str, str] = MappingProxyType({"application": "voip"})
 

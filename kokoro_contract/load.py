@@ -14,9 +14,10 @@ from typing import Any, Self
 import orjson
 
 # a new reply's first chunk as admission counts it, and the size a progressive server publishes
-# its first-window time for: a typical five-word first chunk is 20-28 phonemes; counting it as
-# 45 is the margin that kept admitted replies free of gaps on 2 cores (with 25, 2 of 5 served
-# replies had gaps at 3 conversations: docs/measured.md)
+# its first-window time for: well above a typical five-word first chunk, a margin that kept
+# admitted replies free of gaps on 2 cores, where counting a first chunk at its typical size
+# let gapped replies in at 3 conversations
+# (docs/measured.md, "Conversations at once (`make bench-load`)")
 FIRST_CHUNK_PHONEMES = 45
 # a typical later chunk: the server's real-time capacity and admission's slowdown of a reply
 # beside another are both reckoned on a segment this long

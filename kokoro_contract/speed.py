@@ -4,11 +4,12 @@ A least-squares line over recent observations, each weighing a little less than 
 it, so the estimate follows the machine's real speed (including the slowdown when calls run side
 by side). Before any is seen, a prior line holds (the int8 ONNX engine on 2 cores); from the
 first one on, the prior only gives the line's shape, scaled to the speed seen, until the sizes
-seen spread enough to fit a line of their own. So a machine 25 times faster than the prior (a
-GPU) is known after one call, not after dozens: a prior counted as observations would weigh
-on the slope long after, from sizes no call has had. The model server learns seconds per engine
-call from phoneme counts; the gateway learns seconds per chunk from characters, as the model
-server's `synthesis_complete` reports them (queueing included)."""
+seen spread enough to fit a line of their own. So a machine many times faster than the prior
+(a GPU) is known after one call, not after dozens: a prior counted as observations would weigh
+on the slope long after, from sizes no call has had (docs/measured.md, "Torch engine on a
+GPU"). The model server learns seconds per engine call from phoneme counts; the gateway learns
+seconds per chunk from characters, as the model server's `synthesis_complete` reports them
+(queueing included)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from dataclasses import dataclass
 
 # The priors, both the int8 ONNX engine on 2 cores: the model server's line, seconds per engine
 # call against its phoneme tokens, and the gateway's, seconds per chunk against its characters
-# as the model server reports them, queueing included (measured through the stack: 0.55 s for
-# "Sure," and 2.4 s for a 60-character sentence)
+# as the model server reports them, queueing included, chosen from what a short and a long chunk
+# took through the stack (docs/measured.md, "Conversations at once (`make bench-load`)")
 PRIOR_SECONDS_PER_CALL = 0.35
 PRIOR_SECONDS_PER_PHONEME = 0.028
 PRIOR_SECONDS_PER_CHARACTER = 0.032

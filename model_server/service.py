@@ -29,9 +29,10 @@ def default_engine_factory(settings: Settings) -> Engine:
     return engine_kind(settings.engine).load(settings)
 
 
-# The registry's packs are Japanese voices; of them, jm_kumo reads English best: corpus word
-# error rate 0.23 against 0.57 for jf_alpha, DistillMOS 4.60 against 4.25 (make bench-quality,
-# docs/measured.md).
+# The registry's packs are Japanese voices; of them, jm_kumo reads English the most
+# intelligibly (the lowest corpus word error rate) and also scores the highest DistillMOS, so it
+# is the default where no voice is configured and no English pack is there (make bench-quality:
+# docs/measured.md, "Speech quality (`make bench-quality`)").
 FALLBACK_VOICE = "jm_kumo"
 
 

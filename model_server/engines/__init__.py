@@ -4,10 +4,10 @@ torch's OpenMP threads spin only briefly before they sleep while they wait for w
 (`OMP_WAIT_POLICY` PASSIVE with `GOMP_SPINCOUNT` `SPIN_COUNT`, unless the environment names
 either; libgomp reads them when torch loads it, which in the model server happens under this
 package). A team that sleeps at once pays a wake-up per parallel region, hundreds per decoder
-block: on a quiet CPU a third of the stream decoder's speed. One that spins for libgomp's
+block, which slows the stream decoder markedly on a quiet CPU. One that spins for libgomp's
 default (300,000 turns, a few ms) takes the cores from the threads it waits for on a busy
-machine. The figures, quiet and busy, are in docs/measured.md ("torch's threads spin
-briefly")."""
+machine. The figures, quiet and busy, are in docs/measured.md ("2026-12-06 (evening): torch's
+threads spin briefly, and main beside main before #48")."""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
 """The streamed decoder's convolutions in int8 on the CPU (oneDNN's quantized convolution).
 
-Kokoro's decoder spends about three quarters of its time in its convolutions (the generator's
-resblocks at 128 and 256 channels, kernels 3, 7 and 11). In float32 on the CPU they are slower
-than the registry graph's own int8 `ConvInteger`s, so a decoder streamed in float is slower than
-the graph's one call; the same convolutions in int8 through oneDNN (VNNI where the CPU has it)
-take a third to a half of float's time here, the quantisation of their input included
-(docs/measured.md).
+Kokoro's decoder spends most of its time in its convolutions (the generator's resblocks at 128
+and 256 channels, kernels 3, 7 and 11). In float32 on the CPU they are slower than the registry
+graph's own int8 `ConvInteger`s, so a decoder streamed in float is slower than the graph's one
+call; the same convolutions in int8 through oneDNN (VNNI where the CPU has it) take well under
+float's time, the quantisation of their input included (docs/measured.md, "2026-12-06 (night):
+the stream in int8, the generator alone, a prior by length, the default").
 
 The weights are quantised once, per output channel, symmetric (`[-127, 127]`), from the float
 weights the decoder computes with (the registry graph's own, dequantised: `registry_decoder`).

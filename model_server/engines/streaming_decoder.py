@@ -13,7 +13,9 @@ is decoded twice and there is no seam. The harmonic source, which the generator'
 only a little ahead of the body's output, is held back before it runs ahead (`_Gate`): its
 samples `source_ahead` frames ahead of the body's output (one channel), each stage's share of its
 STFT as far as the stage's branch reads (22 channels), rather than in the joins after the noise
-convolutions (256 and 128 channels): 1.03 MB per stream instead of 1.87 (docs/measured.md).
+convolutions (256 and 128 channels), so a stream holds less state between pushes
+(docs/measured.md, "2026-12-06: a cached-state streaming decoder (torch), the norms' statistics
+given").
 
 Layer by layer (DESIGN.md §10): the body (`F0_conv`/`N_conv`, `encode`, `asr_res`, the four
 `decode` blocks with the depthwise transposed `pool`), then the generator (the STFT of the
@@ -289,7 +291,8 @@ class StreamingDecoder:
     `set_statistics` from it applies to that input already). `kernels`, when given, computes
     the generator's resblocks' convolutions (nearly all of the decoder's multiply-adds) another
     way, e.g. `int8.Int8Convs.kernel`; the body's stay float, as its errors reach every
-    sample after it (docs/measured.md)."""
+    sample after it (docs/measured.md, "2026-12-06 (night): the stream in int8, the generator
+    alone, a prior by length, the default")."""
 
     def __init__(
         self,

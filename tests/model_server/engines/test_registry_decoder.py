@@ -4,10 +4,11 @@ computing what the graph's float twin computes, on the front graph's inputs for 
 sentence. No timing in any assertion.
 
 The graph and torch differ in two fixed operators, not in weights (docs/measured.md,
-2026-12-06): the source's STFT, whose bins are rounding noise where the graph's source is
-constant (their phase is whatever each FFT's rounding gives), and the iSTFT (the graph's is
-torch.istft times `GRAPH_GAIN`). So torch is given the graph's source spectrum, and its audio
-is compared through the graph's own iSTFT and with that gain."""
+"2026-12-06, later: the same with the registry's real weights, and what the norms cost"): the
+source's STFT, whose bins are rounding noise where the graph's source is constant (their phase
+is whatever each FFT's rounding gives), and the iSTFT (the graph's is torch.istft times
+`GRAPH_GAIN`). So torch is given the graph's source spectrum, and its audio is compared through
+the graph's own iSTFT and with that gain."""
 
 from __future__ import annotations
 
