@@ -43,6 +43,7 @@ class SpeakParams(BaseModel):
     prompt: str | None = None
     mode: Mode = Mode.BIDI
     format: str = "mp3"
+    sample_rate: int | None = None  # pcm and wav: one of formats.PCM_RATES (None: 24000)
     voice: str | None = None
     speed: float = _speed()
     echo_tps: float = Field(0.0, ge=0.0, le=1000.0)  # 0: unpaced; else at least 1 token/s
@@ -55,7 +56,9 @@ class SpeakParams(BaseModel):
         pattern=limits.UTTERANCE_ID_PATTERN,
     )
 
-    _numbers = field_validator("speed", "echo_tps", "echo_first_ms", mode="before")(_no_bool)
+    _numbers = field_validator("speed", "echo_tps", "echo_first_ms", "sample_rate", mode="before")(
+        _no_bool
+    )
     _voice = field_validator("voice", mode="before")(_default_voice)
 
     @field_validator("format")
@@ -74,11 +77,21 @@ class SpeakParams(BaseModel):
     def _one_input(self) -> SpeakParams:
         if self.text is not None and self.prompt is not None:
             raise ValueError("give either 'text' or 'prompt', not both")
+        _at_rate(formats.FORMATS[self.format], self.sample_rate)
         return self
 
     @property
     def audio_format(self) -> AudioFormat:
-        return formats.FORMATS[self.format]
+        """The format asked for, at the sample rate asked for."""
+        return formats.FORMATS[self.format].at(self.sample_rate)
+
+
+def _at_rate(fmt: AudioFormat, rate: int | None) -> AudioFormat:
+    """`fmt` at `rate` (`AudioFormat.at`), its refusal as a validation error."""
+    try:
+        return fmt.at(rate)
+    except formats.UnknownFormat as exc:
+        raise ValueError(str(exc)) from None
 
 
 class CancelParams(BaseModel):
@@ -99,11 +112,13 @@ class OpenAISpeechParams(BaseModel):
     input: str = Field(min_length=1)
     voice: str | None = "alloy"  # "": the gateway's default voice
     response_format: str = "mp3"
+    # not OpenAI's: pcm and wav at one of formats.PCM_RATES (None: 24000)
+    sample_rate: int | None = None
     speed: float = _speed()
     stream_format: Literal["audio", "sse"] = "audio"
     instructions: str | None = None
 
-    _numbers = field_validator("speed", mode="before")(_no_bool)
+    _numbers = field_validator("speed", "sample_rate", mode="before")(_no_bool)
     _voice = field_validator("voice", mode="before")(_default_voice)
 
     @field_validator("response_format")
@@ -113,9 +128,15 @@ class OpenAISpeechParams(BaseModel):
             raise ValueError(f"use one of {', '.join(formats.OPENAI_FORMATS)}")
         return value
 
+    @model_validator(mode="after")
+    def _rate(self) -> OpenAISpeechParams:
+        _at_rate(formats.OPENAI_FORMATS[self.response_format], self.sample_rate)
+        return self
+
     @property
     def audio_format(self) -> AudioFormat:
-        return formats.OPENAI_FORMATS[self.response_format]
+        """The format asked for, at the sample rate asked for."""
+        return formats.OPENAI_FORMATS[self.response_format].at(self.sample_rate)
 
 
 def _describe(exc: ValidationError) -> str:

@@ -16,8 +16,9 @@ def pcm_duration_s(n_bytes: int) -> float:
     return n_bytes / BYTES_PER_SECOND
 
 
-def wav_header(data_bytes: int | None = None) -> bytes:
-    """A 44-byte PCM WAV header; `None` gives the streaming form with 0xFFFFFFFF sizes."""
+def wav_header(data_bytes: int | None = None, rate: int = SAMPLE_RATE) -> bytes:
+    """A 44-byte PCM WAV header (s16le mono at `rate` Hz); `None` gives the streaming form with
+    0xFFFFFFFF sizes."""
     data_size = STREAMING_SIZE if data_bytes is None else data_bytes
     riff_size = STREAMING_SIZE if data_bytes is None else 36 + data_bytes
     return struct.pack(
@@ -29,8 +30,8 @@ def wav_header(data_bytes: int | None = None) -> bytes:
         16,
         1,  # PCM
         CHANNELS,
-        SAMPLE_RATE,
-        BYTES_PER_SECOND,
+        rate,
+        rate * SAMPLE_WIDTH * CHANNELS,
         CHANNELS * SAMPLE_WIDTH,
         SAMPLE_WIDTH * 8,
         b"data",

@@ -3,19 +3,33 @@ and framed, and who may ask for it. The gateway's routes and encoders, the model
 `POST /invocations` and the docs all read it; nothing else lists formats.
 
 Browser routes (SSE, WebSocket) offer `pcm`, `wav`, `mp3`, `aac` (AAC-LC in fragmented MP4)
-and `opus` (Opus in WebM): each plays through Media Source Extensions or the PCM worklet.
-OpenAI's `/v1/audio/speech` names differ: its `opus` is Ogg and its `aac` is ADTS.
+and `opus` (Opus in WebM): each plays through Media Source Extensions or the PCM worklet. They
+and OpenAI's `/v1/audio/speech` also offer the telephone's G.711 at 8 kHz (`ulaw_8000`,
+`alaw_8000`), for agents that relay the audio to a call; and `pcm` and `wav` at the sample rates
+speech pipelines and phones run at (`PCM_RATES`, asked for as `sample_rate`: `AudioFormat.at`).
+OpenAI's names differ: its `opus` is Ogg and its `aac` is ADTS.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from kokoro_contract.audio import SAMPLE_RATE
 
-PCM_MIME = f"audio/pcm;rate={SAMPLE_RATE};channels=1;encoding=s16le"
+# the rates `pcm` and `wav` may be asked for: the telephone's, speech recognisers' and
+# pipelines', the model's own, and the two of audio interfaces
+PCM_RATES = (8_000, 16_000, 22_050, SAMPLE_RATE, 44_100, 48_000)
+
+
+def pcm_mime(rate: int) -> str:
+    """Raw s16le mono PCM at `rate` Hz."""
+    return f"audio/pcm;rate={rate};channels=1;encoding=s16le"
+
+
+PCM_MIME = pcm_mime(SAMPLE_RATE)
 
 
 @dataclass(frozen=True)
@@ -25,13 +39,26 @@ class AudioFormat:
     codec: str | None = None  # FFmpeg encoder; None: PCM as it comes from the model
     container: str | None = None  # FFmpeg muxer; None: bare codec packets (or raw PCM)
     bit_rate: int | None = None  # bits per second; None: lossless or raw
-    codec_rate: int = SAMPLE_RATE  # the codec's sample rate (Opus runs at 48 kHz)
+    # the sample rate of the audio it carries: the codec's (Opus runs at 48 kHz), or what the
+    # client asked for (`at`); the model's 24 kHz is resampled to it by FFmpeg's libswresample
+    codec_rate: int = SAMPLE_RATE
+    rates: tuple[int, ...] = ()  # the rates a client may ask for (`at`); none: codec_rate only
     codec_options: Mapping[str, str] = field(default_factory=dict)  # FFmpeg encoder options
     muxer_options: Mapping[str, str] = field(default_factory=dict)
     units: str = "samples"  # what one audio event carries whole
     browser: bool = False  # offered on the browser routes (SSE, WebSocket)
     openai: str | None = None  # the `response_format` OpenAI's speech API calls it
     model_server: bool = False  # `POST /invocations` of the model server can answer it
+
+    def at(self, rate: int | None) -> AudioFormat:
+        """This format at `rate` Hz, one of `rates` (None, or its own rate: itself)."""
+        if rate is None or rate == self.codec_rate:
+            return self
+        if rate not in self.rates:
+            offered = ", ".join(map(str, self.rates or (self.codec_rate,)))
+            raise UnknownFormat(f"sample_rate {rate} is not offered for {self.name}; use {offered}")
+        mime = pcm_mime(rate) if self.mime == pcm_mime(self.codec_rate) else self.mime
+        return dataclasses.replace(self, codec_rate=rate, mime=mime)
 
 
 # Bitrates and encoder settings chosen by `make bench-quality` (docs/measured.md, "Speech
@@ -44,8 +71,25 @@ AAC_OPTIONS: Mapping[str, str] = MappingProxyType({"aac_coder": "fast"})
 OPUS_OPTIONS: Mapping[str, str] = MappingProxyType({"application": "voip"})
 
 _FORMATS = (
-    AudioFormat("pcm", PCM_MIME, browser=True, openai="pcm", model_server=True),
-    AudioFormat("wav", "audio/wav", browser=True, openai="wav", model_server=True),
+    AudioFormat("pcm", PCM_MIME, rates=PCM_RATES, browser=True, openai="pcm", model_server=True),
+    AudioFormat("wav", "audio/wav", rates=PCM_RATES, browser=True, openai="wav", model_server=True),
+    # G.711 at 8 kHz, a byte a sample, no header: what a telephone call carries
+    AudioFormat(
+        "ulaw_8000",
+        "audio/basic",
+        codec="pcm_mulaw",
+        codec_rate=8_000,
+        browser=True,
+        openai="ulaw_8000",
+    ),
+    AudioFormat(
+        "alaw_8000",
+        "audio/x-alaw-basic",
+        codec="pcm_alaw",
+        codec_rate=8_000,
+        browser=True,
+        openai="alaw_8000",
+    ),
     AudioFormat(
         "mp3",
         "audio/mpeg",

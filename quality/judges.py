@@ -36,6 +36,8 @@ DEMUXERS = {
     "flac": "flac",
     "wav": "wav",
 }
+# formats with no header: their demuxer is told the rate
+RAW_DEMUXERS = {"ulaw_8000": ("mulaw", 8_000), "alaw_8000": ("alaw", 8_000)}
 
 
 def pcm16(data: bytes) -> Samples:
@@ -75,7 +77,11 @@ def decode(data: bytes, format_name: str) -> Samples:
         return resample(pcm16(data), SAMPLE_RATE)
     resampler = _resampler()
     out: list[Samples] = []
-    with av.open(io.BytesIO(data), "r", format=DEMUXERS[format_name]) as container:
+    demuxer, options = DEMUXERS.get(format_name), {}
+    if format_name in RAW_DEMUXERS:
+        demuxer, rate = RAW_DEMUXERS[format_name]
+        options = {"sample_rate": str(rate), "ch_layout": "mono"}
+    with av.open(io.BytesIO(data), "r", format=demuxer, options=options) as container:
         for frame in container.decode(audio=0):
             frame.pts = None  # let the resampler count samples, not the container's clock
             _drain(resampler, frame, out)

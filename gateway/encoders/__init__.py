@@ -1,9 +1,10 @@
 """One continuous encoder per response: s16le 24 kHz mono PCM in, whole codec units out.
 
 What to build for a format is read from its entry in `kokoro_contract.formats`: PCM and WAV
-pass the samples through; a codec without a container (MP3) yields its packets, which are whole
-frames; a codec in a container goes through PyAV's muxer, cut into whole units (fMP4
-fragments, WebM clusters) by `gateway.encoders.framing`."""
+pass the samples through (resampled, at a rate the client asked for); a codec without a
+container (MP3, G.711) yields its packets, which are whole frames or samples; a codec in a
+container goes through PyAV's muxer, cut into whole units (fMP4 fragments, WebM clusters) by
+`gateway.encoders.framing`."""
 
 from __future__ import annotations
 

@@ -62,15 +62,17 @@ class _PcmFrames:
 
 
 class BareCodecEncoder:
-    """A codec without a muxer (libmp3lame): each packet is one whole frame, no ID3 or Xing
-    tag."""
+    """A codec without a muxer: libmp3lame, each packet one whole frame, no ID3 or Xing tag;
+    G.711 (pcm_mulaw, pcm_alaw), each packet whole samples of a byte each."""
 
     def __init__(self, fmt: AudioFormat) -> None:
         self.format = fmt
         self._ctx = cast(Any, av.CodecContext.create(str(fmt.codec), "w"))
-        self._ctx.sample_rate = fmt.codec_rate
+        self._ctx.sample_rate = fmt.codec_rate  # PyAV resamples the 24 kHz frames to it
         self._ctx.layout = "mono"
-        self._ctx.format = "s16p"
+        # libmp3lame takes planar samples, the G.711 codecs packed ones
+        planar = "s16p" in {f.name for f in self._ctx.codec.audio_formats}
+        self._ctx.format = "s16p" if planar else "s16"
         if fmt.bit_rate:
             self._ctx.bit_rate = fmt.bit_rate
         self._ctx.options = dict(fmt.codec_options)

@@ -1,23 +1,56 @@
-"""Uncompressed formats: raw PCM, and WAV with the streaming header."""
+"""Uncompressed formats: raw PCM, and WAV with the streaming header, at the model's 24 kHz as
+it comes or at another rate a client asked for, resampled by FFmpeg's libswresample (through
+PyAV) as the audio streams, its filter's state kept from one piece to the next."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import av
+import numpy as np
+
 from gateway.encoders.base import PcmAligner
-from kokoro_contract.audio import wav_header
+from kokoro_contract.audio import SAMPLE_RATE, wav_header
 from kokoro_contract.formats import FORMATS, AudioFormat
+
+
+class _Resampled:
+    """s16le mono at 24 kHz, cut anywhere -> s16le mono at `rate`, with no gap or repeat
+    between pieces: one resampler for the whole response, drained at its end."""
+
+    def __init__(self, rate: int) -> None:
+        self._resampler: Any = av.AudioResampler(format="s16", layout="mono", rate=rate)
+
+    def push(self, data: bytes) -> bytes:
+        samples = np.frombuffer(data, dtype="<i2").reshape(1, -1)
+        frame = av.AudioFrame.from_ndarray(samples, format="s16", layout="mono")
+        frame.sample_rate = SAMPLE_RATE
+        return self._take(frame)
+
+    def flush(self) -> bytes:
+        return self._take(None)
+
+    def _take(self, frame: av.AudioFrame | None) -> bytes:
+        return b"".join(
+            f.to_ndarray().astype("<i2").tobytes() for f in self._resampler.resample(frame)
+        )
 
 
 class PcmEncoder:
     def __init__(self, fmt: AudioFormat = FORMATS["pcm"]) -> None:
         self.format = fmt
         self._aligner = PcmAligner()
+        self._resampled = _Resampled(fmt.codec_rate) if fmt.codec_rate != SAMPLE_RATE else None
 
     def push(self, pcm: bytes) -> list[bytes]:
         data = self._aligner.push(pcm)
+        if data and self._resampled is not None:
+            data = self._resampled.push(data)
         return [data] if data else []
 
     def flush(self) -> list[bytes]:
-        return []
+        rest = self._resampled.flush() if self._resampled is not None else b""
+        return [rest] if rest else []
 
 
 class WavEncoder(PcmEncoder):
@@ -25,15 +58,18 @@ class WavEncoder(PcmEncoder):
 
     def __init__(self, fmt: AudioFormat = FORMATS["wav"]) -> None:
         super().__init__(fmt)
-        self._header: bytes | None = wav_header(None)
+        self._header: bytes | None = wav_header(None, fmt.codec_rate)
 
     def push(self, pcm: bytes) -> list[bytes]:
-        units = super().push(pcm)
+        return self._headed(super().push(pcm))
+
+    def flush(self) -> list[bytes]:
+        units = self._headed(super().flush())
+        header, self._header = self._header, None
+        return units or ([header] if header is not None else [])
+
+    def _headed(self, units: list[bytes]) -> list[bytes]:
         if units and self._header is not None:
             units[0] = self._header + units[0]
             self._header = None
         return units
-
-    def flush(self) -> list[bytes]:
-        header, self._header = self._header, None
-        return [header] if header is not None else []

@@ -58,7 +58,7 @@ from gateway.transports.base import (
     TimedWords,
     TTSStream,
 )
-from kokoro_contract.audio import SAMPLE_RATE, pcm_duration_s
+from kokoro_contract.audio import pcm_duration_s
 from kokoro_contract.formats import AudioFormat
 from kokoro_contract.protocol import WordTiming
 from kokoro_contract.spoken import SpokenMeter
@@ -191,7 +191,7 @@ class Reply:
         await self.out.put(AgentStart(spec.mode, spec.utterance_id))
         await self.out.put(
             AudioStreamStart(
-                spec.format.name, spec.format.mime, spec.voice or "default", SAMPLE_RATE
+                spec.format.name, spec.format.mime, spec.voice or "default", spec.format.codec_rate
             )
         )
         limit = asyncio.timeout(self.max_s)

@@ -778,8 +778,12 @@ export const TRANSPORTS = { sse: EventSourceTransport, "sse-fetch": SseFetchTran
 
 // The player for a format: pcm through the worklet; mp3, aac and opus through MSE, or mp3
 // through WebCodecs where MSE lacks it (or `decoder: "webcodecs"` asks). Throws for a format
-// nothing here can play (wav, or a type this browser's MSE refuses).
-async function makePlayer(format, { decoder, workletUrl }, stats, heard) {
+// nothing here can play (wav, the telephone's ulaw_8000 and alaw_8000, a sample rate other than
+// the model's, or a type this browser's MSE refuses).
+async function makePlayer(format, sampleRate, { decoder, workletUrl }, stats, heard) {
+  if (sampleRate && Number(sampleRate) !== SAMPLE_RATE) {
+    throw new Error(`sample_rate ${sampleRate} cannot play here: the player runs at ${SAMPLE_RATE}`);
+  }
   const webcodecs = format === "mp3" && (decoder === "webcodecs" || !MediaSource.isTypeSupported(MSE_TYPES.mp3));
   if (format === "pcm" || webcodecs) {
     const worklet = new WorkletPlayer(await audioContext(workletUrl), stats, heard);
@@ -827,7 +831,7 @@ export class Speaker extends EventTarget {
     const query = { mode: "bidi", ...params, format };
     let clock = null;
     try {
-      const player = await makePlayer(format, this, reply.stats, () => reply.firstSampleHeard());
+      const player = await makePlayer(format, params.sample_rate, this, reply.stats, () => reply.firstSampleHeard());
       if (this.current !== reply) { // stopped and replaced while the player was made
         player.release();
       } else {

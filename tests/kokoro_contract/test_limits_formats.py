@@ -71,11 +71,13 @@ def test_the_gateway_models_read_the_same_speed_range() -> None:
 
 
 def test_registry_names_and_who_may_ask() -> None:
-    assert formats.BROWSER_FORMATS == ("pcm", "wav", "mp3", "aac", "opus")
+    assert formats.BROWSER_FORMATS == ("pcm", "wav", "ulaw_8000", "alaw_8000", "mp3", "aac", "opus")
     assert formats.MODEL_SERVER_FORMATS == ("pcm", "wav")
     assert {name: f.name for name, f in formats.OPENAI_FORMATS.items()} == {
         "pcm": "pcm",
         "wav": "wav",
+        "ulaw_8000": "ulaw_8000",
+        "alaw_8000": "alaw_8000",
         "mp3": "mp3",
         "opus": "ogg",  # OpenAI's opus is Ogg
         "aac": "adts",  # and its aac is ADTS
@@ -94,7 +96,7 @@ def test_every_compressed_format_names_its_codec_and_every_browser_format_plays(
 
 def test_the_request_params_take_formats_from_the_registry() -> None:
     assert parse(SpeakParams, {"format": "opus"}).audio_format is formats.FORMATS["opus"]
-    with pytest.raises(ServiceError, match="use one of pcm, wav, mp3, aac, opus"):
+    with pytest.raises(ServiceError, match="use one of pcm, wav, ulaw_8000, alaw_8000, mp3,"):
         parse(SpeakParams, {"format": "ogg"})  # OpenAI-only
     assert (
         parse(OpenAISpeechParams, {"input": "Hi.", "response_format": "aac"}).audio_format
@@ -109,3 +111,49 @@ def test_a_failure_for_the_log_names_its_type_even_when_its_text_is_empty() -> N
     assert brief(OSError("refused\nmore")) == "OSError: refused"
     long = brief(ValueError("x" * 500))
     assert (len(long), long[-1]) == (200, "…")
+
+
+def test_pcm_and_wav_at_the_rates_pipelines_and_phones_run_at() -> None:
+    pcm, wav = formats.FORMATS["pcm"], formats.FORMATS["wav"]
+    assert formats.PCM_RATES == (8_000, 16_000, 22_050, 24_000, 44_100, 48_000)
+    assert pcm.at(None) is pcm
+    assert pcm.at(24_000) is pcm  # its own rate: itself
+    narrow = pcm.at(16_000)
+    assert (narrow.name, narrow.codec_rate) == ("pcm", 16_000)
+    assert narrow.mime == "audio/pcm;rate=16000;channels=1;encoding=s16le"
+    assert (wav.at(8_000).codec_rate, wav.at(8_000).mime) == (8_000, "audio/wav")
+    with pytest.raises(formats.UnknownFormat, match="sample_rate 11025 is not offered for pcm"):
+        pcm.at(11_025)
+    # the telephone's G.711 is 8 kHz only; a compressed format its codec's rate only
+    ulaw = formats.FORMATS["ulaw_8000"]
+    assert (ulaw.codec, ulaw.codec_rate, ulaw.mime) == ("pcm_mulaw", 8_000, "audio/basic")
+    assert ulaw.at(8_000) is ulaw
+    with pytest.raises(formats.UnknownFormat, match="not offered for alaw_8000; use 8000"):
+        formats.FORMATS["alaw_8000"].at(16_000)
+    with pytest.raises(formats.UnknownFormat, match="not offered for mp3; use 24000"):
+        formats.FORMATS["mp3"].at(48_000)
+
+
+def test_the_request_params_take_a_sample_rate() -> None:
+    speak = parse(SpeakParams, {"format": "pcm", "sample_rate": 16_000})
+    assert speak.audio_format == formats.FORMATS["pcm"].at(16_000)
+    assert parse(SpeakParams, {"format": "pcm", "sample_rate": "8000"}).audio_format.codec_rate == (
+        8_000  # a query parameter's string
+    )
+    assert parse(SpeakParams, {"format": "ulaw_8000"}).audio_format is formats.FORMATS["ulaw_8000"]
+    for bad, says in [
+        ({"format": "mp3", "sample_rate": 16_000}, "sample_rate 16000 is not offered for mp3"),
+        ({"format": "pcm", "sample_rate": 12_345}, "not offered for pcm; use 8000, 16000"),
+        ({"format": "pcm", "sample_rate": True}, "not true or false"),
+    ]:
+        with pytest.raises(ServiceError, match=says) as caught:
+            parse(SpeakParams, bad)
+        assert caught.value.code == "invalid_field"
+    openai = parse(
+        OpenAISpeechParams, {"input": "Hi.", "response_format": "wav", "sample_rate": 22_050}
+    )
+    assert openai.audio_format == formats.FORMATS["wav"].at(22_050)
+    telephone = parse(OpenAISpeechParams, {"input": "Hi.", "response_format": "alaw_8000"})
+    assert telephone.audio_format is formats.FORMATS["alaw_8000"]
+    with pytest.raises(ServiceError, match="not offered for ogg"):
+        parse(OpenAISpeechParams, {"input": "Hi.", "response_format": "opus", "sample_rate": 8000})
