@@ -9,7 +9,8 @@ hear. Starts the real model server and gateway (separate processes, `make dev` d
   /invocations`), the whole corpus;
 - formats: the default voice's batches encoded by the gateway's own encoders at the
   registry's settings and at other bitrates, decoded by FFmpeg, judged (the first
-  `--format-replies` replies); each row's MOS beside the PCM of the same audio;
+  `--format-replies` replies); each row's MOS beside the PCM of the same audio; the
+  telephone's G.711 (`ulaw_8000`, `alaw_8000`) also beside the same PCM resampled to 8 kHz;
 - chunk plans: the same replies as one batch, through the gateway's chunk plan with the whole
   text at once, and paced like an LLM (40 tokens/s, first token at 300 ms);
 - joins: each sentence synthesized alone and the reply's sentences joined (judged per reply,
@@ -287,6 +288,10 @@ def format_table(
             row(f"{name} {kbps} kbit/s{mark}", [judges.round_trip(p, variant) for p in pcms])
         if not settings:
             row(name, [judges.round_trip(p, fmt) for p in pcms])
+    # the telephone's: G.711 against the same voice resampled to 8 kHz (what its band allows)
+    row("pcm at 8 kHz", [judges.round_trip(p, FORMATS["pcm"].at(8_000)) for p in pcms])
+    for name in ("ulaw_8000", "alaw_8000"):
+        row(name, [judges.round_trip(p, FORMATS[name]) for p in pcms])
     aac = FORMATS["aac"]  # FFmpeg's default coder, for the record
     if aac.codec_options:
         variant = dataclasses.replace(aac, codec_options={})

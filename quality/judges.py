@@ -21,6 +21,7 @@ import av
 import numpy as np
 import numpy.typing as npt
 
+from kokoro_contract.audio import SAMPLE_RATE
 from kokoro_contract.formats import AudioFormat
 
 JUDGE_RATE = 16_000
@@ -69,12 +70,11 @@ def resample(samples: Samples, rate: int) -> Samples:
     return np.concatenate(out) if out else np.zeros(0, np.float32)
 
 
-def decode(data: bytes, format_name: str) -> Samples:
-    """A whole response body in `format_name` (a registry name) -> 16 kHz mono samples."""
+def decode(data: bytes, format_name: str, rate: int = SAMPLE_RATE) -> Samples:
+    """A whole response body in `format_name` (a registry name; `pcm` at `rate`) -> 16 kHz
+    mono samples."""
     if format_name == "pcm":
-        from kokoro_contract.audio import SAMPLE_RATE
-
-        return resample(pcm16(data), SAMPLE_RATE)
+        return resample(pcm16(data), rate)
     resampler = _resampler()
     out: list[Samples] = []
     demuxer, options = DEMUXERS.get(format_name), {}
@@ -99,7 +99,7 @@ def encode(pcm: bytes, fmt: AudioFormat) -> bytes:
 
 def round_trip(pcm: bytes, fmt: AudioFormat) -> Samples:
     """What a listener's player hears of `pcm` sent in `fmt`: encoded, decoded, at 16 kHz."""
-    return decode(encode(pcm, fmt), fmt.name)
+    return decode(encode(pcm, fmt), fmt.name, fmt.codec_rate)
 
 
 class MosJudge:
