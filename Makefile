@@ -86,10 +86,10 @@ typecheck: setup
 	$(VENV)/bin/mypy
 
 # The suite on two workers (pytest-xdist): much of it waits on servers, processes and timeouts,
-# so two share the cores. `--dist loadgroup` keeps every real-model test on one worker (the real
-# engine, servers and judges loaded once) and each other file whole on one (tests/conftest.py).
+# so two share the cores. `--dist loadscope` runs each file whole on one worker, its module
+# fixtures made once (docs/testing.md: why not loadgroup's groups).
 test: lint typecheck browser
-	$(VENV)/bin/pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n 2 --dist loadscope $(PYTEST_ARGS)
 
 # The edit loop: no real Kokoro engine, no slow test, no browser (all three run in `make test`);
 # stops at the first failure.

@@ -176,10 +176,7 @@ REAL_MODEL_FIXTURES = frozenset(
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A test that reaches the real model is marked `real_model`, so `-m "not real_model"`
-    is a dependable quick run. Under pytest-xdist's `--dist loadgroup` (`make test`), the
-    real-model tests run on one worker, in their order (each real engine, server and judge
-    loaded once, as in one process), and every other file's tests together on one worker
-    (its module and session fixtures made once)."""
+    is a dependable quick run."""
     unmarked = [
         item.nodeid
         for item in items
@@ -188,10 +185,3 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     ]
     if unmarked:
         raise pytest.UsageError(f"mark these real_model: {', '.join(unmarked)}")
-    if config.getoption("dist", "no") != "loadgroup":
-        return
-    for item in items:
-        group = (
-            "real_model" if item.get_closest_marker("real_model") else item.nodeid.split("::")[0]
-        )
-        item.add_marker(pytest.mark.xdist_group(group))
