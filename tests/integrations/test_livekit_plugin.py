@@ -58,6 +58,7 @@ class Heard:
     pcm: bytes = b""
     words: list[TimedString] = field(default_factory=list)
     frames: int = 0
+    rate: int = 24_000  # the frames' sample rate, as the plugin was asked for
 
     def matches(self, reference: bytes) -> bool:
         """The reference audio, maybe followed by LiveKit's marker: `tts.AudioEmitter` ends a
@@ -66,7 +67,7 @@ class Heard:
         return self.pcm in (reference, reference + MARKER)
 
     def add(self, event: tts.SynthesizedAudio) -> None:
-        assert event.frame.sample_rate == 24_000
+        assert event.frame.sample_rate == self.rate
         assert event.frame.num_channels == 1
         self.pcm += event.frame.data.tobytes()
         self.words += event.frame.userdata.get(USERDATA_TIMED_TRANSCRIPT, [])
@@ -74,7 +75,7 @@ class Heard:
 
 
 async def hear(stream: tts.SynthesizeStream | tts.ChunkedStream) -> Heard:
-    heard = Heard()
+    heard = Heard(rate=stream._tts.sample_rate)
     async for event in stream:
         heard.add(event)
     return heard
@@ -196,6 +197,28 @@ async def test_one_sentence_streams_all_its_audio_and_its_words(
     # the fake gives every character 10 ms, from the utterance's first sample
     assert heard.words[0].start_time == 0.0
     assert heard.words[1].start_time == pytest.approx(0.06)
+
+
+async def test_the_gateway_speaks_at_the_rate_the_agent_runs_at(
+    gateway_on_fake: RunningServer, http_session: None
+) -> None:
+    """`sample_rate=16000`: the gateway resamples, the frames say 16 kHz, the audio is the
+    24 kHz reply's length at 16 kHz (LiveKit's 10 ms end marker aside), and the word timings are
+    the same milliseconds, on the WebSocket stream and the OpenAI route alike."""
+    text = "Hello there."
+    with pytest.raises(ValueError, match="sample_rate must be one of 8000, 16000"):
+        kokoro_voice.TTS(base_url=gateway_on_fake.http_url, sample_rate=11_025)
+    async with kokoro_voice.TTS(base_url=gateway_on_fake.http_url, sample_rate=16_000) as engine:
+        assert engine.sample_rate == 16_000
+        streamed = await speak(engine, deltas_of(text, 3))
+        batch = await hear(engine.synthesize(text, conn_options=NO_RETRY))
+    expected = expected_pcm_bytes(text) // 2 * 2 / 3  # samples at 16 kHz
+    for heard in (streamed, batch):
+        samples = len(heard.pcm) // 2
+        assert any(abs(samples - (expected + marker)) <= 2 for marker in (0, 160)), samples
+        assert loud(heard.pcm) > 0.3
+    assert [w.strip() for w in streamed.words] == ["Hello", "there."]
+    assert streamed.words[1].start_time == pytest.approx(0.06)
 
 
 async def test_audio_comes_while_the_text_is_still_coming(

@@ -7,6 +7,8 @@ import json
 from typing import Any
 
 SAMPLE_RATE = 24_000
+# the rates the gateway speaks `pcm` at (its `sample_rate`; 24000, the model's, by default)
+PCM_RATES = (8_000, 16_000, 22_050, SAMPLE_RATE, 44_100, 48_000)
 NUM_CHANNELS = 1
 BYTES_PER_SECOND = SAMPLE_RATE * 2 * NUM_CHANNELS  # s16le
 MAX_ID_CHARS = 64
@@ -22,9 +24,11 @@ def speak(
     *,
     timestamps: bool = True,
     audio_format: str = "pcm",
+    sample_rate: int = SAMPLE_RATE,
 ) -> Message:
     """`speak` with no text: the client streams it (`text` deltas, then `flush`), `bidi`, with
-    `words` frames when `timestamps`; no `voice`: the gateway's default."""
+    `words` frames when `timestamps`; no `voice`: the gateway's default; `sample_rate` named
+    only when it is not the model's own (a gateway before it knew the field takes the rest)."""
     message: Message = {
         "type": "speak",
         "utterance_id": utterance_id,
@@ -35,6 +39,8 @@ def speak(
     }
     if voice:
         message["voice"] = voice
+    if sample_rate != SAMPLE_RATE:
+        message["sample_rate"] = sample_rate
     return message
 
 

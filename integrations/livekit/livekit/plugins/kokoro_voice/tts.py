@@ -35,7 +35,7 @@ from typing import Any, Never, Self
 import aiohttp
 from kokoro_voice_client import SSEDataDecoder, endpoints, ends_utterance, is_stale
 from kokoro_voice_client import speak_ws as msg
-from kokoro_voice_client.speak_ws import NUM_CHANNELS, SAMPLE_RATE, split_audio_frame
+from kokoro_voice_client.speak_ws import NUM_CHANNELS, PCM_RATES, SAMPLE_RATE, split_audio_frame
 from livekit.agents import (
     APIConnectionError,
     APIConnectOptions,
@@ -70,6 +70,12 @@ class _TTSOptions:
     speed: float
 
 
+def _check_rate(rate: int) -> int:
+    if rate not in PCM_RATES:
+        raise ValueError(f"sample_rate must be one of {', '.join(map(str, PCM_RATES))}, not {rate}")
+    return rate
+
+
 def _check_speed(speed: float) -> float:
     if not 0.5 <= speed <= 2.0:
         raise ValueError(f"speed must be in [0.5, 2.0], not {speed}")
@@ -84,6 +90,7 @@ class TTS(tts.TTS[Never]):
         api_key: NotGivenOr[str | None] = NOT_GIVEN,
         voice: str | None = None,
         speed: float = 1.0,
+        sample_rate: int = SAMPLE_RATE,
         http_session: aiohttp.ClientSession | None = None,
         max_idle_s: float = MAX_IDLE_S,
     ) -> None:
@@ -98,6 +105,8 @@ class TTS(tts.TTS[Never]):
             voice: a voice the model servers have, or an OpenAI name the gateway maps
                 (`alloy`, `marin`, ...); default: the gateway's default voice.
             speed: 0.5-2.0.
+            sample_rate: the rate the gateway speaks at, the room's or the pipeline's, so
+                nothing resamples here: 8000, 16000, 22050, 24000 (the model's), 44100, 48000.
             http_session: an aiohttp session to use; default: the job's
                 (`livekit.agents.utils.http_context`).
             max_idle_s: a pooled WebSocket unused for longer is not reused (keep it below
@@ -105,7 +114,7 @@ class TTS(tts.TTS[Never]):
         """
         super().__init__(
             capabilities=tts.TTSCapabilities(streaming=True, aligned_transcript=True),
-            sample_rate=SAMPLE_RATE,
+            sample_rate=_check_rate(sample_rate),
             num_channels=NUM_CHANNELS,
         )
         url = base_url if is_given(base_url) else os.environ.get(URL_ENV, DEFAULT_URL)
@@ -248,7 +257,7 @@ class SynthesizeStream(tts.SynthesizeStream):
         uid = utils.shortuuid("lk_")
         output_emitter.initialize(
             request_id=uid,
-            sample_rate=SAMPLE_RATE,
+            sample_rate=self._tts.sample_rate,
             num_channels=NUM_CHANNELS,
             mime_type="audio/pcm",
             stream=True,
@@ -364,7 +373,8 @@ class _Utterance:
                 self.emitter.start_segment(segment_id=self.uid)
                 stream._mark_started()
                 opts = stream._opts
-                await self._send(msg.speak(self.uid, opts.voice, opts.speed))
+                rate = stream._tts.sample_rate
+                await self._send(msg.speak(self.uid, opts.voice, opts.speed, sample_rate=rate))
                 self.opened.set_result(True)
             await self._send(msg.text(data))
         if self.ended:
@@ -504,7 +514,7 @@ class ChunkedStream(tts.ChunkedStream):
         request_id = utils.shortuuid("lk_")
         output_emitter.initialize(
             request_id=request_id,
-            sample_rate=SAMPLE_RATE,
+            sample_rate=self._tts.sample_rate,
             num_channels=NUM_CHANNELS,
             mime_type="audio/pcm",
         )
@@ -517,6 +527,8 @@ class ChunkedStream(tts.ChunkedStream):
         }
         if self._opts.voice is not None:
             body["voice"] = self._opts.voice
+        if self._tts.sample_rate != SAMPLE_RATE:
+            body["sample_rate"] = self._tts.sample_rate
         timeout = aiohttp.ClientTimeout(
             sock_connect=self._conn_options.timeout, sock_read=self._conn_options.timeout
         )
