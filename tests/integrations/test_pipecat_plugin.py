@@ -25,7 +25,7 @@ from pipecat.frames.frames import (
     TTSUpdateSettingsFrame,
 )
 from pipecat.pipeline.pipeline import Pipeline
-from pipecat.pipeline.worker import PipelineWorker
+from pipecat.pipeline.worker import PipelineParams, PipelineWorker
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.services.tts_service import TextAggregationMode
 from pipecat.tests.utils import QueuedFrameProcessor, run_test
@@ -59,6 +59,29 @@ def loud(pcm: bytes) -> bool:
     """Not silence: some sample far from zero."""
     samples = memoryview(pcm).cast("h")
     return max(abs(s) for s in samples) > 1000
+
+
+@pytest.mark.parametrize(
+    ("pipeline_rate", "asked", "spoken_at"),
+    [(16_000, None, 16_000), (11_025, None, 24_000), (24_000, 8_000, 8_000)],
+)
+async def test_the_gateway_speaks_at_the_pipelines_rate(
+    gateway_on_fake: RunningServer, pipeline_rate: int, asked: int | None, spoken_at: int
+) -> None:
+    """The pipeline's output rate (or the service's `sample_rate`) is asked of the gateway, so
+    nothing resamples here: the frames say it and hold the reply's length at it; a rate the
+    gateway does not offer is asked as its 24 kHz, for pipecat's output to resample."""
+    text = "Hello there, my friend."
+    tts = KokoroVoiceTTSService(url=gateway_on_fake.http_url, sample_rate=asked)
+    down, _ = await run_test(
+        tts,
+        frames_to_send=[TTSSpeakFrame(text)],
+        pipeline_params=PipelineParams(audio_out_sample_rate=pipeline_rate),
+    )
+    assert {f.sample_rate for f in down if isinstance(f, TTSAudioRawFrame)} == {spoken_at}
+    samples = len(audio_of(down)) // 2
+    assert abs(samples - expected_pcm_bytes(text) // 2 * spoken_at / 24_000) <= 2
+    assert loud(audio_of(down))
 
 
 async def test_a_spoken_frame_comes_back_as_its_pcm_and_timed_words(

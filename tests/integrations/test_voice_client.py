@@ -59,6 +59,9 @@ def test_the_messages_are_the_protocols() -> None:
         "voice": "jf_alpha",
     }
     assert "voice" not in msg.speak("u1", None)
+    # the model's rate is not named (a gateway that predates the field serves it); others are
+    assert "sample_rate" not in msg.speak("u1", sample_rate=24_000)
+    assert msg.speak("u1", sample_rate=16_000)["sample_rate"] == 16_000
     assert msg.speak("u1", timestamps=False)["timestamps"] is False
     assert msg.text("Hi ") == {"type": "text", "delta": "Hi "}
     assert msg.cancel() == {"type": "cancel"}

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kokoro_voice_client import GatewayError, speak_ws_url
-from kokoro_voice_client.speak_ws import SAMPLE_RATE, Message
+from kokoro_voice_client.speak_ws import PCM_RATES, SAMPLE_RATE, Message
 from loguru import logger
 from pipecat.frames.frames import (
     ErrorFrame,
@@ -42,8 +42,6 @@ from pipecat.utils.types import NOT_GIVEN, NotGiven
 from websockets.protocol import State
 
 from pipecat_kokoro_voice.wire import Ended, UtteranceQueue, Voice
-
-BYTES_PER_MS = SAMPLE_RATE * 2 // 1000
 
 __all__ = ["KokoroVoiceError", "KokoroVoiceTTSService", "KokoroVoiceTTSSettings", "speak_ws_url"]
 
@@ -128,6 +126,9 @@ class KokoroVoiceTTSService(WebsocketTTSService):
         settings: `KokoroVoiceTTSService.Settings(voice=..., speed=...)`.
         text_aggregation_mode: TOKEN by default: the gateway cuts the stream into chunks
             itself (its first clause early), so tokens go on as they come.
+        sample_rate: the audio's rate; None: the pipeline's. The gateway speaks it when it
+            offers it (8000, 16000, 22050, 24000, 44100, 48000: nothing resamples here), else
+            24000, which pipecat's output resamples.
     """
 
     Settings = KokoroVoiceTTSSettings
@@ -140,6 +141,7 @@ class KokoroVoiceTTSService(WebsocketTTSService):
         api_key: str | None = None,
         settings: KokoroVoiceTTSSettings | None = None,
         text_aggregation_mode: TextAggregationMode | None = TextAggregationMode.TOKEN,
+        sample_rate: int | None = None,
         **kwargs: Any,
     ) -> None:
         defaults = KokoroVoiceTTSSettings(model=None, voice=None, language=None, speed=1.0)
@@ -153,7 +155,7 @@ class KokoroVoiceTTSService(WebsocketTTSService):
             push_text_frames=False,  # words come with timestamps
             push_start_frame=True,
             append_trailing_space=True,  # between sentences, when they are aggregated
-            sample_rate=SAMPLE_RATE,
+            sample_rate=sample_rate,
             settings=defaults,
             **kwargs,
         )
@@ -353,7 +355,13 @@ class KokoroVoiceTTSService(WebsocketTTSService):
         if playback is None or playback.started_ns is None:
             return None
         elapsed_ms = max(0.0, (self.get_clock().get_time() - playback.started_ns) / 1e6)
-        return min(elapsed_ms, playback.pushed_bytes / BYTES_PER_MS)
+        return min(elapsed_ms, playback.pushed_bytes / (self._wire_rate * 2 / 1000))
+
+    @property
+    def _wire_rate(self) -> int:
+        """The rate the gateway speaks at: the pipeline's, when the gateway offers it (then
+        nothing resamples here), else the model's 24 kHz, which pipecat's output resamples."""
+        return self.sample_rate if self.sample_rate in PCM_RATES else SAMPLE_RATE
 
     def _voice(self) -> Voice:
         voice = self._settings.voice
@@ -361,6 +369,7 @@ class KokoroVoiceTTSService(WebsocketTTSService):
         return Voice(
             voice if isinstance(voice, str) else None,
             float(speed) if isinstance(speed, int | float) else 1.0,
+            self._wire_rate,
         )
 
     # --- the gateway's side -----------------------------------------------------------------
@@ -398,7 +407,7 @@ class KokoroVoiceTTSService(WebsocketTTSService):
             return  # a cancelled or unknown utterance's late audio
         context_id, pcm = found
         if pcm:
-            audio = TTSAudioRawFrame(pcm, SAMPLE_RATE, 1, context_id=context_id)
+            audio = TTSAudioRawFrame(pcm, self._wire_rate, 1, context_id=context_id)
             await self.append_to_audio_context(context_id, audio)
 
     async def _on_event(self, body: Any) -> None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from kokoro_voice_client import ends_utterance, split_audio_frame
 from kokoro_voice_client import speak_ws as msg
 from kokoro_voice_client.errors import CLOSING
-from kokoro_voice_client.speak_ws import MAX_ID_CHARS, Message
+from kokoro_voice_client.speak_ws import MAX_ID_CHARS, SAMPLE_RATE, Message
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.:-]")
 
@@ -41,14 +41,16 @@ def utterance_id_for(context_id: str, taken: set[str] | None = None) -> str:
 
 @dataclass(frozen=True)
 class Voice:
-    """What a `speak` asks for: taken from the service's settings when the context opens."""
+    """What a `speak` asks for: taken from the service's settings when the context opens, and
+    the rate the pipeline plays at."""
 
     voice: str | None
     speed: float
+    sample_rate: int = SAMPLE_RATE
 
 
 def speak_message(utterance_id: str, voice: Voice) -> Message:
-    return msg.speak(utterance_id, voice.voice, voice.speed)
+    return msg.speak(utterance_id, voice.voice, voice.speed, sample_rate=voice.sample_rate)
 
 
 @dataclass
