@@ -11,11 +11,9 @@ import io
 from typing import Any, cast
 
 import av
-import numpy as np
 
-from gateway.encoders.base import EncoderError, PcmAligner
+from gateway.encoders.base import EncoderError, PcmFrames
 from gateway.encoders.framing import Mp4FragmentSplitter, WebmClusterSplitter
-from kokoro_contract.audio import SAMPLE_RATE
 from kokoro_contract.formats import AudioFormat
 
 Splitter = Mp4FragmentSplitter | WebmClusterSplitter
@@ -42,25 +40,6 @@ class _Collect(io.RawIOBase):
         return out
 
 
-class _PcmFrames:
-    """PCM bytes cut anywhere -> consecutive s16 mono frames with running timestamps."""
-
-    def __init__(self) -> None:
-        self._aligner = PcmAligner()
-        self._pts = 0
-
-    def next(self, pcm: bytes) -> av.AudioFrame | None:
-        data = self._aligner.push(pcm)
-        if not data:
-            return None
-        samples = np.frombuffer(data, dtype="<i2").reshape(1, -1)
-        frame = av.AudioFrame.from_ndarray(samples, format="s16", layout="mono")
-        frame.sample_rate = SAMPLE_RATE
-        frame.pts = self._pts
-        self._pts += samples.shape[1]
-        return frame
-
-
 class BareCodecEncoder:
     """A codec without a muxer: libmp3lame, each packet one whole frame, no ID3 or Xing tag;
     G.711 (pcm_mulaw, pcm_alaw), each packet whole samples of a byte each."""
@@ -77,7 +56,7 @@ class BareCodecEncoder:
             self._ctx.bit_rate = fmt.bit_rate
         self._ctx.options = dict(fmt.codec_options)
         self._ctx.open()
-        self._frames = _PcmFrames()
+        self._frames = PcmFrames()
 
     def _encode(self, frame: av.AudioFrame | None) -> list[bytes]:
         try:
@@ -115,7 +94,7 @@ class MuxedEncoder:
             self._stream.bit_rate = fmt.bit_rate
         splitter = _SPLITTERS.get(fmt.container or "")
         self._splitter: Splitter | None = splitter() if splitter is not None else None
-        self._frames = _PcmFrames()
+        self._frames = PcmFrames()
         self._closed = False
 
     def _units(self, data: bytes, final: bool = False) -> list[bytes]:

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
+import av
+import numpy as np
+
+from kokoro_contract.audio import SAMPLE_RATE
 from kokoro_contract.formats import AudioFormat
 
 
@@ -34,3 +38,23 @@ class PcmAligner:
         cut = len(data) - len(data) % 2
         self._odd = data[cut:]
         return data[:cut]
+
+
+class PcmFrames:
+    """PCM bytes cut anywhere -> consecutive s16 mono frames at 24 kHz with running timestamps,
+    for PyAV's codecs and resampler."""
+
+    def __init__(self) -> None:
+        self._aligner = PcmAligner()
+        self._pts = 0
+
+    def next(self, pcm: bytes) -> av.AudioFrame | None:
+        data = self._aligner.push(pcm)
+        if not data:
+            return None
+        samples = np.frombuffer(data, dtype="<i2").reshape(1, -1)
+        frame = av.AudioFrame.from_ndarray(samples, format="s16", layout="mono")
+        frame.sample_rate = SAMPLE_RATE
+        frame.pts = self._pts
+        self._pts += samples.shape[1]
+        return frame

@@ -7,9 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import av
-import numpy as np
 
-from gateway.encoders.base import PcmAligner
+from gateway.encoders.base import PcmAligner, PcmFrames
 from kokoro_contract.audio import SAMPLE_RATE, wav_header
 from kokoro_contract.formats import FORMATS, AudioFormat
 
@@ -19,13 +18,12 @@ class _Resampled:
     between pieces: one resampler for the whole response, drained at its end."""
 
     def __init__(self, rate: int) -> None:
+        self._frames = PcmFrames()
         self._resampler: Any = av.AudioResampler(format="s16", layout="mono", rate=rate)
 
-    def push(self, data: bytes) -> bytes:
-        samples = np.frombuffer(data, dtype="<i2").reshape(1, -1)
-        frame = av.AudioFrame.from_ndarray(samples, format="s16", layout="mono")
-        frame.sample_rate = SAMPLE_RATE
-        return self._take(frame)
+    def push(self, pcm: bytes) -> bytes:
+        frame = self._frames.next(pcm)
+        return self._take(frame) if frame is not None else b""
 
     def flush(self) -> bytes:
         return self._take(None)
@@ -43,9 +41,8 @@ class PcmEncoder:
         self._resampled = _Resampled(fmt.codec_rate) if fmt.codec_rate != SAMPLE_RATE else None
 
     def push(self, pcm: bytes) -> list[bytes]:
-        data = self._aligner.push(pcm)
-        if data and self._resampled is not None:
-            data = self._resampled.push(data)
+        resampled = self._resampled
+        data = self._aligner.push(pcm) if resampled is None else resampled.push(pcm)
         return [data] if data else []
 
     def flush(self) -> list[bytes]:

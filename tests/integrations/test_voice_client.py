@@ -23,6 +23,7 @@ from gateway.errors import BadRequest, Overloaded, TTSError
 from gateway.errors import GatewayError as ServerGatewayError
 from gateway.reply.events import ErrorEvent
 from gateway.speak_ws.protocol import error_frame, event_frame
+from kokoro_contract import audio, formats
 from tests.support.fakes import expected_pcm_bytes
 from tests.support.servers import RunningServer
 
@@ -59,6 +60,9 @@ def test_the_messages_are_the_protocols() -> None:
         "voice": "jf_alpha",
     }
     assert "voice" not in msg.speak("u1", None)
+    # the rates the plugins may ask for are the gateway's (the client does not import it)
+    assert msg.PCM_RATES == formats.PCM_RATES
+    assert msg.SAMPLE_RATE == audio.SAMPLE_RATE
     # the model's rate is not named (a gateway that predates the field serves it); others are
     assert "sample_rate" not in msg.speak("u1", sample_rate=24_000)
     assert msg.speak("u1", sample_rate=16_000)["sample_rate"] == 16_000
