@@ -55,6 +55,8 @@ class Settings:
     llm_tokens_per_minute: int = 20_000  # per client; 0: no limit
     idle_timeout_s: float = 60.0
     max_connection_age_s: float = 3600.0  # a WebSocket's longest life; 0: no limit
+    max_contexts_per_socket: int = 5  # protocol 2: contexts open at once on one WebSocket
+    context_idle_s: float = 20.0  # protocol 2: a context waiting for text this long is closed
     max_reply_s: float = 300.0
     max_reply_audio_s: float = 180.0  # a reply's speech, estimated from its text: reply_too_long
     send_timeout_s: float = 10.0
@@ -150,6 +152,10 @@ _HELP = {
     "max_connection_age_s": "a WebSocket open this long is closed (1008 max_connection_age) once "
     "no reply is playing, whatever its credentials; one opened with a token closes when the "
     "token expires (1008 token_expired) (0: no age limit)",
+    "max_contexts_per_socket": "contexts open at once on one speak WebSocket in protocol 2 (a "
+    "speak past it: too_many_contexts)",
+    "context_idle_s": "a protocol 2 context that waits for the client's text, with no message "
+    "naming it and nothing to synthesize, for this long is closed (context_closed, reason idle)",
     "max_reply_s": "longest reply; a longer one ends with error reply_too_long",
     "max_reply_audio_s": "longest speech of one reply, estimated from its text with digits and "
     "symbols read out: text given whole that would speak longer is refused (400 "

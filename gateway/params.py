@@ -19,6 +19,14 @@ class Mode(StrEnum):
     BATCH = "batch"  # all the text, then one synthesis call: the baseline
 
 
+class Buffering(StrEnum):
+    """Who decides when a context's streamed text goes to synthesis (the speak WebSocket's
+    protocol 2)."""
+
+    GATEWAY = "gateway"  # the chunk plan: sentences as soon as they can keep up; flushes too
+    CLIENT = "client"  # the client: what came before each flush, as one chunk
+
+
 def _speed() -> Any:
     return Field(limits.DEFAULT_SPEED, ge=limits.MIN_SPEED, le=limits.MAX_SPEED)
 

@@ -297,6 +297,53 @@ class IncrementalSentenceChunker:
         return len(word) == 1 and word.isalpha()  # an initial: J. R. R. Tolkien
 
 
+class HeldText:
+    """The client decides (the speak WebSocket's `"buffering": "client"`): text is held until
+    the client flushes, then goes whole, cut only where it is longer than `max_chars`
+    (`split_text`). The chunker's two calls, so a plan runs it in the chunker's place."""
+
+    def __init__(self, max_chars: int = ChunkerConfig.max_chars) -> None:
+        self.max_chars = max_chars
+        self._buf = ""
+
+    def push(self, text: str) -> list[str]:
+        self._buf += text
+        return []
+
+    def flush(self) -> list[str]:
+        text, self._buf = self._buf, ""
+        return split_text(text, self.max_chars)
+
+
+def split_text(text: str, max_chars: int) -> list[str]:
+    """`text` stripped, in pieces of at most `max_chars`: each cut after the last sentence end
+    that fits, else after the last clause mark, else between the last two words, else
+    (one word longer than that) at `max_chars`. Nothing but white space: no piece."""
+    pieces: list[str] = []
+    rest = text.strip()
+    while len(rest) > max_chars:
+        head = rest[: max_chars + 1]
+        cut = _last_mark_before_space(head, TERMINALS + CLOSERS)
+        if cut is None:
+            cut = _last_mark_before_space(head, CLAUSE_MARKS)
+        if cut is None:
+            space = head.rfind(" ")
+            cut = space if space > 0 else max_chars
+        pieces.append(rest[:cut].strip())
+        rest = rest[cut:].strip()
+    if rest:
+        pieces.append(rest)
+    return pieces
+
+
+def _last_mark_before_space(head: str, marks: str) -> int | None:
+    """Just past the last of `marks` in `head` that white space follows, if any."""
+    for i in range(len(head) - 2, 0, -1):
+        if head[i] in marks and head[i + 1].isspace():
+            return i + 1
+    return None
+
+
 def word_of(token: str) -> str:
     """A token as a bare lower-case word, for PHRASE_STARTS."""
     return token.strip("\"'()[]{}“”‘’«»,;:").lower()

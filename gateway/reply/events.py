@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from gateway.sources.base import FlushId
 from kokoro_contract.protocol import WordTiming
 
 
@@ -57,6 +58,15 @@ class Cancelled:
 
 
 @dataclass(frozen=True)
+class Flushed:
+    """The reply's audio up to the client's flush `flush_id` has all been sent (the speak
+    WebSocket's protocol 2)."""
+
+    flush_id: FlushId
+    name = "flushed"
+
+
+@dataclass(frozen=True)
 class AudioStreamEnd:
     total_chunks: int
     duration_s: float
@@ -89,6 +99,7 @@ Event = (
     | AgentEnd
     | ErrorEvent
     | Cancelled
+    | Flushed
 )
 
 

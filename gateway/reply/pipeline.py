@@ -43,13 +43,15 @@ from gateway.reply.events import (
     AudioStreamStart,
     ErrorEvent,
     Event,
+    Flushed,
     TextDelta,
     Words,
 )
+from gateway.reply.flushes import FlushAcks, spoken_chars
 from gateway.reply.heard import heard_text
 from gateway.reply.plan.protocol import Plan
 from gateway.reply.plan.sentence_plan import SentencePlan
-from gateway.sources.base import TextSource
+from gateway.sources.base import FlushId, FlushMark, TextSource
 from gateway.transports.base import (
     BatchTransport,
     BidiTransport,
@@ -170,6 +172,12 @@ class Reply:
         self._batch_asked = False  # batch: all the text came, its one call is asked
         # the processors' inboxes, poked when a chunk is done (sooner than estimated)
         self._wakes: list[Inbox[Any]] = []
+        # the client's flushes (protocol 2), answered once the audio up to each has been sent:
+        # counted in pieces of the TTS stream, as they came back and as they were given on
+        self._flushes = FlushAcks()
+        self._received = 0
+        self._emitted = 0
+        self._pieces: Inbox[Any] | None = None  # `_play`'s inbox, poked when a flush comes
 
     def waiting_for_text(self) -> bool:
         """Whether the reply asks nothing of the engine and waits for its text: in batch mode
@@ -202,6 +210,8 @@ class Reply:
                 else:
                     await self._batch()
             await self._emit_audio(self.encoder.flush())
+            if not self._too_long:  # the audio is all sent: every flush is answered
+                await self._answer(self._flushes.rest())
             if self._too_long:
                 self.error = ErrorEvent(
                     "reply_too_long",
@@ -250,8 +260,9 @@ class Reply:
     async def _bidi(self) -> None:
         spec = self.spec
         async with self.bidi.open(spec.voice, spec.speed, self._completed, spec.timestamps) as tts:
-            deltas: _Items[str] = self._queue(QUEUE_DELTAS)
+            deltas: _Items[str | FlushMark] = self._queue(QUEUE_DELTAS)
             pieces: _Items[Piece] = self._queue(QUEUE_PIECES)
+            self._pieces = pieces
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self._read_text(deltas))
                 tg.create_task(self._cut(deltas, tts))
@@ -259,8 +270,14 @@ class Reply:
                 tg.create_task(self._play(pieces, hold=True))
 
     async def _batch(self) -> None:
+        texts: list[str] = []
         async with aclosing(self._text()) as deltas:
-            text = "".join([delta async for delta in deltas])
+            async for delta in deltas:
+                if isinstance(delta, FlushMark):
+                    self._flushes.flush(delta.flush_id)  # answered at the end, as it all is
+                else:
+                    texts.append(delta)
+        text = "".join(texts)
         if not text.strip():
             return
         self._batch_asked = True
@@ -280,8 +297,9 @@ class Reply:
 
     # --- text -> plan -> TTS ---------------------------------------------------------------
 
-    async def _deltas(self) -> AsyncGenerator[str]:
-        """The source's text, failing with `llm_timeout` when it stalls."""
+    async def _deltas(self) -> AsyncGenerator[str | FlushMark]:
+        """The source's text (and the client's flushes), failing with `llm_timeout` when it
+        stalls."""
         async with aclosing(self.source.stream()) as stream:
             while True:
                 try:
@@ -297,10 +315,13 @@ class Reply:
                     ) from None
                 yield delta
 
-    async def _text(self) -> AsyncGenerator[str]:
+    async def _text(self) -> AsyncGenerator[str | FlushMark]:
         meter = SpokenMeter(self.spec.speed)
         async with aclosing(self._deltas()) as stream:
             async for delta in stream:
+                if isinstance(delta, FlushMark):
+                    yield delta
+                    continue
                 if not delta:
                     continue
                 if self.max_audio_s and meter.push(delta) > self.max_audio_s:
@@ -314,15 +335,16 @@ class Reply:
                 self._text_seq += 1
                 yield delta
 
-    async def _read_text(self, deltas: _Items[str]) -> None:
+    async def _read_text(self, deltas: _Items[str | FlushMark]) -> None:
         async with aclosing(self._text()) as text:
             async for delta in text:
                 await deltas.put(delta)
         await deltas.put(_Signal.END)
 
-    async def _cut(self, deltas: _Items[str], tts: TTSStream) -> None:
+    async def _cut(self, deltas: _Items[str | FlushMark], tts: TTSStream) -> None:
         """Feed the text to the plan and send each chunk the moment it decides one; wake when
-        the plan asks (`wake_at`) or a chunk completes, even with no new text."""
+        the plan asks (`wake_at`) or a chunk completes, even with no new text. A client's
+        flush makes the text so far final (`Plan.cut`); `_play` answers it."""
         plan = self.plan
         loop = asyncio.get_running_loop()
         ended = False
@@ -339,11 +361,18 @@ class Reply:
             elif delta is _Signal.END:
                 ended = True
                 chunks = plan.flush(loop.time())
+            elif isinstance(delta, FlushMark):
+                self._flushes.flush(delta.flush_id)
+                chunks = plan.cut(loop.time())
             else:
+                self._flushes.text(spoken_chars(delta))
                 chunks = plan.push(delta, loop.time())
             for chunk in chunks:
                 self._chunk_released(len(chunk.text))
+                self._flushes.sent(spoken_chars(chunk.text))
                 await tts.send(chunk.text, chunk.deadline_ms)
+            if isinstance(delta, FlushMark) and self._pieces is not None:
+                self._pieces.poke()  # a flush with nothing left to wait for is answered now
         await tts.end_input()
 
     def _chunk_released(self, chars: int) -> None:
@@ -362,6 +391,8 @@ class Reply:
         which neither waits nor is lost, however full they are."""
         audio_s = pcm_duration_s(done.audio_bytes)
         self.metrics.chunk_audio_s.append(round(audio_s, 3))
+        # its audio is all among the pieces received: the stream tells a completion after it
+        self._flushes.completed(done.index, self._received)
         now = asyncio.get_running_loop().time()
         early = None if done.first_audio_bytes is None else pcm_duration_s(done.first_audio_bytes)
         self.plan.completed(done.index, audio_s, now, done.elapsed_s, done.first_audio_s, early)
@@ -373,6 +404,7 @@ class Reply:
     async def _receive(self, audio: AsyncIterator[Piece], pieces: _Items[Piece]) -> None:
         async for piece in audio:
             await pieces.put(piece)
+            self._received += 1
         await pieces.put(_Signal.END)
 
     async def _play(self, pieces: _Items[Piece], hold: bool) -> None:
@@ -406,7 +438,9 @@ class Reply:
                 continue
             if item is _Signal.END:
                 break
-            if item is POKED:  # a chunk completed: look again
+            if item is POKED:  # a chunk completed, or a flush came: look again
+                if not held:
+                    await self._answer(self._flushes.due(self._emitted))
                 continue
             if isinstance(item, bytes) and playback is not None:
                 playback.audio_ready(loop.time())
@@ -435,6 +469,17 @@ class Reply:
     async def _encode_one(self, piece: Piece) -> None:
         for event in self._events_for(piece):
             await self.out.put(event)
+        self._emitted += 1
+        if self._flushes.waiting:
+            await self._answer(self._flushes.due(self._emitted))
+
+    async def _answer(self, flushes: list[FlushId | None]) -> None:
+        """`flushed` for each flush named by the client (one with no id is answered by
+        nothing). After the audio before it: for a codec, as far as the encoder has given it
+        (the part of a frame it holds follows with the next audio)."""
+        for flush_id in flushes:
+            if flush_id is not None:
+                await self.out.put(Flushed(flush_id))
 
     def _events_for(self, piece: Piece) -> list[Event]:
         """What one piece of the model server's output becomes for the client."""

@@ -12,7 +12,7 @@ from gateway.config import Settings
 from gateway.encoders import create_encoder
 from gateway.errors import BadRequest
 from gateway.metrics import GatewayMetrics
-from gateway.params import SpeakParams
+from gateway.params import Buffering, SpeakParams
 from gateway.reply.chunker import ChunkerConfig
 from gateway.reply.events import Event
 from gateway.reply.pipeline import Reply, ReplySpec
@@ -20,7 +20,7 @@ from gateway.reply.plan.config import PlanConfig
 from gateway.reply.plan.playback_plan import ChunkPlan
 from gateway.reply.plan.protocol import Plan
 from gateway.reply.plan.rates import EarlyAudio, SpeechRate, chunk_speed
-from gateway.reply.plan.sentence_plan import SentencePlan
+from gateway.reply.plan.sentence_plan import SentencePlan, client_plan
 from gateway.service.runtime import Runtime
 from gateway.service.voices import VoiceCatalog, parse_table
 from gateway.sources.registry import Source, SourceRequest, Supplies, kind_for, llm_kind
@@ -152,11 +152,13 @@ class ReplyFactory:
         on_end: Callable[[], None] | None = None,
         utterance_id: str | None = None,
         audio_format: AudioFormat | None = None,
+        buffering: Buffering = Buffering.GATEWAY,
     ) -> Reply:
         """A reply to `params` from `source`, its events into `out`, synthesized by `tts`;
         `alone` and `progressive` say what its model server is (nothing else to do; speaks
-        progressively), `on_end` is called as it ends (before `agent_end`), and
-        `audio_format` overrides the browser format `params` name (the OpenAI route's)."""
+        progressively), `on_end` is called as it ends (before `agent_end`),
+        `audio_format` overrides the browser format `params` name (the OpenAI route's), and
+        `buffering` says who cuts a client's text (`Buffering.CLIENT`: its flushes)."""
         spec = ReplySpec(
             utterance_id=utterance_id or params.utterance_id or new_utterance_id(),
             mode=params.mode,
@@ -170,7 +172,9 @@ class ReplyFactory:
         )
         self.metrics.replies.labels(spec.mode, spec.format.name).inc()
         plan: Plan
-        if self.settings.chunk_plan == "playback":
+        if buffering is Buffering.CLIENT:
+            plan = client_plan(self.plan.max_chars)
+        elif self.settings.chunk_plan == "playback":
             if progressive:  # its first reply already planned for windows
                 self.early.assume()
             plan = ChunkPlan(

@@ -33,7 +33,7 @@ from gateway.access.keys import Client
 from gateway.access.quotas import Lease
 from gateway.aio import cancel_and_wait
 from gateway.metrics import GatewayMetrics
-from gateway.params import SpeakParams
+from gateway.params import Buffering, SpeakParams
 from gateway.reply.events import Cancelled, Event
 from gateway.reply.pipeline import Reply
 from gateway.service.gate import Admitted
@@ -171,6 +171,7 @@ async def speak(
     client_text: bool = False,
     utterance_id: str | None = None,
     audio_format: AudioFormat | None = None,
+    buffering: Buffering = Buffering.GATEWAY,
 ) -> AsyncIterator[Speech]:
     """A reply to `params` for `client`, held until the block ends: its events are the
     `Speech` given. `transport` labels it in the active-replies gauge (`sse`, `openai`,
@@ -178,7 +179,8 @@ async def speak(
     (an HTTP reply takes one); `cancellable`: `POST /v1/speak/{id}/cancel` may stop it (SSE);
     `client_text`: the caller sends the text itself when the request has neither text nor
     prompt (the WebSocket: `Speech.client_text` takes it); `audio_format` overrides the
-    browser format `params` name (OpenAI's formats).
+    browser format `params` name (OpenAI's formats); `buffering`: who cuts the client's text
+    (`Buffering.CLIENT`: its flushes, the WebSocket's protocol 2).
 
     Raises, before anything is streamed and holding nothing: `BadRequest` (the source's checks,
     `gateway.service.replies.ReplyFactory.source_for`; then `unknown_voice`; `busy`),
@@ -205,6 +207,7 @@ async def speak(
             on_end=admitted.settle,
             utterance_id=uid,
             audio_format=audio_format,
+            buffering=buffering,
         )
         # a plan with deadlines gives admission its spare time (`Plan.playback`); the sentences
         # plan has none.

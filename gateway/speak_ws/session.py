@@ -1,5 +1,7 @@
 """The speak WebSocket's rules, sans I/O: parsed client messages and utterance outcomes in,
 actions out (frames to send, an utterance to start, text to feed, an utterance to cancel).
+This is protocol 1's session; protocol 2's (several contexts) is `contexts.ContextSession`,
+which gives the same actions.
 
 One utterance at a time per connection: `speak` while one is still playing is refused
 (`busy`: cancel it first). An utterance without `text` or `prompt` takes the client's own text
@@ -20,11 +22,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gateway.errors import BadRequest
-from gateway.params import SpeakParams
+from gateway.params import Buffering, SpeakParams
+from gateway.sources.base import FlushMark
 from gateway.speak_ws.protocol import (
+    UTTERANCE_KEY,
     Cancel,
     ClientMessage,
     Close,
+    CloseContext,
     Flush,
     Invalid,
     Speak,
@@ -48,10 +53,11 @@ class SendFrame:
 class SendError:
     error: ServiceError
     utterance_id: str | None = None
+    key: str = UTTERANCE_KEY  # what names the id in the frame (`protocol.CONTEXT_KEY`)
 
     @property
     def frame(self) -> str:
-        return error_frame(self.error, self.utterance_id)
+        return error_frame(self.error, self.utterance_id, self.key)
 
 
 @dataclass(frozen=True)
@@ -60,16 +66,18 @@ class StartUtterance:
     params: SpeakParams
     history: tuple[Turn, ...]
     client_text: bool  # the client streams the text itself
+    buffering: Buffering = Buffering.GATEWAY
 
 
 @dataclass(frozen=True)
 class FeedText:
-    delta: str
+    delta: str | FlushMark  # text, or where the client flushed (protocol 2)
+    utterance_id: str
 
 
 @dataclass(frozen=True)
 class EndText:
-    pass
+    utterance_id: str
 
 
 @dataclass(frozen=True)
@@ -79,12 +87,26 @@ class CancelUtterance:
 
 
 @dataclass(frozen=True)
+class ExpireContext:
+    """Protocol 2: stop a context idle past its limit, then tell the client it is closed."""
+
+    context_id: str
+
+
+@dataclass(frozen=True)
 class CloseConnection:
     pass
 
 
 Action = (
-    SendFrame | SendError | StartUtterance | FeedText | EndText | CancelUtterance | CloseConnection
+    SendFrame
+    | SendError
+    | StartUtterance
+    | FeedText
+    | EndText
+    | CancelUtterance
+    | ExpireContext
+    | CloseConnection
 )
 
 
@@ -97,6 +119,34 @@ def trim_history(history: list[Turn], max_chars: int) -> None:
     `max_chars` characters (the WebSocket's conversations and AgentCore's keep this rule)."""
     while history and sum(len(t["content"]) for t in history) > max_chars:
         del history[:2]
+
+
+class Conversation:
+    """A connection's history for LLM prompts (both protocols): each prompt with the text of
+    its reply once the reply has ended, or of an interrupted reply what the listener heard
+    (marked as interrupted); a failed or empty reply, or one cancelled before anything was
+    heard, is not kept, and the oldest turns go past `max_chars`."""
+
+    def __init__(self, max_chars: int) -> None:
+        self.max_chars = max_chars
+        self.turns: list[Turn] = []
+
+    def ended(self, prompt: str | None, spoken: str, failed: bool) -> None:
+        """A failed or empty reply is not a turn: an empty assistant turn would make Bedrock
+        refuse every later prompt."""
+        if prompt is not None and spoken.strip() and not failed:
+            self._add(prompt, spoken)
+
+    def interrupted(self, prompt: str | None, heard: str | None) -> None:
+        if prompt is not None and heard and heard.strip():
+            self._add(prompt, f"{heard.strip()} {INTERRUPTED}")
+
+    def _add(self, prompt: str, answer: str) -> None:
+        self.turns += [
+            {"role": "user", "content": prompt},
+            {"role": "assistant", "content": answer},
+        ]
+        trim_history(self.turns, self.max_chars)
 
 
 @dataclass
@@ -116,10 +166,13 @@ class SpeakSession:
     ) -> None:
         self._new_id = new_id
         self.max_text_chars = max_text_chars
-        self.max_history_chars = max_history_chars
         self._current: _Utterance | None = None
-        self.history: list[Turn] = []
+        self.conversation = Conversation(max_history_chars)
         self.closed = False
+
+    @property
+    def history(self) -> list[Turn]:
+        return self.conversation.turns
 
     @property
     def utterance_id(self) -> str | None:
@@ -128,7 +181,8 @@ class SpeakSession:
 
     # --- client messages --------------------------------------------------------------------
 
-    def receive(self, message: ClientMessage) -> list[Action]:
+    def receive(self, message: ClientMessage, now: float = 0.0) -> list[Action]:
+        """What to do for a client message (`now`: protocol 2's clock; unused here)."""
         if self.closed:
             return []
         match message:
@@ -147,6 +201,8 @@ class SpeakSession:
             case Close():
                 self.closed = True
                 return [CloseConnection()]
+            case CloseContext():  # protocol 2's; never parsed in protocol 1
+                pass
         raise AssertionError(f"unhandled message {message!r}")
 
     def _speak(self, params: SpeakParams) -> list[Action]:
@@ -180,12 +236,12 @@ class SpeakSession:
             )
             return [SendError(error, current.utterance_id)]
         current.text_chars += len(delta)
-        return [FeedText(delta)]
+        return [FeedText(delta, current.utterance_id)]
 
     def _flush(self) -> list[Action]:
         assert self._current is not None
         self._current.text_open = False
-        return [EndText()]
+        return [EndText(self._current.utterance_id)]
 
     # --- utterance outcomes -----------------------------------------------------------------
 
@@ -198,17 +254,9 @@ class SpeakSession:
         """The reply ended (`agent_end` sent) after speaking `spoken`. A failed or empty reply
         is not a turn: an empty assistant turn would make Bedrock refuse every later prompt."""
         current = self._end(utterance_id)
-        if current is not None and current.prompt is not None and spoken.strip() and not failed:
-            self.history += [
-                {"role": "user", "content": current.prompt},
-                {"role": "assistant", "content": spoken},
-            ]
-            self._trim_history()
+        if current is not None:
+            self.conversation.ended(current.prompt, spoken, failed)
         return []
-
-    def _trim_history(self) -> None:
-        """Drop the oldest exchanges (prompt and answer together) past the size limit."""
-        trim_history(self.history, self.max_history_chars)
 
     def utterance_cancelled(
         self, utterance_id: str, played_ms: float | None = None, heard: str | None = None
@@ -217,12 +265,8 @@ class SpeakSession:
         word timings and `played_ms`). History keeps only that, marked as interrupted, so the
         next prompt is answered knowing what the user heard; nothing heard, nothing kept."""
         current = self._end(utterance_id)
-        if current is not None and current.prompt is not None and heard and heard.strip():
-            self.history += [
-                {"role": "user", "content": current.prompt},
-                {"role": "assistant", "content": f"{heard.strip()} {INTERRUPTED}"},
-            ]
-            self._trim_history()
+        if current is not None:
+            self.conversation.interrupted(current.prompt, heard)
         return [SendFrame(cancelled_frame(utterance_id, played_ms, heard))]
 
     def _end(self, utterance_id: str) -> _Utterance | None:

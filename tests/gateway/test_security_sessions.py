@@ -25,9 +25,10 @@ from gateway.app import create_app as create_gateway
 from gateway.config import Settings as GatewaySettings
 from gateway.routes import speak_ws
 from gateway.service import GatewayService
+from gateway.sources.base import FlushMark
 from gateway.sources.client import ClientTextSource
-from gateway.speak_ws.connection import SpeakConnection
-from gateway.speak_ws.session import FeedText
+from gateway.speak_ws.connection import SpeakConnection, _Running
+from gateway.speak_ws.session import Action, FeedText
 from tests.support.gateway_client import read_sse, wait_for_metric
 from tests.support.servers import RunningServer, serve
 
@@ -110,6 +111,7 @@ class NeverReads:
     def __init__(self, service: GatewayService, client: Client) -> None:
         self.app = SimpleNamespace(state=SimpleNamespace(service=service))
         self.scope: dict[str, Any] = {"state": {"client": client}}
+        self.query_params: dict[str, str] = {}  # protocol 1
         self.application_state = WebSocketState.CONNECTED
         self.incoming: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.sent: list[dict[str, Any]] = []
@@ -197,7 +199,7 @@ def test_client_text_waits_in_a_bounded_queue() -> None:
     dropped.close()  # its reply is gone: what waits is forgotten, a reader ends
     assert dropped.closed
 
-    async def read(s: ClientTextSource) -> list[str]:
+    async def read(s: ClientTextSource) -> list[str | FlushMark]:
         return [d async for d in s.stream()]
 
     assert asyncio.run(read(source)) == ["one ", "two "]
@@ -210,9 +212,11 @@ async def test_client_text_past_its_queue_is_text_queue_full(fake_server: Runnin
     async with service_on(fake_server) as service:
         ws = NeverReads(service, WEB)
         connection = SpeakConnection(ws, service, WEB, service.gate.open_session(WEB))  # type: ignore[arg-type]
-        connection._client_text = source = ClientTextSource(max_pending=2)
+        source = ClientTextSource(max_pending=2)
+        connection._running["u1"] = _Running("u1", client_text=source)
         async with asyncio.timeout(10):
-            await connection._apply([FeedText("one "), FeedText("two "), FeedText("three ")])
+            feeds: list[Action] = [FeedText(t, "u1") for t in ("one ", "two ", "three ")]
+            await connection._apply(feeds)
         assert [(e["type"], e["code"], e["status"]) for e in ws.sent] == [
             ("error", "text_queue_full", 429)
         ]

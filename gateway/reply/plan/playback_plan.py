@@ -122,6 +122,12 @@ class ChunkPlan(Plan, Playback):
         self._ended = True
         return self._release(now)
 
+    def cut(self, now: float) -> list[Chunk]:
+        """What the client sent so far is final: its last words become a unit of their own,
+        sent when the plan's timing says, as every unit is."""
+        self._units += self._chunker.flush()
+        return self._release(now)
+
     def tick(self, now: float) -> list[Chunk]:
         self._cut_slow_first(now)
         return self._release(now)

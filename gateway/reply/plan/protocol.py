@@ -60,6 +60,11 @@ class Plan(Protocol):
         """The text has ended: the chunks to send now."""
         ...
 
+    def cut(self, now: float) -> list[Chunk]:
+        """The client flushed (the speak WebSocket's protocol 2): the text so far is final,
+        whatever sentence it ends in, and more may follow: the chunks to send now."""
+        ...
+
     def tick(self, now: float) -> list[Chunk]:
         """Its time (`wake_at`), or a chunk completed: the chunks to send now."""
         ...

@@ -1,10 +1,20 @@
 """The `sentences` plan, pure: the chunker alone, one chunk per sentence, no deadlines, playback
-never held."""
+never held; and the plan of a client that decides where its text is cut (`client_plan`)."""
 
 from __future__ import annotations
 
-from gateway.reply.chunker import ChunkerConfig, IncrementalSentenceChunker
+from typing import Protocol
+
+from gateway.reply.chunker import ChunkerConfig, HeldText, IncrementalSentenceChunker
 from gateway.reply.plan.protocol import UNFINISHED_MAX, Chunk, Plan, Playback
+
+
+class Cutter(Protocol):
+    """Where text is cut: `IncrementalSentenceChunker`, or `HeldText` (the client's flushes)."""
+
+    def push(self, text: str) -> list[str]: ...
+
+    def flush(self) -> list[str]: ...
 
 
 class SentencePlan(Plan):
@@ -14,8 +24,8 @@ class SentencePlan(Plan):
     asks for a wake-up of its own); playback is never held (`playback` is None). The same
     inputs as `ChunkPlan`, so a reply runs either without knowing which."""
 
-    def __init__(self, config: ChunkerConfig | None = None) -> None:
-        self._chunker = IncrementalSentenceChunker(config)
+    def __init__(self, config: ChunkerConfig | None = None, cutter: Cutter | None = None) -> None:
+        self._chunker = cutter or IncrementalSentenceChunker(config)
         self._units: list[str] = []  # final sentences not sent yet
         self._sent = 0
         self._done: set[int] = set()
@@ -27,6 +37,9 @@ class SentencePlan(Plan):
     def flush(self, now: float) -> list[Chunk]:
         self._units += self._chunker.flush()
         return self._release()
+
+    def cut(self, now: float) -> list[Chunk]:
+        return self.flush(now)  # it never ends: more text may follow a flush
 
     def tick(self, now: float) -> list[Chunk]:
         return self._release()
@@ -69,3 +82,9 @@ class SentencePlan(Plan):
     ) -> None:
         """Chunk `index` finished: one more may go (a report of it again changes nothing)."""
         self._done.add(index)
+
+
+def client_plan(max_chars: int) -> SentencePlan:
+    """`"buffering": "client"`: the text goes to synthesis when the client flushes (or ends
+    it), as one chunk unless it is longer than `max_chars`; no deadlines, no hold."""
+    return SentencePlan(cutter=HeldText(max_chars))

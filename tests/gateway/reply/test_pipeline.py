@@ -10,15 +10,17 @@ import pytest
 
 from gateway.encoders import create_encoder
 from gateway.params import Mode
-from gateway.reply.events import AgentEnd, AudioChunk, ErrorEvent, Event, TextDelta
+from gateway.reply.events import AgentEnd, AudioChunk, ErrorEvent, Event, Flushed, TextDelta
 from gateway.reply.pipeline import Reply, ReplySpec
 from gateway.reply.plan import playback_plan
 from gateway.reply.plan.config import PlanConfig
 from gateway.reply.plan.playback_plan import ChunkPlan
 from gateway.reply.plan.protocol import UNFINISHED_MAX, Chunk
 from gateway.reply.plan.rates import EarlyAudio, SpeechRate
-from gateway.reply.plan.sentence_plan import SentencePlan
+from gateway.reply.plan.sentence_plan import SentencePlan, client_plan
 from gateway.reply.plan.timeline import Inputs, Timeline, build
+from gateway.sources.base import FlushMark
+from gateway.sources.client import ClientTextSource
 from gateway.transports.base import Completed, OnComplete
 from kokoro_contract.formats import FORMATS
 from kokoro_contract.speed import SpeedModel
@@ -515,3 +517,111 @@ async def test_a_completion_reaches_the_plan_while_the_text_queue_is_full() -> N
     audio = [e for e in drain(out) if isinstance(e, AudioChunk)]
     assert b"".join(e.data for e in audio) == PCM_PER_CHUNK * len(stream.sent)
     assert " ".join(stream.sent) == "".join(text).strip()
+
+
+class CompletingStream:
+    """A TTS stream that gives each chunk's audio when the test releases it, in pieces, and
+    tells its completion after the last of them, as the model server's sessions do."""
+
+    def __init__(self, on_complete: OnComplete) -> None:
+        self.on_complete = on_complete
+        self.sent: list[str] = []
+        self._released: asyncio.Queue[int | None] = asyncio.Queue()
+
+    async def send(self, text: str, deadline_ms: float | None = None) -> None:
+        self.sent.append(text)
+
+    async def end_input(self) -> None:
+        await self._released.put(None)
+
+    def release(self, pieces: int) -> None:
+        self._released.put_nowait(pieces)
+
+    async def audio(self) -> AsyncIterator[bytes]:
+        index = 0
+        while (pieces := await self._released.get()) is not None:
+            for _ in range(pieces):
+                yield PCM_PER_CHUNK
+            done = Completed(index, len(self.sent[index]), pieces * len(PCM_PER_CHUNK), 0.01)
+            self.on_complete(done)
+            index += 1
+
+
+class CompletingTransport(MemoryTransport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.completing: CompletingStream | None = None
+
+    @contextlib.asynccontextmanager
+    async def open(  # type: ignore[override]
+        self,
+        voice: str | None,
+        speed: float,
+        on_complete: OnComplete | None = None,
+        timestamps: bool = False,
+    ) -> AsyncIterator[CompletingStream]:
+        assert on_complete is not None
+        self.completing = CompletingStream(on_complete)
+        yield self.completing
+
+
+async def test_a_flush_is_answered_right_after_the_audio_up_to_it() -> None:
+    """The client's flushes (protocol 2) with its own buffering: what came before each goes
+    as one chunk; `flushed` follows the last audio of the chunk that holds the flush's text,
+    before any audio of the next, in the order the flushes came; a flush with no id is
+    answered by nothing."""
+    source = ClientTextSource()
+    items: list[str | FlushMark] = [
+        "Hello ",
+        "there. ",
+        FlushMark("f1"),
+        "How are",
+        FlushMark(None),
+    ]
+    for item in items:
+        assert source.offer(item)
+    assert source.offer(FlushMark(2))
+    transport = CompletingTransport()
+    out: asyncio.Queue[Event | None] = asyncio.Queue()
+    spec = ReplySpec("c1", Mode.BIDI, FORMATS["pcm"], None, 1.0)
+    plan = client_plan(max_chars=400)
+    reply = Reply(spec, source, create_encoder(spec.format), transport, transport, out, plan=plan)
+    task = asyncio.create_task(reply.run())
+    await until(lambda: transport.completing is not None and len(transport.completing.sent) == 2)
+    stream = transport.completing
+    assert stream is not None
+    assert stream.sent == ["Hello there.", "How are"]
+    stream.release(2)
+    so_far: list[Event] = []
+    while not so_far or not isinstance(so_far[-1], Flushed):
+        event = await out.get()
+        assert event is not None
+        so_far.append(event)
+    first = [e.name for e in so_far if not isinstance(e, TextDelta)]
+    assert first[-3:] == ["audio_chunk", "audio_chunk", "flushed"]
+    assert so_far[-1] == Flushed("f1")
+    stream.release(1)
+    source.end()
+    await task
+    rest = drain(out)
+    names = [e.name for e in rest if not isinstance(e, TextDelta)]
+    assert names == ["audio_chunk", "flushed", "audio_stream_end", "agent_end"]
+    assert [e.flush_id for e in rest if isinstance(e, Flushed)] == [2]
+
+
+async def test_flushes_left_when_the_text_ends_are_answered_before_its_end() -> None:
+    """Batch mode synthesizes once all the text is in: every flush is answered after its
+    audio, before `audio_stream_end`."""
+    source = ClientTextSource()
+    given: list[str | FlushMark] = ["Hello there.", FlushMark("a"), " Bye.", FlushMark("b")]
+    for item in given:
+        assert source.offer(item)
+    source.end()
+    transport = MemoryTransport()
+    out: asyncio.Queue[Event | None] = asyncio.Queue()
+    spec = ReplySpec("c1", Mode.BATCH, FORMATS["pcm"], None, 1.0)
+    reply = Reply(spec, source, create_encoder(spec.format), transport, transport, out)
+    await reply.run()
+    names = [e.name for e in drain(out) if not isinstance(e, TextDelta)]
+    assert names[-5:] == ["audio_chunk", "flushed", "flushed", "audio_stream_end", "agent_end"]
+    assert transport.batch_calls == [("Hello there. Bye.", False)]

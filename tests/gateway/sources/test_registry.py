@@ -16,6 +16,7 @@ import pytest
 from gateway.config import Settings, parse_settings
 from gateway.retry import NO_RETRY
 from gateway.service import GatewayService
+from gateway.sources.base import FlushMark
 from gateway.sources.echo import tokens
 from gateway.sources.registry import (
     LLMS,
@@ -105,7 +106,9 @@ async def streamed(source: Source) -> list[str]:
     if source.client_text is not None:  # the client sends its text, then flushes
         source.client_text.offer(OWN)
         source.client_text.end()
-    return [delta async for delta in source.text.stream()]
+    deltas = [delta async for delta in source.text.stream()]
+    assert not any(isinstance(d, FlushMark) for d in deltas)  # nobody flushed
+    return [d for d in deltas if isinstance(d, str)]
 
 
 @pytest.mark.parametrize("name", list(SOURCES))

@@ -14,6 +14,7 @@ from gateway.params import Mode
 from gateway.reply.events import AgentStart
 from gateway.speak_ws.protocol import (
     Cancel,
+    ClientMessage,
     Close,
     Flush,
     Invalid,
@@ -41,7 +42,7 @@ def session() -> SpeakSession:
     return SpeakSession(new_id=lambda: f"u{next(ids)}")
 
 
-def msg(text: str) -> Speak | Text | Flush | Cancel | Close | Invalid:
+def msg(text: str) -> ClientMessage:
     return parse_client_message(text)
 
 
@@ -136,9 +137,10 @@ def test_client_text_flows_only_into_an_open_utterance() -> None:
     (start,) = s.receive(msg('{"type": "speak"}'))
     assert isinstance(start, StartUtterance)
     assert start.client_text
-    assert s.receive(msg('{"type": "text", "delta": "Hello "}')) == [FeedText("Hello ")]
-    assert s.receive(msg('{"type": "text", "delta": "there."}')) == [FeedText("there.")]
-    assert s.receive(msg('{"type": "flush"}')) == [EndText()]
+    uid = start.utterance_id
+    assert s.receive(msg('{"type": "text", "delta": "Hello "}')) == [FeedText("Hello ", uid)]
+    assert s.receive(msg('{"type": "text", "delta": "there."}')) == [FeedText("there.", uid)]
+    assert s.receive(msg('{"type": "flush"}')) == [EndText(uid)]
     # flushed: the utterance still plays, but takes no more text
     assert error_codes(s.receive(msg('{"type": "text", "delta": "x"}'))) == ["no_open_utterance"]
     assert error_codes(s.receive(msg('{"type": "flush"}'))) == ["no_open_utterance"]
@@ -217,12 +219,12 @@ def test_client_text_past_its_limit_is_refused_and_the_rest_kept() -> None:
     ids = itertools.count(1)
     s = SpeakSession(new_id=lambda: f"u{next(ids)}", max_text_chars=10)
     s.receive(msg('{"type": "speak"}'))
-    assert s.receive(msg('{"type": "text", "delta": "123456"}')) == [FeedText("123456")]
+    assert s.receive(msg('{"type": "text", "delta": "123456"}')) == [FeedText("123456", "u1")]
     (refused,) = s.receive(msg('{"type": "text", "delta": "78901"}'))
     assert isinstance(refused, SendError)
     assert (refused.error.code, refused.utterance_id) == ("text_too_long", "u1")
-    assert s.receive(msg('{"type": "text", "delta": "7890"}')) == [FeedText("7890")]
-    assert s.receive(msg('{"type": "flush"}')) == [EndText()]
+    assert s.receive(msg('{"type": "text", "delta": "7890"}')) == [FeedText("7890", "u1")]
+    assert s.receive(msg('{"type": "flush"}')) == [EndText("u1")]
 
 
 def test_a_refused_start_frees_the_session() -> None:
