@@ -26,6 +26,7 @@ from gateway.routes import (
     speak_sse,
     speak_ws,
     tokens,
+    twilio,
 )
 from gateway.service import GatewayService
 from kokoro_contract.http_errors import install_error_handlers
@@ -100,7 +101,7 @@ def create_app(settings: Settings | None = None, sagemaker_http2_transport: Any 
         allow_headers=["Authorization", "Content-Type"],
         expose_headers=["X-Utterance-Id", "Retry-After"],
     )
-    for module in (speak_sse, speak_ws, openai_speech, tokens, health, pages, agentcore):
+    for module in (speak_sse, speak_ws, twilio, openai_speech, tokens, health, pages, agentcore):
         app.include_router(module.router)
     app.state.conversations = agentcore.Conversations()  # AgentCore sessions' turns
     app.mount("/static", StaticFiles(directory=pages.STATIC_DIR), name="static")
