@@ -657,10 +657,14 @@ export class SseFetchTransport extends SseTransport {
 
 // `/v1/speak/ws`: one connection for all the speaker's replies, kept open between them and
 // opened again by itself when it breaks. Frames are routed by utterance id, so late frames of
-// a stopped reply go to that reply (which drops its audio), never to the next one.
+// a stopped reply go to that reply (which drops its audio), never to the next one. With
+// `protocol` 2 (`ContextTransport`) each reply is a context of its own, named in every message
+// and frame, so the next reply opens without waiting for the last one's end.
 export class WebSocketTransport {
-  constructor(speaker) {
+  constructor(speaker, protocol = 1) {
     this.speaker = speaker;
+    this.protocol = protocol;
+    this.key = protocol === 2 ? "context_id" : "utterance_id"; // what names a reply
     this.ws = null;
     this.replies = new Map(); // utterance id -> {reply, ws}: the replies on a connection
     this.latest = null; // the newest reply: frames without an utterance id are about it
@@ -673,13 +677,13 @@ export class WebSocketTransport {
     reply.id = `u${Date.now().toString(36)}${Math.floor(Math.random() * 1e6).toString(36)}`;
     this.replies.set(reply.id, { reply, ws });
     this.latest = reply;
-    ws.send(JSON.stringify({ type: "speak", ...query, utterance_id: reply.id }));
+    ws.send(JSON.stringify({ type: "speak", ...query, [this.key]: reply.id }));
   }
 
   send(reply, message) {
     const entry = this.replies.get(reply.id);
     if (!entry || entry.reply !== reply || entry.ws.readyState !== WebSocket.OPEN) return false;
-    entry.ws.send(JSON.stringify(message));
+    entry.ws.send(JSON.stringify(this.protocol === 2 ? { ...message, context_id: reply.id } : message));
     return true;
   }
 
@@ -708,6 +712,7 @@ export class WebSocketTransport {
     if (this.ws && this.ws.readyState === WebSocket.OPEN) return this.ws;
     const url = new URL("/v1/speak/ws", this.speaker.baseUrl);
     url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
+    if (this.protocol === 2) url.searchParams.set("protocol", "2");
     const token = await this.speaker.credential();
     if (token) url.searchParams.set("token", token);
     const ws = new WebSocket(url);
@@ -725,9 +730,10 @@ export class WebSocketTransport {
   onMessage(e) {
     if (typeof e.data === "string") {
       const body = JSON.parse(e.data);
-      const reply = body.utterance_id ? this.replies.get(body.utterance_id)?.reply : this.latest;
+      const id = body[this.key];
+      const reply = id ? this.replies.get(id)?.reply : this.latest;
       if (!reply) return;
-      if (body.type === "error" && !body.utterance_id && reply.stats.serverMetrics) return;
+      if (body.type === "error" && !id && reply.stats.serverMetrics) return;
       reply.receive(body.type, body);
       return;
     }
@@ -772,7 +778,16 @@ export class WebSocketTransport {
   }
 }
 
-export const TRANSPORTS = { sse: EventSourceTransport, "sse-fetch": SseFetchTransport, ws: WebSocketTransport };
+// protocol 2: each reply a context of its own on the one socket
+export class ContextTransport extends WebSocketTransport {
+  constructor(speaker) {
+    super(speaker, 2);
+  }
+}
+
+export const TRANSPORTS = {
+  sse: EventSourceTransport, "sse-fetch": SseFetchTransport, ws: WebSocketTransport, ws2: ContextTransport,
+};
 
 // --- the speaker -----------------------------------------------------------------------------
 

@@ -115,7 +115,7 @@ async def played_proof(page: Page) -> dict[str, Any]:
     return proof
 
 
-@pytest.mark.parametrize("transport", ["sse", "sse-fetch", "ws"])
+@pytest.mark.parametrize("transport", ["sse", "sse-fetch", "ws", "ws2"])
 @pytest.mark.parametrize("fmt", ["pcm", "mp3", "aac", "opus"])
 async def test_audio_plays(
     browser: Browser, gateway_on_fake: RunningServer, transport: str, fmt: str
@@ -153,8 +153,9 @@ async def test_mp3_through_webcodecs_when_mse_is_not_used(
     await page.close()
 
 
+@pytest.mark.parametrize("transport", ["ws", "ws2"])
 async def test_barge_in_silences_and_cancels(
-    browser: Browser, gateway_on_fake: RunningServer, fake_engine: FakeEngine
+    browser: Browser, gateway_on_fake: RunningServer, fake_engine: FakeEngine, transport: str
 ) -> None:
     cancels_before = await metric(gateway_on_fake, "gateway_cancels_total")
     page, console = await open_demo(browser, gateway_on_fake.http_url)
@@ -162,7 +163,7 @@ async def test_barge_in_silences_and_cancels(
     # still going when the listener stops it however slow the machine (its 4 s of audio alone
     # could play out between the first audio and the click)
     fake_engine.hold_after = 1
-    await speak(page, transport="ws", fmt="pcm", text=LONG)
+    await speak(page, transport=transport, fmt="pcm", text=LONG)
     await page.wait_for_function("document.querySelector('#metrics').dataset.ttfaMs !== undefined")
     await page.click("#stop")
     await wait_for_state(page, "stopped")
