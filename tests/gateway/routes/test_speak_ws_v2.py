@@ -48,7 +48,8 @@ class Frames:
         async for event in self._frames():
             if event["type"] == kind and context_id in (None, event.get("context_id")):
                 return event
-        raise AssertionError(f"the connection closed; it had sent {self.events}")
+        code, reason = self.ws.close_code, self.ws.close_reason
+        raise AssertionError(f"the connection closed ({code} {reason!r}) after {self.events}")
 
     async def _frames(self) -> AsyncIterator[dict[str, Any]]:
         async for frame in self.ws:
