@@ -230,10 +230,14 @@ class HeldStream:
             index += 1
 
 
-class HeldTransport(MemoryTransport):
-    def __init__(self) -> None:
+class StreamTransport[S](MemoryTransport):
+    """A transport whose one stream the test makes (`make`, given the reply's completion
+    callback) and then drives: `opened`, once the reply has opened it."""
+
+    def __init__(self, make: Callable[[OnComplete], S]) -> None:
         super().__init__()
-        self.held: HeldStream | None = None
+        self.make = make
+        self.opened: S | None = None
 
     @contextlib.asynccontextmanager
     async def open(  # type: ignore[override]
@@ -242,10 +246,10 @@ class HeldTransport(MemoryTransport):
         speed: float,
         on_complete: OnComplete | None = None,
         timestamps: bool = False,
-    ) -> AsyncIterator[HeldStream]:
+    ) -> AsyncIterator[S]:
         assert on_complete is not None
-        self.held = HeldStream(on_complete)
-        yield self.held
+        self.opened = self.make(on_complete)
+        yield self.opened
 
 
 async def test_the_first_audio_waits_until_the_chunk_after_it_is_ready_in_time() -> None:
@@ -257,13 +261,13 @@ async def test_the_first_audio_waits_until_the_chunk_after_it_is_ready_in_time()
 
     source = GatedSource(["Sure, I can help you with that right away."], [])
     source.gate.set()
-    transport = HeldTransport()
+    transport = StreamTransport(HeldStream)
     out: asyncio.Queue[Event | None] = asyncio.Queue()
     spec = ReplySpec("u1", Mode.BIDI, FORMATS["pcm"], None, 1.0)
     reply = Reply(spec, source, create_encoder(spec.format), transport, transport, out, plan=plan)
     task = asyncio.create_task(reply.run())
-    await until(lambda: transport.held is not None and bool(transport.held.sent))
-    stream = transport.held
+    await until(lambda: transport.opened is not None and bool(transport.opened.sent))
+    stream = transport.opened
     assert stream is not None
     assert stream.sent == ["Sure, I can help you"]  # the next waits for the engine (5 s)
     stream.gates[0].set()  # the first chunk is done, sooner: the next goes at once
@@ -370,14 +374,14 @@ async def test_a_reply_whose_engine_is_far_behind_keeps_its_text_past_a_few_chun
     )
     source = GatedSource([text], [])
     source.gate.set()
-    transport = HeldTransport()
+    transport = StreamTransport(HeldStream)
     out: asyncio.Queue[Event | None] = asyncio.Queue()
     spec = ReplySpec("u1", Mode.BIDI, FORMATS["pcm"], None, 1.0)
     plan = SentencePlan()
     reply = Reply(spec, source, create_encoder(spec.format), transport, transport, out, plan=plan)
     task = asyncio.create_task(reply.run())
-    await until(lambda: transport.held is not None)
-    stream = transport.held
+    await until(lambda: transport.opened is not None)
+    stream = transport.opened
     assert stream is not None
     opened = 0
 
@@ -467,31 +471,13 @@ class SlowSendStream:
             yield PCM_PER_CHUNK
 
 
-class SlowSendTransport(MemoryTransport):
-    def __init__(self) -> None:
-        super().__init__()
-        self.slow: SlowSendStream | None = None
-
-    @contextlib.asynccontextmanager
-    async def open(  # type: ignore[override]
-        self,
-        voice: str | None,
-        speed: float,
-        on_complete: OnComplete | None = None,
-        timestamps: bool = False,
-    ) -> AsyncIterator[SlowSendStream]:
-        assert on_complete is not None
-        self.slow = SlowSendStream(on_complete)
-        yield self.slow
-
-
 async def test_a_completion_reaches_the_plan_while_the_text_queue_is_full() -> None:
     """A chunk completes while the plan's processor is held in a send and the text waiting
     for it fills its queue: the plan is told, and asked again (`tick`) as soon as the send
     returns, not only when the next text comes (a wake put in a full queue was lost)."""
     text = ["Hello there. ", "How are you? ", "I am fine. ", "It is sunny. ", "Bye now. ", "Ok."]
     source = CountingSource(text)
-    transport = SlowSendTransport()
+    transport = StreamTransport(SlowSendStream)
     plan = RecordingPlan()
     out: asyncio.Queue[Event | None] = asyncio.Queue()
     spec = ReplySpec("u1", Mode.BIDI, FORMATS["pcm"], None, 1.0)
@@ -501,12 +487,12 @@ async def test_a_completion_reaches_the_plan_while_the_text_queue_is_full() -> N
     # the reader waits with the next: the source has given two more than the plan has taken
     await until(
         lambda: (
-            transport.slow is not None
-            and len(transport.slow.sent) == 1
+            transport.opened is not None
+            and len(transport.opened.sent) == 1
             and source.given == plan.calls.count("push") + 2
         )
     )
-    stream = transport.slow
+    stream = transport.opened
     assert stream is not None
     stream.on_complete(Completed(0, len(stream.sent[0]), len(PCM_PER_CHUNK), 0.2))
     assert "completed 0" in plan.calls  # told at once
@@ -547,24 +533,6 @@ class CompletingStream:
             index += 1
 
 
-class CompletingTransport(MemoryTransport):
-    def __init__(self) -> None:
-        super().__init__()
-        self.completing: CompletingStream | None = None
-
-    @contextlib.asynccontextmanager
-    async def open(  # type: ignore[override]
-        self,
-        voice: str | None,
-        speed: float,
-        on_complete: OnComplete | None = None,
-        timestamps: bool = False,
-    ) -> AsyncIterator[CompletingStream]:
-        assert on_complete is not None
-        self.completing = CompletingStream(on_complete)
-        yield self.completing
-
-
 async def test_a_flush_is_answered_right_after_the_audio_up_to_it() -> None:
     """The client's flushes (protocol 2) with its own buffering: what came before each goes
     as one chunk; `flushed` follows the last audio of the chunk that holds the flush's text,
@@ -581,14 +549,14 @@ async def test_a_flush_is_answered_right_after_the_audio_up_to_it() -> None:
     for item in items:
         assert source.offer(item)
     assert source.offer(FlushMark(2))
-    transport = CompletingTransport()
+    transport = StreamTransport(CompletingStream)
     out: asyncio.Queue[Event | None] = asyncio.Queue()
     spec = ReplySpec("c1", Mode.BIDI, FORMATS["pcm"], None, 1.0)
     plan = client_plan(max_chars=400)
     reply = Reply(spec, source, create_encoder(spec.format), transport, transport, out, plan=plan)
     task = asyncio.create_task(reply.run())
-    await until(lambda: transport.completing is not None and len(transport.completing.sent) == 2)
-    stream = transport.completing
+    await until(lambda: transport.opened is not None and len(transport.opened.sent) == 2)
+    stream = transport.opened
     assert stream is not None
     assert stream.sent == ["Hello there.", "How are"]
     stream.release(2)
