@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 from collections.abc import Awaitable, Callable, Sequence
 
 import pytest
@@ -475,7 +476,9 @@ async def test_a_receive_loop_that_gave_up_is_started_again_with_the_next_socket
 ) -> None:
     """Without pipecat's reconnect (`reconnect_on_error=False`) a dropped socket ends the
     receive loop: the utterance on it is an error at once (not a context left waiting for
-    audio nobody reads), and the next one opens a socket and a receive loop with it."""
+    audio nobody reads), and the next one opens a socket and a receive loop with it. (The
+    error comes before the loop has ended; the next utterance may connect while it still
+    runs: the test after this one holds it there.)"""
     fake_engine.hold = True
     tts = KokoroVoiceTTSService(url=gateway_on_fake.http_url, reconnect_on_error=False)
 
@@ -493,6 +496,113 @@ async def test_a_receive_loop_that_gave_up_is_started_again_with_the_next_socket
         await down.until(stopped())
 
     down, _ = await drive(tts, script)
+    assert len(audio_of(down)) == expected_pcm_bytes("On a new socket.")
+
+
+class HeldError:
+    """An `on_error` handler that holds the task reporting the first error whose text has
+    `marker` until `release` is set (pipecat awaits these handlers in the task that reports
+    the error, as an application's may: a slow log); `held` is set once it holds one."""
+
+    def __init__(self, tts: KokoroVoiceTTSService, marker: str) -> None:
+        self.marker = marker
+        self.held = asyncio.Event()
+        self.release = asyncio.Event()
+        tts.add_event_handler("on_error", self._on_error)
+
+    async def _on_error(self, processor: FrameProcessor, error: ErrorFrame) -> None:
+        if self.marker in error.error and not self.held.is_set():
+            self.held.set()
+            await self.release.wait()
+
+
+def connects(tts: KokoroVoiceTTSService) -> list[asyncio.Event]:
+    """Set at the service's first and second connect. pipecat runs `on_connected` handlers
+    as tasks, so by the time one is set the connect has returned and `_connect` has decided
+    whether to start a receive loop."""
+    connected = [asyncio.Event(), asyncio.Event()]
+    count = itertools.count()
+
+    async def _connected(tts: KokoroVoiceTTSService) -> None:
+        connected[min(next(count), 1)].set()
+
+    tts.add_event_handler("on_connected", _connected)
+    return connected
+
+
+async def test_a_receive_loop_on_its_way_out_reads_the_socket_opened_meanwhile(
+    gateway_on_fake: RunningServer, fake_engine: FakeEngine
+) -> None:
+    """The receive loop reports the utterance cut short, then gives up; the next utterance
+    connects before it has ended (an `on_error` handler holds it in pipecat's report that it
+    gives up). The connect starts no second loop beside the running one, and that one, let
+    go, reads the new socket rather than end with no reader left for it: the utterance
+    plays."""
+    fake_engine.hold = True
+    tts = KokoroVoiceTTSService(url=gateway_on_fake.http_url, reconnect_on_error=False)
+    giving_up = HeldError(tts, "connection closed")
+    connected = connects(tts)
+
+    async def script(send: Send, down: Tape, up: Tape) -> None:
+        await send(TTSSpeakFrame("Cut off in the middle."))
+        await down.until(lambda f: isinstance(f, TTSStartedFrame))
+        assert await asyncio.to_thread(fake_engine.entered.wait, 10)
+        socket = tts._websocket
+        assert socket is not None
+        socket.transport.abort()
+        await up.until(lambda f: isinstance(f, ErrorFrame) and "lost before" in f.error)
+        await asyncio.wait_for(giving_up.held.wait(), 30)  # the loop has not ended
+        fake_engine.hold = False
+        fake_engine.gate.set()
+        await send(TTSSpeakFrame("On a new socket."))
+        await asyncio.wait_for(connected[1].wait(), 30)  # it found the loop running
+        giving_up.release.set()
+        await down.until(stopped())
+
+    down, _ = await drive(tts, script)
+    assert len(audio_of(down)) == expected_pcm_bytes("On a new socket.")
+
+
+@pytest.mark.parametrize("reconnect_on_error", [True, False])
+async def test_a_socket_replaced_while_the_receive_loop_was_busy_is_read_next(
+    gateway_on_fake: RunningServer, fake_engine: FakeEngine, reconnect_on_error: bool
+) -> None:
+    """The socket drops while the receive loop is busy (an `on_error` handler holds it in an
+    error it reports: the gateway's `busy` for a stray speak), and the next utterance finds
+    it closed first: its connect ends the utterance cut short and opens the next socket.
+    The loop, let go, finds its socket replaced and reads the new one: no drop of its own to
+    report, no reconnect (pipecat's would close the new socket and cut the utterance on it),
+    and the utterance plays."""
+    fake_engine.hold = True
+    tts = KokoroVoiceTTSService(url=gateway_on_fake.http_url, reconnect_on_error=reconnect_on_error)
+    busy = HeldError(tts, "busy")
+    connected = connects(tts)
+
+    async def script(send: Send, down: Tape, up: Tape) -> None:
+        await send(TTSSpeakFrame("Cut off in the middle."))
+        started = await down.until(lambda f: isinstance(f, TTSStartedFrame))
+        assert await asyncio.to_thread(fake_engine.entered.wait, 10)
+        cut.append(tts._queue.utterance_id(str(started.context_id)))  # type: ignore[attr-defined]
+        socket = tts._websocket
+        assert socket is not None
+        await socket.send(json.dumps(speak("stray")))  # answered `busy`: one plays
+        await asyncio.wait_for(busy.held.wait(), 30)
+        socket.transport.abort()
+        await socket.wait_closed()  # closed, and the loop has not seen it
+        fake_engine.hold = False
+        fake_engine.gate.set()
+        await send(TTSSpeakFrame("On a new socket."))
+        await asyncio.wait_for(connected[1].wait(), 30)
+        busy.release.set()
+        await down.until(stopped())
+
+    cut: list[str | None] = []
+    down, up = await drive(tts, script)
+    errors = [f.error for f in up if isinstance(f, ErrorFrame)]
+    lost = [e for e in errors if "lost before" in e]
+    assert len(lost) == 1
+    assert f"utterance {cut[0]} " in lost[0]
+    assert [e for e in errors if "connection closed" in e] == []
     assert len(audio_of(down)) == expected_pcm_bytes("On a new socket.")
 
 

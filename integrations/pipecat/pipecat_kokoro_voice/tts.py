@@ -36,6 +36,7 @@ from pipecat.frames.frames import (
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessorSetup
 from pipecat.services.settings import TTSSettings
 from pipecat.services.tts_service import TextAggregationMode, WebsocketTTSService
+from pipecat.services.websocket_service import ReportErrorCallback
 from pipecat.utils.context.word_timestamp_tracker import WordTimestamp
 from pipecat.utils.errors import ErrorCategory
 from pipecat.utils.types import NOT_GIVEN, NotGiven
@@ -162,6 +163,7 @@ class KokoroVoiceTTSService(WebsocketTTSService):
         self._url = speak_ws_url(url)
         self._api_key = api_key
         self._receive_task: asyncio.Task[None] | None = None
+        self._reading: Any = None  # the socket the receive loop reads, or read last
         self._queue = UtteranceQueue(online=False)
         self._send_lock = asyncio.Lock()
         # one connect or disconnect at a time: run_tts and the receive task's reconnect may
@@ -182,8 +184,10 @@ class KokoroVoiceTTSService(WebsocketTTSService):
     async def _connect(self) -> None:
         await super()._connect()  # type: ignore[no-untyped-call]
         await self._connect_websocket()
+        # a receive loop still running reads the new socket, even one on its way out
+        # (`_receive_task_handler`); one that has ended reads no more
         receiving = self._receive_task is not None and not self._receive_task.done()
-        if self._websocket and not receiving:  # a receive loop that gave up reads no more
+        if self._websocket and not receiving:
             self._receive_task = self.create_task(self._receive_task_handler(self._report_error))
 
     async def _disconnect(self) -> None:
@@ -374,28 +378,63 @@ class KokoroVoiceTTSService(WebsocketTTSService):
 
     # --- the gateway's side -----------------------------------------------------------------
 
+    async def _receive_task_handler(self, report_error: ReportErrorCallback) -> None:
+        """pipecat's receive loop, run again in the same task while there is a socket it has
+        not read. `_connect` starts a receive loop only when none is running, but a loop that
+        has read its socket to the end runs on a while after the utterance cut short was
+        reported: pipecat reports the drop and gives up (an `on_error` handler may hold it
+        there). A socket a connect opened in that while is read by this loop: every socket
+        gets a reader, whichever of the two comes first."""
+        while True:
+            await super()._receive_task_handler(report_error)
+            if not self._unread():
+                return
+
+    def _unread(self) -> bool:
+        """The service has a socket the receive loop has not read (and is not disconnecting)."""
+        websocket = self._websocket
+        return websocket is not None and websocket is not self._reading and not self._disconnecting
+
     async def _receive_messages(self) -> None:
+        """Read the socket; if a connect replaced it while it was read (run_tts found it closed
+        before this loop did, or while this loop was busy), then the new one. A socket
+        replaced is not a drop for pipecat to reconnect from: its reconnect would close the
+        new socket and cut the utterance sent on it."""
         websocket = self._websocket
         if websocket is None:
             raise ConnectionError(f"{self}: not connected")
+        while websocket is not None:
+            websocket = await self._read(websocket)
+
+    async def _read(self, websocket: Any) -> Any:
+        """Read `websocket` to its end. The socket that replaced it meanwhile, if one did, else
+        None; what ended the reading is raised when nothing replaced it (pipecat reconnects or
+        gives up)."""
+        self._reading = websocket
         try:
             async for message in websocket:
                 if isinstance(message, bytes):
                     await self._on_audio(message)
                 else:
                     await self._on_event(json.loads(message))
-        except Exception:
-            await self._reading_ended(websocket)
-            raise
-        await self._reading_ended(websocket)
+        except Exception as exc:
+            replacement = await self._reading_ended(websocket)
+            if replacement is None:
+                raise
+            logger.debug(f"{self}: a replaced socket ended ({exc!r}); reading its replacement")
+            return replacement
+        return await self._reading_ended(websocket)
 
-    async def _reading_ended(self, websocket: Any) -> None:
-        """`websocket` is read no more (closed, or reading it failed): the utterance on it
-        ends with it, whether pipecat reconnects or gives up (a connect that replaced it has
-        ended it already)."""
+    async def _reading_ended(self, websocket: Any) -> Any:
+        """`websocket` is read no more (closed, or reading it failed). Still the service's
+        socket: the utterance on it ends with it, whether pipecat reconnects or gives up; None.
+        Replaced by a connect (which ended that utterance already): the socket that replaced
+        it, to be read next, or None when there is none now (a disconnect)."""
         async with self._connection_lock:
             if self._websocket is websocket:
                 await self._drop_utterances(keep_unsent=True)
+                return None
+            return self._websocket
 
     async def _on_audio(self, frame: bytes) -> None:
         try:
