@@ -32,7 +32,7 @@ from pipecat.services.tts_service import TextAggregationMode
 from pipecat.tests.utils import QueuedFrameProcessor, run_test
 from pipecat.workers.runner import WorkerRunner
 from pipecat_kokoro_voice import KokoroVoiceError, KokoroVoiceTTSService, speak_ws_url
-from pipecat_kokoro_voice.wire import UtteranceQueue, Voice, utterance_id_for
+from pipecat_kokoro_voice.wire import ContextTable, Ended, Voice, utterance_id_for
 
 from bench.frameworks.pipecat import run_with
 from gateway.app import create_app as create_gateway
@@ -175,28 +175,36 @@ def stopped(context_id: str | None = None) -> Callable[[Frame], bool]:
     return lambda f: isinstance(f, TTSStoppedFrame) and context_id in (None, f.context_id)
 
 
-async def test_utterances_queue_behind_each_other_never_busy(
+async def test_turns_at_once_play_whole_and_in_order_never_refused(
     gateway_on_fake: RunningServer,
 ) -> None:
-    """Three speak frames at once: the gateway plays one utterance at a time, so each waits
-    for the one before it to end; all three are spoken, in order, and nothing is refused."""
+    """Three speak frames at once: each is a context of its own on the one socket (the
+    gateway plays them side by side, nothing waits on the client); pipecat plays all three,
+    in order, each its own audio, and nothing is refused."""
     texts = ["First one here.", "Then the second.", "And a third."]
-    busy_before = await counted(gateway_on_fake, "gateway_errors_total", code="busy")
+    refused_before = [
+        await counted(gateway_on_fake, "gateway_errors_total", code=code)
+        for code in ("busy", "too_many_contexts", "context_in_use")
+    ]
     down, up = await run_test(
         service(gateway_on_fake), frames_to_send=[TTSSpeakFrame(t) for t in texts]
     )
+    refused_after = [
+        await counted(gateway_on_fake, "gateway_errors_total", code=code)
+        for code in ("busy", "too_many_contexts", "context_in_use")
+    ]
+    assert refused_after == refused_before
     assert [f for f in up if isinstance(f, ErrorFrame)] == []
-    assert await counted(gateway_on_fake, "gateway_errors_total", code="busy") == busy_before
     contexts: list[str] = []
     for frame in down:
         if isinstance(frame, TTSStartedFrame):
             contexts.append(str(frame.context_id))
     assert len(contexts) == 3
-    for context_id, text in zip(contexts, texts, strict=True):
+    for context_id, spoken in zip(contexts, texts, strict=True):
         pcm = b"".join(
             f.audio for f in down if isinstance(f, TTSAudioRawFrame) and f.context_id == context_id
         )
-        assert len(pcm) == expected_pcm_bytes(text)
+        assert len(pcm) == expected_pcm_bytes(spoken)
     assert [w.text for w in words_of(down)] == " ".join(texts).split()
 
 
@@ -254,25 +262,169 @@ async def test_barge_in_cancels_down_to_the_model_server_and_the_next_one_plays(
     assert [f for f in up if isinstance(f, ErrorFrame)] == []
 
 
-async def test_barge_in_drops_the_utterances_still_queued(
-    gateway_on_fake: RunningServer, fake_engine: FakeEngine
+Log = list[tuple[str, dict[str, object]]]
+
+
+class Wire:
+    """What a service sends (`("sent", message)`, once on the socket) and the gateway's events
+    it reads (`("got", event)`), in one list (`log`), in order."""
+
+    def __init__(self) -> None:
+        self.log: Log = []
+        self._changed = asyncio.Event()
+
+    def add(self, side: str, message: dict[str, object]) -> None:
+        self.log.append((side, message))
+        self._changed.set()
+
+    async def until_speaks(self, n: int) -> None:
+        """Wait until `n` speaks have been sent."""
+        async with asyncio.timeout(10):
+            while len(speaks(self.log)) < n:
+                self._changed.clear()
+                await self._changed.wait()
+
+
+def record_wire(
+    tts: KokoroVoiceTTSService,
+    monkeypatch: pytest.MonkeyPatch,
+    before_event: Callable[[dict[str, object]], Awaitable[None]] | None = None,
+) -> Wire:
+    """The service's messages and events, recorded; `before_event` runs before an event is
+    handled (the receive loop waits for it)."""
+    wire = Wire()
+    send, on_event = tts._send, tts._on_event
+
+    async def _send(messages: list[dict[str, object]]) -> None:
+        await send(messages)
+        for message in messages:
+            wire.add("sent", message)
+
+    async def _on_event(body: dict[str, object]) -> None:
+        wire.add("got", body)
+        if before_event is not None:
+            await before_event(body)
+        await on_event(body)
+
+    monkeypatch.setattr(tts, "_send", _send)
+    monkeypatch.setattr(tts, "_on_event", _on_event)
+    return wire
+
+
+def first(log: Log, side: str, kind: str, context_id: object = None) -> int:
+    """The index of the first entry of `side` of type `kind` (naming `context_id`, if given)."""
+    return next(
+        i
+        for i, (s, m) in enumerate(log)
+        if s == side and m.get("type") == kind and context_id in (None, m.get("context_id"))
+    )
+
+
+def speaks(log: Log) -> list[object]:
+    return [m["context_id"] for s, m in log if s == "sent" and m["type"] == "speak"]
+
+
+async def test_the_next_turn_opens_while_the_last_ones_audio_is_still_coming(
+    gateway_on_fake: RunningServer, fake_engine: FakeEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A second speak frame waits behind the first; the interruption cancels the first on the
-    gateway and the second is never sent: the engine never sees its text."""
+    """No queue: the first turn is held in the engine (its audio has not ended), and the
+    second turn's speak goes out on the same socket at once; both play whole, in order,
+    each its own audio (routed by the context id of its frames)."""
     fake_engine.hold = True
     tts = service(gateway_on_fake)
-    requested = asyncio.Event()
+    wire = record_wire(tts, monkeypatch)
+    log = wire.log
+    connections = itertools.count()
 
-    async def _request(tts: KokoroVoiceTTSService, context_id: str, text: str) -> None:
-        if text.startswith("Queued"):
-            requested.set()
+    async def _connected(tts: KokoroVoiceTTSService) -> None:
+        next(connections)
 
-    tts.add_event_handler("on_tts_request", _request)
+    tts.add_event_handler("on_connected", _connected)
+    texts = ["The first turn, held in the engine.", "The second turn."]
+
+    async def script(send: Send, down: Tape, up: Tape) -> None:
+        await send(TTSSpeakFrame(texts[0]))
+        await down.until(lambda f: isinstance(f, TTSStartedFrame))
+        assert await asyncio.to_thread(fake_engine.entered.wait, 10)  # synthesis runs now
+        await send(TTSSpeakFrame(texts[1]))
+        await wire.until_speaks(2)
+        fake_engine.hold = False
+        fake_engine.gate.set()
+        await down.until(stopped())
+        await down.until(stopped())
+
+    down, up = await drive(tts, script)
+    a, b = speaks(log)
+    assert a != b
+    # the second speak went out before the first context's audio had ended
+    assert first(log, "sent", "speak", b) < first(log, "got", "audio_stream_end", a)
+    assert first(log, "sent", "speak", b) < first(log, "got", "agent_end", a)
+    assert next(connections) == 1  # one socket
+    contexts = [str(f.context_id) for f in down if isinstance(f, TTSStartedFrame)]
+    assert [utterance_id_for(c) for c in contexts] == [a, b]
+    for context_id, spoken in zip(contexts, texts, strict=True):
+        pcm = b"".join(
+            f.audio for f in down if isinstance(f, TTSAudioRawFrame) and f.context_id == context_id
+        )
+        assert len(pcm) == expected_pcm_bytes(spoken)
+    assert [w.text for w in words_of(down)] == " ".join(texts).split()
+    assert [f for f in up if isinstance(f, ErrorFrame)] == []
+
+
+async def test_a_barge_ins_next_turn_does_not_wait_for_cancelled(
+    gateway_on_fake: RunningServer, fake_engine: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The interruption cancels the playing context, and the next turn's speak goes out
+    without waiting for its `cancelled`: the service reads no `cancelled` until that speak
+    is on the socket (with a client that waited, this would stall)."""
+    fake_engine.hold = True
+    tts = service(gateway_on_fake)
+    next_speak = asyncio.Event()
+
+    async def before_event(body: dict[str, object]) -> None:
+        if body.get("type") == "cancelled":
+            await asyncio.wait_for(next_speak.wait(), 10)
+
+    wire = record_wire(tts, monkeypatch, before_event)
+    log = wire.log
+
+    async def script(send: Send, down: Tape, up: Tape) -> None:
+        await send(TTSSpeakFrame("A long reply that keeps going. " * 4))
+        await down.until(lambda f: isinstance(f, TTSStartedFrame))
+        assert await asyncio.to_thread(fake_engine.entered.wait, 10)
+        await send(InterruptionFrame())
+        await send(TTSSpeakFrame("Next one."))
+        await wire.until_speaks(2)
+        next_speak.set()
+        assert await asyncio.to_thread(fake_engine.cancel_seen.wait, 10)
+        fake_engine.hold = False
+        await down.until(stopped())
+
+    down, up = await drive(tts, script)
+    old, new = speaks(log)
+    cancel = first(log, "sent", "cancel", old)
+    assert cancel < first(log, "sent", "speak", new) < first(log, "got", "cancelled", old)
+    assert fake_engine.cancelled  # the old context's engine call was aborted
+    assert len(audio_of(down)) == expected_pcm_bytes("Next one.")  # nothing late of the old
+    assert [w.text for w in words_of(down)] == ["Next", "one."]
+    assert [f for f in up if isinstance(f, ErrorFrame)] == []
+
+
+async def test_barge_in_cancels_every_open_context(
+    gateway_on_fake: RunningServer, fake_engine: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second speak frame comes while the first is held in the engine: it opens on the
+    gateway at once; the interruption cancels both (each by its own id), neither's audio
+    plays, and the turn after the barge-in does."""
+    fake_engine.hold = True
+    tts = service(gateway_on_fake)
+    wire = record_wire(tts, monkeypatch)
+    log = wire.log
 
     async def script(send: Send, down: Tape, up: Tape) -> None:
         await send(TTSSpeakFrame("The first reply, held in the engine."))
-        await send(TTSSpeakFrame("Queued behind it."))
-        await asyncio.wait_for(requested.wait(), 10)  # the second reached the service
+        await send(TTSSpeakFrame("Opened beside it."))
+        await wire.until_speaks(2)
         assert await asyncio.to_thread(fake_engine.entered.wait, 10)
         await send(InterruptionFrame())
         assert await asyncio.to_thread(fake_engine.cancel_seen.wait, 10)
@@ -281,7 +433,9 @@ async def test_barge_in_drops_the_utterances_still_queued(
         await down.until(stopped())
 
     down, up = await drive(tts, script)
-    assert not any("Queued" in call for call in fake_engine.calls)
+    a, b, _after = speaks(log)
+    cancels = [m["context_id"] for s, m in log if s == "sent" and m["type"] == "cancel"]
+    assert cancels == [a, b]
     assert any("After the barge-in." in call for call in fake_engine.calls)
     assert len(audio_of(down)) == expected_pcm_bytes("After the barge-in.")
     assert [f for f in up if isinstance(f, ErrorFrame)] == []
@@ -451,7 +605,7 @@ async def test_an_utterance_cut_short_by_a_lost_connection_is_an_error(
         await send(TTSSpeakFrame("Cut off in the middle."))
         started = await down.until(lambda f: isinstance(f, TTSStartedFrame))
         assert await asyncio.to_thread(fake_engine.entered.wait, 10)
-        uid = tts._queue.utterance_id(str(started.context_id))  # type: ignore[attr-defined]
+        uid = tts._contexts.wire_id(str(started.context_id))  # type: ignore[attr-defined]
         assert uid is not None
         socket = tts._websocket
         assert socket is not None
@@ -568,24 +722,24 @@ async def test_a_socket_replaced_while_the_receive_loop_was_busy_is_read_next(
     gateway_on_fake: RunningServer, fake_engine: FakeEngine, reconnect_on_error: bool
 ) -> None:
     """The socket drops while the receive loop is busy (an `on_error` handler holds it in an
-    error it reports: the gateway's `busy` for a stray speak), and the next utterance finds
+    error it reports: the gateway's `unknown_context` for stray text), and the next utterance finds
     it closed first: its connect ends the utterance cut short and opens the next socket.
     The loop, let go, finds its socket replaced and reads the new one: no drop of its own to
     report, no reconnect (pipecat's would close the new socket and cut the utterance on it),
     and the utterance plays."""
     fake_engine.hold = True
     tts = KokoroVoiceTTSService(url=gateway_on_fake.http_url, reconnect_on_error=reconnect_on_error)
-    busy = HeldError(tts, "busy")
+    busy = HeldError(tts, "unknown_context")
     connected = connects(tts)
 
     async def script(send: Send, down: Tape, up: Tape) -> None:
         await send(TTSSpeakFrame("Cut off in the middle."))
         started = await down.until(lambda f: isinstance(f, TTSStartedFrame))
         assert await asyncio.to_thread(fake_engine.entered.wait, 10)
-        cut.append(tts._queue.utterance_id(str(started.context_id)))  # type: ignore[attr-defined]
+        cut.append(tts._contexts.wire_id(str(started.context_id)))  # type: ignore[attr-defined]
         socket = tts._websocket
         assert socket is not None
-        await socket.send(json.dumps(speak("stray")))  # answered `busy`: one plays
+        await socket.send(json.dumps(text("stray", "x")))  # no such context: an error
         await asyncio.wait_for(busy.held.wait(), 30)
         socket.transport.abort()
         await socket.wait_closed()  # closed, and the loop has not seen it
@@ -644,12 +798,12 @@ async def test_an_api_key_goes_as_a_bearer_and_a_wrong_one_is_an_error(
     assert "401" in errors[0]
 
 
-# --- the plugin's wire rules, sans I/O (pipecat_kokoro_voice/wire.py) -------------------------
+# --- the plugin's wire rules, protocol 2, sans I/O (pipecat_kokoro_voice/wire.py) --------------
 
 V = Voice("jf_alpha", 1.0)
 
 
-def speak(uid: str) -> dict[str, object]:
+def speak(cid: str) -> dict[str, object]:
     return {
         "type": "speak",
         "mode": "bidi",
@@ -657,8 +811,12 @@ def speak(uid: str) -> dict[str, object]:
         "voice": "jf_alpha",
         "speed": 1.0,
         "timestamps": True,
-        "utterance_id": uid,
+        "context_id": cid,
     }
+
+
+def text(cid: str, delta: str) -> dict[str, object]:
+    return {"type": "text", "context_id": cid, "delta": delta}
 
 
 def test_utterance_ids_keep_to_the_gateways_alphabet() -> None:
@@ -708,37 +866,49 @@ def test_gateway_errors_say_whether_a_retry_may_help() -> None:
     assert busy.category is ErrorCategory.UNKNOWN
 
 
-def test_a_second_context_waits_for_the_first_to_end() -> None:
-    q = UtteranceQueue()
-    assert q.text("a", "Hello ", V) == [speak("a"), {"type": "text", "delta": "Hello "}]
-    assert q.text("a", "there.", V) == [{"type": "text", "delta": "there."}]
-    assert q.text("b", "Next.", V) == []  # held: "a" still plays
-    assert q.flush("b") == []
-    assert q.flush("a") == [{"type": "flush"}]
-    ended = q.ended("a")
-    assert ended is not None
-    assert ended.context_id == "a"
-    assert ended.messages == [speak("b"), {"type": "text", "delta": "Next."}, {"type": "flush"}]
-    assert q.playing == "b"
+def test_a_context_opens_at_once_beside_one_playing() -> None:
+    """No queue: a second context's speak goes out with its first text while the first one
+    still plays, and each message names its context."""
+    t = ContextTable()
+    assert t.text("a", "Hello ", V) == [speak("a"), text("a", "Hello ")]
+    assert t.text("a", "there.", V) == [text("a", "there.")]
+    assert t.text("b", "Next.", V) == [speak("b"), text("b", "Next.")]  # "a" still plays
+    assert t.close("b") == [{"type": "close_context", "context_id": "b"}]
+    assert t.close("a") == [{"type": "close_context", "context_id": "a"}]
+    assert t.close("a") == []  # once is enough
+    assert t.open == ["a", "b"]
+    ended = t.ended("a")
+    assert ended == Ended("a", cancelled=False)
+    assert t.open == ["b"]
+    assert t.text("a", "more", V) == []  # its context is over: nowhere to go
 
 
-def test_an_utterance_is_the_gateways_to_end_until_it_ends() -> None:
-    """On the wire, or queued behind it on an open connection: the gateway ends it, however
-    quiet it is meanwhile. Ended, being cancelled, or held with no socket: not."""
-    q = UtteranceQueue()
-    q.text("a", "Playing.", V)
-    q.text("b", "Queued behind it.", V)
-    assert q.carries("a")
-    assert q.carries("b")
-    assert not q.carries("z")
-    assert q.on_wire() == ["a"]  # what a lost connection would cut short
-    assert q.ended("a") is not None
-    assert not q.carries("a")
-    assert q.on_wire() == ["b"]
-    q.cancel("b")
-    assert not q.carries("b")
-    assert q.on_wire() == []
-    offline = UtteranceQueue(online=False)
+def test_pipecats_ids_are_made_safe_on_the_wire() -> None:
+    t = ContextTable()
+    assert t.text("turn 1/ä", "Hi.", V) == [speak("turn_1__"), text("turn_1__", "Hi.")]
+    assert t.wire_id("turn 1/ä") == "turn_1__"
+    assert t.audio(b"\x08turn_1__\x01\x00") == ("turn 1/ä", b"\x01\x00")
+    assert t.owner("turn_1__") == "turn 1/ä"
+    assert t.text("turn 1?ä", "Hi.", V)[0] == speak("turn_1__.2")  # another context, its own id
+
+
+def test_a_context_is_the_gateways_to_end_until_it_ends() -> None:
+    """Sent, or opened on an open connection: the gateway ends it, however quiet it is
+    meanwhile. Ended, being cancelled, or held with no socket: not."""
+    t = ContextTable()
+    t.text("a", "Playing.", V)
+    t.text("b", "Beside it.", V)
+    assert t.carries("a")
+    assert t.carries("b")
+    assert not t.carries("z")
+    assert t.on_wire() == ["a", "b"]  # what a lost connection would cut short
+    assert t.ended("a") is not None
+    assert not t.carries("a")
+    assert t.on_wire() == ["b"]
+    t.cancel("b")
+    assert not t.carries("b")
+    assert t.on_wire() == []
+    offline = ContextTable(online=False)
     offline.text("c", "Held.", V)
     assert not offline.carries("c")  # nothing may ever send it
     assert offline.on_wire() == []
@@ -747,106 +917,175 @@ def test_an_utterance_is_the_gateways_to_end_until_it_ends() -> None:
     assert offline.on_wire() == ["c"]
 
 
-def test_audio_goes_to_its_utterance_whole_samples_only() -> None:
-    q = UtteranceQueue()
-    q.text("a", "Hi.", V)
-    assert q.audio(b"\x01a\x01\x02\x03") == ("a", b"\x01\x02")
-    assert q.audio(b"\x01a\x04") == ("a", b"\x03\x04")  # the odd byte carried over
-    assert q.audio(b"\x01z\x00\x00") is None  # not the utterance playing
+def test_audio_goes_to_its_context_by_prefix_whole_samples_only() -> None:
+    t = ContextTable()
+    t.text("a", "Hi.", V)
+    t.text("b", "Yo.", V)
+    assert t.audio(b"\x01a\x01\x02\x03") == ("a", b"\x01\x02")
+    assert t.audio(b"\x01b\x07\x08") == ("b", b"\x07\x08")  # interleaved: each its own
+    assert t.audio(b"\x01a\x04") == ("a", b"\x03\x04")  # the odd byte carried over
+    assert t.audio(b"\x01z\x00\x00") is None  # no such context
     with pytest.raises(ValueError, match="shorter"):
-        q.audio(b"\x05ab")
+        t.audio(b"\x05ab")
 
 
-def test_a_cancelled_utterance_drops_its_late_audio_and_ends_at_cancelled() -> None:
-    q = UtteranceQueue()
-    q.text("a", "A long one.", V)
-    q.text("b", "Queued.", V)
-    assert q.cancel("a", 1234.4) == [{"type": "cancel", "played_ms": 1234}]
-    assert q.cancel("b") == []  # never sent: dropped from the queue, nothing to say
-    assert q.audio(b"\x01a\x00\x00") is None
-    assert q.owner("a") is None
-    ended = q.ended("a", by_cancel=True)
-    assert ended is not None
-    assert ended.cancelled
-    assert ended.messages == []  # "b" went with the barge-in
-    assert q.text("b", "more", V) == []  # its context is over
-    assert q.text("c", "New.", V) == [speak("c"), {"type": "text", "delta": "New."}]
+def test_a_barge_ins_next_turn_opens_before_cancelled_and_late_audio_is_dropped() -> None:
+    t = ContextTable()
+    t.text("a", "A long one.", V)
+    assert t.cancel("a", 1234.4) == [{"type": "cancel", "context_id": "a", "played_ms": 1234}]
+    assert t.cancel("a") == []  # once
+    assert t.close("a") == []  # nothing more for a cancelled context
+    # the next turn goes out at once: the old one's `cancelled` has not come yet
+    assert t.text("b", "New.", V) == [speak("b"), text("b", "New.")]
+    assert t.audio(b"\x01a\x00\x00") is None  # the cancelled one's late audio
+    assert t.owner("a") is None
+    assert t.audio(b"\x01b\x00\x00") == ("b", b"\x00\x00")
+    assert t.ended("a") == Ended("a", cancelled=True)
+    assert t.open == ["b"]
 
 
-def test_a_cancel_that_crosses_the_replys_end_is_not_an_error() -> None:
-    q = UtteranceQueue()
-    q.text("a", "Short.", V)
-    q.cancel("a")
-    assert q.ended("a") is not None  # agent_end was already on its way
-    assert q.error({"type": "error", "code": "nothing_to_cancel"}) == (False, None)
-    assert q.error({"type": "error", "code": "nothing_to_cancel"}) == (True, None)
+def test_a_context_never_sent_is_dropped_by_a_cancel() -> None:
+    t = ContextTable(online=False)
+    t.text("a", "Held.", V)
+    assert t.cancel("a") == []
+    assert t.connected() == []
+    assert t.text("a", "more", V) == []
 
 
-def test_a_refused_speak_ends_its_utterance_and_its_text_is_not_reported() -> None:
-    q = UtteranceQueue()
-    q.text("a", "Not ", V)
-    q.text("a", "this.", V)
-    q.flush("a")
-    q.text("b", "Next.", V)
-    report, ended = q.error({"type": "error", "code": "unknown_voice", "utterance_id": "a"})
-    assert report
-    assert ended is not None
-    assert ended.messages == [speak("b"), {"type": "text", "delta": "Next."}]
-    for _ in range(3):  # the gateway answers the text and flush it already had
-        assert q.error({"type": "error", "code": "no_open_utterance"}) == (False, None)
-    assert q.error({"type": "error", "code": "no_open_utterance"}) == (True, None)
+def test_a_cancel_that_crosses_the_contexts_end_is_not_an_error() -> None:
+    t = ContextTable()
+    t.text("a", "Short.", V)
+    t.owner("a")  # agent_start
+    t.cancel("a")
+    assert t.ended("a") == Ended("a", cancelled=True)  # agent_end was already on its way
+    gone = {"type": "error", "code": "unknown_context", "context_id": "a"}
+    assert t.error(gone) == (False, None)  # the gateway's answer to the cancel
+    # one naming a context never seen is the gateway's news: reported
+    assert t.error({**gone, "context_id": "z"}) == (True, None)
+
+
+def test_a_refused_speak_ends_its_context_and_its_text_is_not_reported() -> None:
+    t = ContextTable()
+    t.text("a", "Not ", V)
+    t.text("a", "this.", V)
+    t.close("a")
+    t.text("b", "Next.", V)
+    refused = {"type": "error", "code": "unknown_voice", "context_id": "a", "status": 400}
+    assert t.error(refused) == (True, Ended("a", cancelled=False))
+    assert t.open == ["b"]  # the other context goes on
+    for code in ("unknown_context", "unknown_context", "unknown_context"):  # text, close
+        assert t.error({"type": "error", "code": code, "context_id": "a"}) == (False, None)
+    full = {"type": "error", "code": "too_many_contexts", "context_id": "b", "status": 429}
+    assert t.error(full) == (True, Ended("b", cancelled=False))
+
+
+def test_a_speak_refused_without_its_id_ends_at_its_texts_unknown_context() -> None:
+    """A speak that did not parse is refused by an error naming no context (reported); the
+    text after it is answered `unknown_context` naming it: that ends it, quietly."""
+    t = ContextTable()
+    t.text("a", "Too fast.", V)
+    assert t.error({"type": "error", "code": "invalid_field", "status": 400}) == (True, None)
+    assert t.carries("a")
+    assert t.error({"type": "error", "code": "unknown_context", "context_id": "a"}) == (
+        False,
+        Ended("a", cancelled=False),
+    )
 
 
 def test_an_error_during_a_reply_waits_for_its_end() -> None:
-    q = UtteranceQueue()
-    q.text("a", "Hi.", V)
-    assert q.owner("a") == "a"  # agent_start: the reply runs
-    assert q.error({"type": "error", "code": "tts_synthesis_failed", "utterance_id": "a"}) == (
-        True,
-        None,
-    )
-    assert q.playing == "a"
+    t = ContextTable()
+    t.text("a", "Hi.", V)
+    assert t.owner("a") == "a"  # agent_start: the reply runs
+    failed = {"type": "error", "code": "tts_synthesis_failed", "context_id": "a"}
+    assert t.error(failed) == (True, None)
+    assert t.open == ["a"]
+    long = {"type": "error", "code": "text_too_long", "context_id": "a"}
+    assert t.error(long) == (True, None)  # the delta was dropped, the rest goes on
+    assert t.open == ["a"]
+    assert t.ended("a") == Ended("a", cancelled=False)
 
 
-def test_a_lost_connection_forgets_every_utterance() -> None:
-    q = UtteranceQueue()
-    q.text("a", "One.", V)
-    q.text("b", "Two.", V)
-    assert q.connection_lost() == ["a", "b"]
-    assert q.playing is None
-    assert q.text("c", "Three.", V) == []  # no socket: held
-    assert q.connected()[0] == speak("c")
+def test_an_error_closing_the_connection_is_left_to_the_connections_loss() -> None:
+    t = ContextTable()
+    t.text("a", "Hi.", V)
+    closing = {"type": "error", "code": "max_connection_age", "context_id": "a"}
+    assert t.error(closing) == (True, None)
+    assert t.open == ["a"]
 
 
-def test_text_and_flush_with_no_socket_go_out_once_connected() -> None:
-    """A socket gone before anyone reopened it: the utterance on it is lost, the ones queued
-    behind it wait (with `keep_unsent`), and so does new text and its flush."""
-    q = UtteranceQueue()
-    q.text("a", "On the wire.", V)
-    q.text("b", "Queued ", V)
-    assert q.connection_lost(keep_unsent=True) == ["a"]
-    assert q.text("b", "behind it.", V) == []
-    assert q.flush("b") == []
-    assert q.connected() == [
+def test_a_lost_connection_forgets_every_context_sent() -> None:
+    t = ContextTable()
+    t.text("a", "One.", V)
+    t.text("b", "Two.", V)
+    assert t.connection_lost() == ["a", "b"]
+    assert t.open == []
+    assert t.text("c", "Three.", V) == []  # no socket: held
+    assert t.connected() == [speak("c"), text("c", "Three.")]
+
+
+def test_text_and_close_with_no_socket_go_out_once_connected() -> None:
+    """A socket gone before anyone reopened it: the contexts on it are lost, the ones never
+    sent wait (with `keep_unsent`), and so does new text and its end, in the order they
+    opened."""
+    t = ContextTable(online=False)
+    t.text("b", "Held ", V)
+    t.text("c", "Also held.", V)
+    t.online = True
+    t.text("a", "On the wire.", V)  # (a socket came without `connected()`: sent at once)
+    assert t.connection_lost(keep_unsent=True) == ["a"]
+    assert t.text("b", "with no socket.", V) == []
+    assert t.close("b") == []
+    assert t.connected() == [
         speak("b"),
-        {"type": "text", "delta": "Queued "},
-        {"type": "text", "delta": "behind it."},
-        {"type": "flush"},
+        text("b", "Held "),
+        text("b", "with no socket."),
+        {"type": "close_context", "context_id": "b"},
+        speak("c"),
+        text("c", "Also held."),
     ]
-    assert q.flush("b") == []  # once is enough
+    assert t.close("b") == []  # once is enough
+
+
+def test_a_gateway_without_protocol_2_ends_every_context_sent() -> None:
+    """A gateway before protocol 2 takes the socket for protocol 1: it refuses each speak
+    (naming no context) and answers `close_context` with `unknown_type`: every context sent
+    ends there, rather than waiting for audio that never comes."""
+    t = ContextTable()
+    t.text("a", "One.", V)
+    t.close("a")
+    t.text("b", "Two.", V)
+    old = {"type": "error", "code": "unknown_type", "message": "unknown message type"}
+    assert t.not_protocol_2({**old, "context_id": "a"}) == []  # protocol 2's own: not this
+    assert t.not_protocol_2({"type": "error", "code": "invalid_field"}) == []
+    assert t.open == ["a", "b"]
+    assert t.not_protocol_2(old) == [Ended("a", False), Ended("b", False)]
+    assert t.open == []
+
+
+async def test_a_gateway_speaking_only_protocol_1_is_one_clear_error_not_a_stall(
+    gateway_on_fake: RunningServer,
+) -> None:
+    """Pointed at protocol 1 (as a gateway before protocol 2 serves `?protocol=2`): the turn
+    ends with an ErrorFrame saying the gateway lacks protocol 2, and the pipeline ends."""
+    tts = service(gateway_on_fake)
+    tts._url = speak_ws_url(gateway_on_fake.http_url)  # protocol 1
+    down, up = await run_test(tts, frames_to_send=[TTSSpeakFrame("Hello.")])
+    assert audio_of(down) == b""
+    assert any("protocol 2" in f.error for f in up if isinstance(f, ErrorFrame))
 
 
 async def test_a_flush_that_finds_no_socket_is_kept_for_the_next_one() -> None:
     """pipecat's flush arrives while there is no socket (before a reconnect): the service
-    marks the utterance flushed, so it goes out with its speak and text, and the gateway
+    marks the context closed, so it goes out with its speak and text, and the gateway
     ends it, instead of waiting out pipecat's stop timeout."""
     tts = KokoroVoiceTTSService(url="http://127.0.0.1:1")  # never connected
-    assert tts._queue.text("ctx", "Hello.", V) == []
+    assert tts._url == "ws://127.0.0.1:1/v1/speak/ws?protocol=2"
+    assert tts._contexts.text("ctx", "Hello.", V) == []
     await tts.flush_audio("ctx")
-    assert tts._queue.connected() == [
+    assert tts._contexts.connected() == [
         speak("ctx"),
-        {"type": "text", "delta": "Hello."},
-        {"type": "flush"},
+        text("ctx", "Hello."),
+        {"type": "close_context", "context_id": "ctx"},
     ]
 
 

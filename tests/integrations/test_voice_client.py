@@ -12,6 +12,7 @@ from kokoro_voice_client import (
     GatewayError,
     SSEDataDecoder,
     endpoints,
+    ends_context,
     ends_utterance,
     is_stale,
     speak_ws_url,
@@ -73,6 +74,71 @@ def test_the_messages_are_the_protocols() -> None:
     assert msg.cancel(-3) == {"type": "cancel", "played_ms": 0}
     assert json.loads(msg.encode(msg.FLUSH)) == {"type": "flush"}
     assert msg.CLOSE == {"type": "close"}
+
+
+def test_protocol_2s_messages_name_their_context() -> None:
+    """Protocol 2's builders beside protocol 1's (unchanged), each naming its context, and
+    parsed by the gateway's own protocol 2 parser as the messages they mean."""
+    from gateway.params import Buffering
+    from gateway.speak_ws.protocol import (
+        Cancel,
+        CloseContext,
+        Flush,
+        Speak,
+        Text,
+        parse_client_message,
+    )
+
+    speak = msg.speak_context("c1", "jf_alpha", 1.5, sample_rate=16_000)
+    assert speak == {
+        "type": "speak",
+        "context_id": "c1",
+        "mode": "bidi",
+        "format": "pcm",
+        "speed": 1.5,
+        "timestamps": True,
+        "voice": "jf_alpha",
+        "sample_rate": 16_000,
+    }
+    assert "utterance_id" not in speak
+    assert "buffering" not in speak
+    assert msg.speak_context("c1", buffering="client")["buffering"] == "client"
+    assert msg.context_text("c1", "Hi ") == {"type": "text", "context_id": "c1", "delta": "Hi "}
+    assert msg.flush_context("c1") == {"type": "flush", "context_id": "c1"}
+    assert msg.flush_context("c1", 7) == {"type": "flush", "context_id": "c1", "flush_id": 7}
+    assert msg.close_context("c1") == {"type": "close_context", "context_id": "c1"}
+    assert msg.cancel_context("c1") == {"type": "cancel", "context_id": "c1"}
+    assert msg.cancel_context("c1", 1234.6) == {
+        "type": "cancel",
+        "context_id": "c1",
+        "played_ms": 1235,
+    }
+
+    def parsed(message: dict[str, object]) -> object:
+        return parse_client_message(msg.encode(message), version=msg.PROTOCOL_2)
+
+    opened = parsed(msg.speak_context("c1", "jf_alpha", buffering="client"))
+    assert isinstance(opened, Speak)
+    assert opened.params.utterance_id == "c1"
+    assert opened.buffering is Buffering.CLIENT
+    assert parsed(msg.context_text("c1", "Hi ")) == Text("Hi ", "c1")
+    assert parsed(msg.flush_context("c1", "f")) == Flush("c1", "f")
+    assert parsed(msg.close_context("c1")) == CloseContext("c1")
+    assert parsed(msg.cancel_context("c1", 10)) == Cancel(10.0, "c1")
+    assert speak_ws_url("http://gw:8000", protocol=2) == "ws://gw:8000/v1/speak/ws?protocol=2"
+    assert speak_ws_url("ws://gw:8000/v1/speak/ws", protocol=1) == "ws://gw:8000/v1/speak/ws"
+
+
+def test_protocol_2s_error_rule_reads_the_context_an_error_names() -> None:
+    refused = {"code": "unknown_voice", "context_id": "c1"}
+    assert ends_context(refused, "c1", answered=False)
+    assert not ends_context(refused, "c2", answered=False)  # another context's
+    assert not ends_context(refused, "c1", answered=True)  # during its reply: agent_end follows
+    assert not ends_context({"code": "text_too_long", "context_id": "c1"}, "c1", answered=False)
+    assert ends_context({"code": "unknown_context", "context_id": "c1"}, "c1", answered=True)
+    assert ends_context({"code": "idle_timeout"}, "c1", answered=True)
+    assert not ends_context({"code": "invalid_field"}, "c1", answered=False)  # names none
+    assert GatewayError.from_frame({"code": "x", "context_id": "c1"}).utterance_id == "c1"
 
 
 def test_audio_frames_lose_their_prefix_and_nothing_else() -> None:

@@ -3,7 +3,7 @@ WebSocket's messages, audio frames and error rule, and the `data` of Server-Sent
 pipecat and LiveKit plugins, the frameworks' bench and the tests all speak the gateway through
 it."""
 
-from kokoro_voice_client.errors import GatewayError, ends_utterance, is_stale
+from kokoro_voice_client.errors import GatewayError, ends_context, ends_utterance, is_stale
 from kokoro_voice_client.speak_ws import (
     BYTES_PER_SECOND,
     NUM_CHANNELS,
@@ -21,6 +21,7 @@ __all__ = [
     "GatewayError",
     "SSEDataDecoder",
     "endpoints",
+    "ends_context",
     "ends_utterance",
     "is_stale",
     "speak_ws_url",

@@ -29,7 +29,7 @@ class GatewayError:
 
     @classmethod
     def from_frame(cls, body: dict[str, Any]) -> GatewayError:
-        uid = body.get("utterance_id")
+        uid = body.get("utterance_id", body.get("context_id"))  # protocol 2 names a context
         after = body.get("retry_after_s")
         status = body.get("status")
         return cls(
@@ -73,6 +73,27 @@ def ends_utterance(body: dict[str, Any], utterance_id: str, answered: bool) -> b
     if uid is not None:
         return bool(uid == utterance_id)
     return code in SPEAK_REFUSALS
+
+
+def ends_context(body: dict[str, Any], context_id: str, answered: bool) -> bool:
+    """Protocol 2 (`?protocol=2`): whether an error frame ends context `context_id`.
+    `answered`: the gateway has already sent an event or audio of the context's reply.
+
+    Every error frame there names the context it concerns (`context_id`), so: an error that
+    closes the connection ends them all; `unknown_context` naming it says the gateway holds no
+    such context (its `speak` was refused by an error that could not name it, as one that
+    did not parse, or it ended while the message was on its way); any other error naming it
+    before its reply started refuses its `speak` (`unknown_voice`, `too_many_contexts`,
+    `overloaded`, ...), except `text_too_long` and `text_queue_full`, which keep it going. An
+    error during its reply is followed by its `agent_end`."""
+    code = body.get("code")
+    if code in CLOSING:
+        return True
+    if body.get("context_id") != context_id:
+        return False
+    if code == "unknown_context":
+        return True
+    return not answered and code not in KEEPS_GOING
 
 
 def is_stale(body: dict[str, Any]) -> bool:

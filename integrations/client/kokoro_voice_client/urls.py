@@ -31,6 +31,8 @@ def endpoints(url: str) -> Endpoints:
     return Endpoints(speak_ws=ws + SPEAK_WS_PATH, speech=http + SPEECH_PATH)
 
 
-def speak_ws_url(url: str) -> str:
-    """The speak WebSocket's address for a gateway URL (see `endpoints`)."""
-    return endpoints(url).speak_ws
+def speak_ws_url(url: str, protocol: int = 1) -> str:
+    """The speak WebSocket's address for a gateway URL (see `endpoints`); with `protocol` 2,
+    asking for protocol 2 (`?protocol=2`: several contexts on one socket)."""
+    address = endpoints(url).speak_ws
+    return address if protocol == 1 else f"{address}?protocol={protocol}"

@@ -1,19 +1,23 @@
 """`KokoroVoiceTTSService`: pipecat's TTS over the Kokoro voice gateway's speak WebSocket.
 
-One long-lived WebSocket to `/v1/speak/ws`. Each pipecat context is one utterance: a `speak`
-with no text (the client streams it), then the context's text as `text` deltas and a `flush`
-when its turn ends. The gateway answers with binary frames (the utterance id, then 24 kHz mono
-s16le PCM) and `words` frames (word timings on the utterance's clock), which become
-`TTSAudioRawFrame`s and pipecat's word timestamps. An interruption sends `cancel` (with
-`played_ms` when pipecat has played some of the context) and the next utterance waits for
-`cancelled`; the gateway plays one utterance at a time, so contexts queue (`wire.py`).
+One long-lived WebSocket to `/v1/speak/ws?protocol=2` (several contexts on one socket: the
+gateway must speak protocol 2). Each pipecat context (a turn) is one gateway context: a `speak`
+naming it, with no text (the client streams it), the moment its first text comes, then its text
+as `text` deltas and `close_context` when its turn ends (pipecat's `flush_audio`). The gateway
+answers with binary frames (the context id, then PCM at the rate asked) and `words` frames (word
+timings on the context's clock), which become `TTSAudioRawFrame`s and pipecat's word
+timestamps. Contexts play side by side on the gateway, so none waits for another here: the next
+turn's `speak` goes out while the last one's audio is still coming. An interruption sends
+`cancel` naming each of its contexts (with `played_ms` when pipecat has played some of it), and
+the next turn opens at once, without waiting for `cancelled`; the cancelled context's late
+audio is dropped (`wire.py`).
 
-The gateway ends every utterance it is sent (`agent_end`, `cancelled`, an error that refuses
-it), and a lost connection ends those it carried (an `ErrorFrame` says one was cut short).
-So a context whose utterance is the gateway's waits for its audio however long the gateway is
+The gateway ends every context it is sent (`agent_end`, `cancelled`, `context_closed`, an error
+that refuses it), and a lost connection ends those it carried (an `ErrorFrame` says one was cut
+short). So a context that is the gateway's waits for its audio however long the gateway is
 quiet (a slow model, a busy machine): pipecat's idle end (`stop_frame_timeout_s`) applies only
-to a context the gateway was never asked to speak (or one held while there is no socket), and
-a slow answer is never cut short.
+to a context the gateway was never asked to speak (one held while there is no socket), and a
+slow answer is never cut short.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kokoro_voice_client import GatewayError, speak_ws_url
-from kokoro_voice_client.speak_ws import PCM_RATES, SAMPLE_RATE, Message
+from kokoro_voice_client.speak_ws import CONTEXT_KEY, PCM_RATES, PROTOCOL_2, SAMPLE_RATE, Message
 from loguru import logger
 from pipecat.frames.frames import (
     ErrorFrame,
@@ -42,7 +46,7 @@ from pipecat.utils.errors import ErrorCategory
 from pipecat.utils.types import NOT_GIVEN, NotGiven
 from websockets.protocol import State
 
-from pipecat_kokoro_voice.wire import Ended, UtteranceQueue, Voice
+from pipecat_kokoro_voice.wire import ContextTable, Ended, Voice
 
 __all__ = ["KokoroVoiceError", "KokoroVoiceTTSService", "KokoroVoiceTTSSettings", "speak_ws_url"]
 
@@ -116,12 +120,14 @@ class KokoroVoiceTTSService(WebsocketTTSService):
 
     Event handlers:
         on_utterance_cancelled(service, utterance_id, played_ms, heard_text): the gateway
-            stopped an interrupted utterance; with `played_ms`, `heard_text` is what the
-            listener heard of it (the words that ended by then, as the text spelled them).
+            stopped an interrupted context (`utterance_id`: its id on the wire); with
+            `played_ms`, `heard_text` is what the listener heard of it (the words that ended
+            by then, as the text spelled them).
 
     Args:
         url: the gateway's base URL (`http://`, `https://`, `ws://` or `wss://`) or the full
-            `.../v1/speak/ws` address.
+            `.../v1/speak/ws` address; the gateway must speak protocol 2 (`?protocol=2`,
+            asked here).
         api_key: an API key or a token from `POST /v1/tokens`, sent as
             `Authorization: Bearer`; None for a gateway without keys.
         settings: `KokoroVoiceTTSService.Settings(voice=..., speed=...)`.
@@ -148,7 +154,7 @@ class KokoroVoiceTTSService(WebsocketTTSService):
         defaults = KokoroVoiceTTSSettings(model=None, voice=None, language=None, speed=1.0)
         if settings is not None:
             defaults.apply_update(settings)
-        # pipecat ends a context that is quiet this long; one whose utterance is the
+        # pipecat ends a context that is quiet this long; one that is the
         # gateway's is exempt (`_next_audio_context_item`): this is for the others only
         kwargs.setdefault("stop_frame_timeout_s", 10.0)
         super().__init__(
@@ -160,11 +166,11 @@ class KokoroVoiceTTSService(WebsocketTTSService):
             settings=defaults,
             **kwargs,
         )
-        self._url = speak_ws_url(url)
+        self._url = speak_ws_url(url, protocol=PROTOCOL_2)
         self._api_key = api_key
         self._receive_task: asyncio.Task[None] | None = None
         self._reading: Any = None  # the socket the receive loop reads, or read last
-        self._queue = UtteranceQueue(online=False)
+        self._contexts = ContextTable(online=False)
         self._send_lock = asyncio.Lock()
         # one connect or disconnect at a time: run_tts and the receive task's reconnect may
         # both find the socket gone, and only one may open the next
@@ -220,9 +226,9 @@ class KokoroVoiceTTSService(WebsocketTTSService):
             self._websocket = websocket
             try:
                 async with self._send_lock:  # what waited for a connection goes out first
-                    await self._send(self._queue.connected())
+                    await self._send(self._contexts.connected())
             except Exception as exc:
-                logger.warning(f"{self}: sending the held utterance: {exc}")
+                logger.warning(f"{self}: sending the held contexts: {exc}")
         await self._call_event_handler("on_connected")
 
     async def _disconnect_websocket(self) -> None:
@@ -246,13 +252,13 @@ class KokoroVoiceTTSService(WebsocketTTSService):
             logger.debug(f"{self}: closing a stale WebSocket: {exc}")
 
     async def _drop_utterances(self, *, keep_unsent: bool = False) -> None:
-        """A new or closed socket: the utterance on the last one is gone with it; the ones
-        queued behind it too, unless `keep_unsent`. Their contexts end (pipecat closes every
-        audio context on a disconnect and a reconnect, not when run_tts finds the socket gone
-        and opens one), and one cut short on the wire is an error, unless the service is
-        disconnecting on purpose (the pipeline's end)."""
-        cut = ", ".join(str(self._queue.utterance_id(c)) for c in self._queue.on_wire())
-        lost = self._queue.connection_lost(keep_unsent=keep_unsent)
+        """A new or closed socket: the contexts on the last one are gone with it; the ones
+        never sent (held while there was no socket) too, unless `keep_unsent`. Their audio
+        contexts end (pipecat closes every audio context on a disconnect and a reconnect, not
+        when run_tts finds the socket gone and opens one), and one cut short on the wire is an
+        error, unless the service is disconnecting on purpose (the pipeline's end)."""
+        cut = ", ".join(str(self._contexts.wire_id(c)) for c in self._contexts.on_wire())
+        lost = self._contexts.connection_lost(keep_unsent=keep_unsent)
         for context_id in lost:
             self._playback.pop(context_id, None)
         if cut and not self._disconnecting:
@@ -277,13 +283,14 @@ class KokoroVoiceTTSService(WebsocketTTSService):
     # --- pipecat's side ---------------------------------------------------------------------
 
     async def run_tts(self, text: str, context_id: str) -> AsyncGenerator[Frame | None, None]:
-        """Send `text` as the context's next delta; the audio arrives on the receive task."""
+        """Send `text` as the context's next delta (its first opens it on the gateway, beside
+        any context still playing); the audio arrives on the receive task."""
         if not self._websocket or self._websocket.state is State.CLOSED:
             await self._connect()
         voice = self._voice()
         try:
             async with self._send_lock:
-                await self._send(self._queue.text(context_id, text, voice))
+                await self._send(self._contexts.text(context_id, text, voice))
             await self.start_tts_usage_metrics(text)
         except Exception as exc:
             yield ErrorFrame(error=f"{self}: sending text: {exc}", exception=exc)
@@ -292,36 +299,38 @@ class KokoroVoiceTTSService(WebsocketTTSService):
         yield None
 
     async def flush_audio(self, context_id: str | None = None) -> None:
-        """The turn's text is complete: `flush` its utterance."""
+        """The turn's text is complete (pipecat calls this once, at the turn's end):
+        `close_context`. (Protocol 2's `flush`, which keeps a context open, is not used.)"""
         context_id = context_id or self.get_active_audio_context_id()
         if not context_id:
             return
         try:
             async with self._send_lock:
-                # with no socket it is marked in the queue, and goes out on the next one
-                await self._send(self._queue.flush(context_id))
+                # with no socket it is marked in the table, and goes out on the next one
+                await self._send(self._contexts.close(context_id))
         except Exception as exc:
-            logger.warning(f"{self}: sending flush: {exc}")
+            logger.warning(f"{self}: sending close_context: {exc}")
 
     async def on_audio_context_interrupted(self, context_id: str) -> None:
-        """Barge-in: cancel the context's utterance, saying how much of it was played."""
+        """Barge-in (pipecat calls this for each context it drops): cancel the context on the
+        gateway, saying how much of it was played. The next context opens at once: nothing
+        waits for `cancelled`."""
         await self.stop_all_metrics()  # type: ignore[no-untyped-call]
         played = self._played_ms(context_id)
         self._playback.pop(context_id, None)
         if self._websocket:
             try:
                 async with self._send_lock:
-                    await self._send(self._queue.cancel(context_id, played))
+                    await self._send(self._contexts.cancel(context_id, played))
             except Exception as exc:
                 logger.warning(f"{self}: sending cancel: {exc}")
         await super().on_audio_context_interrupted(context_id)
 
     async def _next_audio_context_item(self, context_id: str) -> Frame | WordTimestamp | None:
         """The playing context's next item (pipecat's playback loop asks), or None at its end.
-        pipecat takes `stop_frame_timeout_s` without one as the end; for a context whose
-        utterance is the gateway's (`UtteranceQueue.carries`) that is only a quiet spell (a
-        slow model, a busy machine, a speak waiting behind the one playing): it waits on,
-        until the gateway ends the utterance or its connection is lost."""
+        pipecat takes `stop_frame_timeout_s` without one as the end; for a context that is the
+        gateway's (`ContextTable.carries`) that is only a quiet spell (a slow model, a busy
+        machine): it waits on, until the gateway ends the context or its connection is lost."""
         timeout = self._stop_frame_timeout_s
         while True:
             try:
@@ -330,7 +339,7 @@ class KokoroVoiceTTSService(WebsocketTTSService):
                 )
                 return item
             except TimeoutError:
-                if not self._queue.carries(context_id):
+                if not self._contexts.carries(context_id):
                     return None  # never the gateway's, or held with no socket: the idle end
 
     async def on_audio_context_completed(self, context_id: str) -> None:
@@ -427,8 +436,8 @@ class KokoroVoiceTTSService(WebsocketTTSService):
 
     async def _reading_ended(self, websocket: Any) -> Any:
         """`websocket` is read no more (closed, or reading it failed). Still the service's
-        socket: the utterance on it ends with it, whether pipecat reconnects or gives up; None.
-        Replaced by a connect (which ended that utterance already): the socket that replaced
+        socket: the contexts on it end with it, whether pipecat reconnects or gives up; None.
+        Replaced by a connect (which ended those contexts already): the socket that replaced
         it, to be read next, or None when there is none now (a disconnect)."""
         async with self._connection_lock:
             if self._websocket is websocket:
@@ -438,12 +447,12 @@ class KokoroVoiceTTSService(WebsocketTTSService):
 
     async def _on_audio(self, frame: bytes) -> None:
         try:
-            found = self._queue.audio(frame)
+            found = self._contexts.audio(frame)
         except ValueError as exc:
             logger.warning(f"{self}: {exc}")
             return
         if found is None:
-            return  # a cancelled or unknown utterance's late audio
+            return  # a cancelled or unknown context's late audio
         context_id, pcm = found
         if pcm:
             audio = TTSAudioRawFrame(pcm, self._wire_rate, 1, context_id=context_id)
@@ -454,11 +463,20 @@ class KokoroVoiceTTSService(WebsocketTTSService):
             logger.warning(f"{self}: unexpected frame {body!r}")
             return
         kind = body.get("type")
-        uid = body.get("utterance_id")
+        wire_id = body.get(CONTEXT_KEY)
         if kind == "error":
-            async with self._send_lock:  # the queue's next speak goes out in order
-                report, ended = self._queue.error(body)
-                await self._send(ended.messages if ended else [])
+            refused = self._contexts.not_protocol_2(body)
+            if refused:
+                lacking = ConnectionError(
+                    f"the gateway at {self._url} does not speak the speak WebSocket's protocol "
+                    f"2 (it answered {body.get('message')!r}): this service needs a gateway "
+                    "with it (see its README)"
+                )
+                await self.push_error(error_msg=f"{self}: {lacking}", exception=lacking)
+                for one in refused:
+                    await self._end(one)
+                return
+            report, ended = self._contexts.error(body)
             error = KokoroVoiceError.from_frame(body)
             if error.code in ("idle_timeout", "max_connection_age"):
                 # the gateway closes an idle socket, or an old one; the next one reconnects
@@ -470,28 +488,29 @@ class KokoroVoiceTTSService(WebsocketTTSService):
                 )
             if ended is not None:
                 await self._end(ended)
-        elif kind in ("agent_end", "cancelled"):
-            async with self._send_lock:
-                ended = self._queue.ended(uid, by_cancel=kind == "cancelled")
-                await self._send(ended.messages if ended else [])
+        elif kind in ("agent_end", "cancelled", "context_closed"):
+            ended = self._contexts.ended(wire_id)
             if ended is not None:
                 await self._end(ended)
             if kind == "cancelled":
                 await self._call_event_handler(
-                    "on_utterance_cancelled", uid, body.get("played_ms"), body.get("heard_text")
+                    "on_utterance_cancelled",
+                    wire_id,
+                    body.get("played_ms"),
+                    body.get("heard_text"),
                 )
         elif kind == "words":
-            context_id = self._queue.owner(uid)
+            context_id = self._contexts.owner(wire_id)
             words = body.get("words") or []
             if context_id is not None and words:
                 times = [(str(w["word"]), float(w["start_ms"]) / 1000) for w in words]
                 await self.add_word_timestamps(times, context_id)
-        else:  # agent_start, audio_stream_start, text_delta, audio_stream_end
-            self._queue.owner(uid)
+        else:  # agent_start, audio_stream_start, text_delta, flushed, audio_stream_end
+            self._contexts.owner(wire_id)
 
     async def _end(self, ended: Ended) -> None:
-        """An utterance is over: close its audio context (an interrupted one is gone
-        already); the next utterance's speak has gone out."""
+        """A context is over: close its audio context (an interrupted one is gone
+        already)."""
         context_id = ended.context_id
         if not ended.cancelled and self.audio_context_available(context_id):
             await self.stop_ttfb_metrics()
