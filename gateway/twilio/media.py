@@ -133,7 +133,6 @@ class Mark:
     sequence_number: int | None
 
 
-
 TwilioMessage = Connected | Start | Media | Dtmf | Stop | Mark
 EVENTS = ("connected", "start", "media", "dtmf", "stop", "mark")
 
