@@ -15,7 +15,10 @@ of the time from sending the request to receiving the first audio event. Also pr
   onnxruntime call of the whole answer (the registry's graph, the same threads and voice),
   alternating; and the chunks the gateway cut it into, as raw calls one after another, against
   the same one call (what the cutting alone costs, whatever the engine) and against the engine
-  seconds (what the engine costs beyond raw calls of the same chunks).
+  seconds (what the engine costs beyond raw calls of the same chunks);
+- a second turn while the first turn's context is still open (spoken up to a flush, waiting for
+  more text): the second's first audio as a second context on the same socket (protocol 2)
+  against a second socket (protocol 1), alternating; 2 x `--runs` of each.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ ANSWER = (
 )
 TPS = 40.0
 FIRST_MS = 300.0
+SECOND = "Yes, of course, one moment."
 
 
 async def gateway_ttfa(base: str, params: dict[str, object]) -> float:
@@ -207,9 +211,105 @@ async def run(
     ]
     if whole is not None:
         rows += await at_once(gateway, *whole, runs, fmt)
+        rows += await second_turns(gateway.replace("http", "ws", 1), runs, fmt)
     width = max(len(r[0]) for r in rows)
     for name, value in rows:
         print(f"  {name.ljust(width)}  {value}")
+
+
+class Socket:
+    """A speak WebSocket read in the background: when each utterance's (or context's) frames of
+    each kind came (`audio` for its binary frames)."""
+
+    def __init__(self, ws: Any) -> None:
+        self.ws = ws
+        self.seen: dict[tuple[str, str], float] = {}
+        self._arrived: dict[tuple[str, str], asyncio.Event] = {}
+        self._reading = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        from kokoro_voice_client import split_audio_frame
+
+        async for frame in self.ws:
+            if isinstance(frame, bytes):
+                self._note("audio", split_audio_frame(frame)[0])
+                continue
+            event = orjson.loads(frame)
+            if event["type"] == "error":
+                raise RuntimeError(event)
+            self._note(event["type"], event.get("context_id") or event.get("utterance_id"))
+
+    def _note(self, kind: str, uid: str) -> None:
+        self.seen.setdefault((kind, uid), time.perf_counter())
+        self._arrived.setdefault((kind, uid), asyncio.Event()).set()
+
+    async def send(self, **body: Any) -> float:
+        """Send a message; the moment it went."""
+        await self.ws.send(orjson.dumps(body).decode())
+        return time.perf_counter()
+
+    async def until(self, kind: str, uid: str) -> float:
+        """When the first frame of `kind` for `uid` came; the reader's failure (an error
+        frame) is raised here."""
+        arrived = self._arrived.setdefault((kind, uid), asyncio.Event())
+        waiting = asyncio.ensure_future(arrived.wait())
+        await asyncio.wait([waiting, self._reading], return_when=asyncio.FIRST_COMPLETED)
+        if not waiting.done():
+            waiting.cancel()
+            self._reading.result()
+            raise RuntimeError("the socket closed")
+        return self.seen[(kind, uid)]
+
+    async def aclose(self) -> None:
+        self._reading.cancel()
+        await asyncio.gather(self._reading, return_exceptions=True)
+
+
+async def second_turn(ws_base: str, fmt: str, same_socket: bool, n: int) -> float:
+    """The second turn's first audio, seconds from its `speak`, while the first turn's context
+    is open on the socket (spoken up to a flush, waiting for more text)."""
+    a, b = f"a{n}", f"b{n}"
+    async with connect(ws_base + "/v1/speak/ws?protocol=2", max_size=None) as ws:
+        first = Socket(ws)
+        await first.send(type="speak", context_id=a, format=fmt)
+        await first.send(type="text", context_id=a, delta="Hello there. ")
+        await first.send(type="flush", context_id=a, flush_id=1)
+        await first.until("flushed", a)
+        if same_socket:
+            sent = await first.send(type="speak", context_id=b, format=fmt, text=SECOND)
+            took = await first.until("audio", b) - sent
+            await first.until("agent_end", b)
+        else:
+            async with connect(ws_base + "/v1/speak/ws", max_size=None) as ws2:
+                other = Socket(ws2)
+                sent = await other.send(type="speak", utterance_id=b, format=fmt, text=SECOND)
+                took = await other.until("audio", b) - sent
+                await other.until("agent_end", b)
+                await other.aclose()
+        await first.send(type="close_context", context_id=a)
+        await first.until("agent_end", a)
+        await first.aclose()
+        return took
+
+
+async def second_turns(ws_base: str, runs: int, fmt: str) -> list[tuple[str, str]]:
+    times: dict[bool, list[float]] = {True: [], False: []}
+    for n in range(2 * runs):
+        for same in (True, False):
+            times[same].append(await second_turn(ws_base, fmt, same, 2 * n + same))
+    one, two = (statistics.median(times[s]) for s in (True, False))
+    spread = {s: f"{min(times[s]) * 1000:.0f}-{max(times[s]) * 1000:.0f}" for s in times}
+    return [
+        (
+            "second turn's first audio: a context on the same socket (protocol 2)",
+            f"{one * 1000:.0f} ms ({spread[True]})",
+        ),
+        (
+            "second turn's first audio: a second socket (protocol 1)",
+            f"{two * 1000:.0f} ms ({spread[False]})",
+        ),
+        ("same socket / second socket", f"{one / two:.2f}"),
+    ]
 
 
 @contextmanager
