@@ -398,9 +398,11 @@ class SpeakConnection:
                         )
                     )
                 except ServiceError as exc:
-                    running.started.set()
+                    # the session forgets it before protocol 1 reads on: text that follows a
+                    # refused speak is answered `no_open_utterance`, as it always was
                     self._running.pop(uid, None)
                     await self._apply(self.session.start_failed(uid, exc))
+                    running.started.set()
                     return
                 running.speech, running.client_text = speech, speech.client_text
                 self._take_early(running)

@@ -169,3 +169,16 @@ async def test_an_unknown_protocol_is_refused_before_the_upgrade(
     assert refused.value.response.status_code == 400
     body = orjson.loads(refused.value.response.body or b"{}")
     assert body["error"]["code"] == "invalid_protocol"
+
+
+async def test_protocol_1_answers_text_after_a_refused_speak_as_it_always_did(
+    gateway_on_fake: RunningServer,
+) -> None:
+    """Each utterance now runs in a task of its own: protocol 1 still reads the next message
+    only once the session knows the `speak` was refused, so its text is `no_open_utterance`
+    (released clients count on it), never dropped in silence."""
+    async with connect(gateway_on_fake.ws_url + "/v1/speak/ws") as ws:
+        await ws.send(orjson.dumps({"type": "speak", "voice": "nobody"}).decode())
+        await ws.send(orjson.dumps({"type": "text", "delta": "Hello."}).decode())
+        first, second = [orjson.loads(await ws.recv()) for _ in range(2)]
+    assert (first["code"], second["code"]) == ("unknown_voice", "no_open_utterance")
