@@ -1,6 +1,6 @@
 """LiveKit Agents: `livekit.plugins.kokoro_voice.TTS`, one utterance through LiveKit's stream API
 as an agent's TTS node drives it: the text pushed word by word at once (`push_text`), then
-`end_input`. The pool's WebSocket is opened first (what `AgentSession` does with `prewarm()`;
+`end_input`. The TTS's shared WebSocket is opened first (what `AgentSession` does with `prewarm()`;
 the baseline times from an open WebSocket too), then timed from the first `push_text` to the
 first audio frame LiveKit hands its consumer and the first frame that carries a timed word
 (LiveKit attaches the aligned transcript to audio frames, so a word is never seen before the
@@ -19,9 +19,8 @@ from bench.frameworks.gateway_ws import BYTES_PER_SECOND, deltas
 
 
 async def _warm(tts: kokoro_voice.TTS) -> None:
-    """One pooled connection open before the clock starts (`prewarm()`, awaited)."""
-    pool = tts._pool
-    pool.put(await pool.get(timeout=10))
+    """The shared WebSocket open before the clock starts (`prewarm()`, awaited)."""
+    await tts._shared_socket(10)
 
 
 async def run(url: str, api_key: str | None, text: str, voice: str) -> FrameworkRun:
@@ -48,7 +47,7 @@ async def run(url: str, api_key: str | None, text: str, voice: str) -> Framework
                     first_word = now
                 audio_bytes += len(event.frame.data.tobytes())
                 words += [str(word).strip() for word in timed]
-        if not tts._pool.last_connection_reused:
+        if tts._connects != 1:
             raise RuntimeError("the stream did not get the warmed connection")
     if first_audio is None:
         raise RuntimeError("the LiveKit stream ended with no audio")

@@ -284,7 +284,7 @@ async def test_closing_a_stream_mid_utterance_cancels_down_to_the_model_server(
         stream.flush()
         assert await asyncio.to_thread(fake_engine.entered.wait, 10)
         await stream.aclose()  # the listener barged in: returns at once
-        # the TTS's own task cancels the reply and reads `cancelled`; the model server's
+        # the TTS's own task cancels the context and reads `cancelled`; the model server's
         # cancel reaches its engine thread on its own
         await asyncio.gather(*engine._settling)
         assert await asyncio.to_thread(fake_engine.cancel_seen.wait, 10)
@@ -293,17 +293,15 @@ async def test_closing_a_stream_mid_utterance_cancels_down_to_the_model_server(
             heard.add(event)
         assert 0 < len(heard.pcm) <= expected_pcm_bytes(first.strip())
         fake_engine.hold = False
-        # the connection went back to the pool clean: the next utterance reuses it and hears
-        # only its own audio
-        before = engine._pool.last_connection_reused
+        # the socket stays: the next turn is a context on it and hears only its own audio
         nxt = await speak(engine, ["Next one."])
-        assert (before, engine._pool.last_connection_reused) == (False, True)
+        assert engine._connects == 1
     assert fake_speech(nxt.pcm, ["Next one."])
     assert [w.strip() for w in nxt.words] == ["Next", "one."]
     assert reused[-1] is True
 
 
-async def test_the_pool_reuses_one_connection_stream_after_stream(
+async def test_one_socket_serves_stream_after_stream(
     gateway_on_fake: RunningServer, http_session: None
 ) -> None:
     collected: list[TTSMetrics] = []
@@ -312,7 +310,7 @@ async def test_the_pool_reuses_one_connection_stream_after_stream(
         for text in ["Hello there.", "Good morning.", "See you."]:
             heard = await speak(engine, deltas_of(text, 5))
             assert fake_speech(heard.pcm, [text])
-        assert len(engine._pool._connections) == 1
+        assert engine._connects == 1
     assert [m.connection_reused for m in collected] == [False, True, True]
     assert [m.characters_count for m in collected] == [12, 13, 8]
 
@@ -335,19 +333,18 @@ async def test_an_unknown_voice_is_a_client_error_not_retried(
         assert raised.value.body["code"] == "unknown_voice"
         assert "xx_nobody" in raised.value.message
         assert [e.recoverable for e in errors] == [False]  # raised at once, not retried
-        # the connection that carried the error is closed, not kept for the next stream
-        assert (
-            await wait_for_metric(gateway_on_fake, "gateway_active_sessions", 0, transport="ws")
-            == 0
-        )
+        # protocol 2: a refused context leaves the socket as it was, for the next stream
+        assert engine._socket is not None
+        assert engine._socket.usable
         with pytest.raises(APIStatusError) as batch:
             await hear(engine.synthesize("Hello there."))
         assert (batch.value.status_code, batch.value.retryable) == (400, False)
         assert isinstance(batch.value.body, dict)
         assert batch.value.body["code"] == "unknown_voice"
-        # the next stream works, on a connection of its own
+        # the next stream works, on the same socket
         engine.update_options(voice="af_test")
         heard = await speak(engine, ["Hello there."])
+        assert engine._connects == 1
     assert fake_speech(heard.pcm, ["Hello there."])
 
 
@@ -406,6 +403,7 @@ def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("KOKORO_VOICE_API_KEY", KEY)
     engine = kokoro_voice.TTS()
     assert engine._endpoints.speak_ws == "wss://voice.example/v1/speak/ws"
+    assert engine._speak_ws == "wss://voice.example/v1/speak/ws?protocol=2"
     assert engine._headers() == {"Authorization": f"Bearer {KEY}"}
     assert kokoro_voice.TTS(api_key=None)._headers() == {}
     with pytest.raises(ValueError, match="speed"):
@@ -506,60 +504,52 @@ async def test_the_bench_times_one_utterance_through_the_plugin(
 # --- connections, errors and closes the gateway's way ------------------------------------------
 
 
-async def test_a_pooled_connection_the_gateway_closed_is_not_reused(
+async def test_a_socket_the_gateway_closed_is_replaced(
     fake_server: RunningServer, http_session: None
 ) -> None:
-    """The gateway closes an idle connection (`idle_timeout`, then close 1000); aiohttp marks
-    it closed only once something reads that, so it sits in the pool looking open. The next
-    stream finds it out before sending anything and speaks on a fresh one, no retry needed."""
+    """The gateway closes an idle socket (`idle_timeout`, then close 1000); the socket's reader
+    reads that as it comes, so the next stream speaks on a fresh one, no retry needed."""
     app = create_gateway(GatewaySettings(model_server_url=fake_server.http_url, idle_timeout_s=1.0))
     with serve(app) as gw:
         async with kokoro_voice.TTS(base_url=gw.http_url) as engine:
             first = await speak(engine, ["Hello there."])
             assert fake_speech(first.pcm, ["Hello there."])
-            # the gateway has closed the pooled connection, which has not read it yet
             assert await wait_for_metric(gw, "gateway_active_sessions", 0, transport="ws") == 0
-            (pooled,) = engine._pool._available
-            assert not pooled.closed
+            shared = engine._socket
+            assert shared is not None
+            await asyncio.wait({shared.reader}, timeout=5)  # it read the goodbye and close
+            assert shared.lost == "idle_timeout"
+            assert not shared.usable
             errors: list[tts.TTSError] = []
             engine.on("error", errors.append)
             again = await speak(engine, ["Good morning."])  # NO_RETRY: a 408 would end it
-            assert engine._pool.last_connection_reused is False
-            assert pooled.closed  # found out and closed, not left in the pool
-            assert pooled not in engine._pool._connections
+            assert engine._connects == 2
+            assert shared.ws.closed
     assert fake_speech(again.pcm, ["Good morning."])
     assert errors == []
 
 
 async def test_a_goodbye_read_after_the_speak_is_a_retried_connection_error(
-    fake_server: RunningServer, http_session: None, monkeypatch: pytest.MonkeyPatch
+    http_session: None,
 ) -> None:
-    """The gateway's `idle_timeout` arrives just after the pooled connection was checked (the
-    check is made to see nothing here): the stream's first frame says the connection is gone,
-    which LiveKit retries on a fresh one with the same text."""
-    from livekit.plugins.kokoro_voice import tts as plugin_tts
-
-    async def looks_fine(ws: Any) -> bool:
-        return not ws.closed
-
-    monkeypatch.setattr(plugin_tts, "_idle_and_open", looks_fine)
-    app = create_gateway(GatewaySettings(model_server_url=fake_server.http_url, idle_timeout_s=1.0))
-    with serve(app) as gw:
-        async with kokoro_voice.TTS(base_url=gw.http_url) as engine:
-            errors: list[tts.TTSError] = []
-            engine.on("error", errors.append)
-            await speak(engine, ["Hello there."])
-            assert await wait_for_metric(gw, "gateway_active_sessions", 0, transport="ws") == 0
-            async with engine.stream() as stream:  # LiveKit's default: retried
-                for delta in deltas_of("Good morning.", 4):
-                    stream.push_text(delta)
-                stream.end_input()
-                again = await hear(stream)
-            assert len(engine._pool._connections) == 1  # the dead one is gone
-    assert fake_speech(again.pcm, ["Good morning."])  # the whole text, sent again
-    assert [w.strip() for w in again.words] == ["Good", "morning."]
+    """The gateway's `idle_timeout` crosses the `speak` (a stub answers the first socket's
+    first `speak` with it and closes): the context's first frame says the socket is gone,
+    which LiveKit retries on a fresh one with the same text, once."""
+    stub = StubGateway(goodbye_first=True)
+    async with stub_gateway(stub) as url, kokoro_voice.TTS(base_url=url) as engine:
+        errors: list[tts.TTSError] = []
+        engine.on("error", errors.append)
+        async with engine.stream() as stream:  # LiveKit's default: retried
+            for delta in deltas_of("Good morning.", 4):
+                stream.push_text(delta)
+            stream.end_input()
+            again = await hear(stream)
+        assert engine._connects == 2
+    assert again.matches(PCM)
+    assert stub.connections == 2
+    assert stub.texts[stub.speaks[1]] == "Good morning."  # the whole text, sent again once
     assert [e.recoverable for e in errors] == [True]
-    assert "idle_timeout" in str(errors[0].error) or "closed" in str(errors[0].error)
+    assert "idle_timeout" in str(errors[0].error)
 
 
 async def test_text_past_the_limit_is_dropped_and_the_utterance_goes_on(
@@ -573,9 +563,8 @@ async def test_text_past_the_limit_is_dropped_and_the_utterance_goes_on(
             errors: list[tts.TTSError] = []
             engine.on("error", errors.append)
             heard = await speak(engine, ["Hello there. ", "And this is far too long to fit."])
-            assert engine._pool.last_connection_reused is False
-            nxt = await speak(engine, ["See you."])  # the connection stayed clean
-            assert engine._pool.last_connection_reused is True
+            nxt = await speak(engine, ["See you."])  # the context ended clean, the socket stayed
+            assert engine._connects == 1
     assert fake_speech(heard.pcm, ["Hello there."])
     assert [w.strip() for w in heard.words] == ["Hello", "there."]
     assert fake_speech(nxt.pcm, ["See you."])
@@ -591,31 +580,52 @@ def audio_frame(uid: str, pcm: bytes) -> bytes:
 
 @dataclass
 class StubGateway:
-    """A speak WebSocket on loopback that answers as the gateway does, with the moments a
-    test needs in its hands: a reply that fails mid-way (`tts_*`, then `agent_end`), and a
-    `cancel` answered only once `release` is set."""
+    """A speak WebSocket (protocol 2) on loopback that answers as the gateway does, with the
+    moments a test needs in its hands: a reply that fails mid-way (`tts_*`, then
+    `agent_end`), a first socket that says goodbye (`idle_timeout`) to its first `speak`, and
+    each `cancel` answered only once `release` is set (while other contexts go on). `log`: what
+    it got and sent, in order, as (direction, type, context id)."""
 
     fail_mid_reply: bool = False
+    goodbye_first: bool = False
     cancel_seen: asyncio.Event = field(default_factory=asyncio.Event)
     release: asyncio.Event = field(default_factory=asyncio.Event)
     gone: asyncio.Event = field(default_factory=asyncio.Event)
     cancelled_sent: int = 0
+    connections: int = 0
+    speaks: list[str] = field(default_factory=list)
+    texts: dict[str, str] = field(default_factory=dict)
+    log: list[tuple[str, str, str | None]] = field(default_factory=list)
 
     async def handle(self, ws: Any) -> None:
         import orjson
 
-        uid = ""
+        self.connections += 1
+        first_socket = self.connections == 1
+        cancels: set[asyncio.Task[None]] = set()
         try:
             async for raw in ws:
                 message = orjson.loads(raw)
-                kind = message["type"]
+                kind, cid = message["type"], message.get("context_id")
+                self.log.append(("got", kind, cid))
                 if kind == "speak":
-                    uid = message["utterance_id"]
-                    await ws.send(
-                        orjson.dumps({"type": "agent_start", "utterance_id": uid}).decode()
-                    )
-                    await ws.send(audio_frame(uid, PCM))
-                elif kind == "flush":
+                    self.speaks.append(cid)
+                    if self.goodbye_first and first_socket:
+                        goodbye = {
+                            "type": "error",
+                            "code": "idle_timeout",
+                            "message": "idle",
+                            "retryable": True,
+                            "status": 408,
+                        }
+                        await self.send(ws, goodbye)
+                        await ws.close()
+                        return
+                    await self.send(ws, {"type": "agent_start", "context_id": cid})
+                    await ws.send(audio_frame(cid, PCM))
+                elif kind == "text":
+                    self.texts[cid] = self.texts.get(cid, "") + message["delta"]
+                elif kind == "close_context":
                     if self.fail_mid_reply:
                         error = {
                             "type": "error",
@@ -623,23 +633,28 @@ class StubGateway:
                             "message": "the second chunk failed",
                             "retryable": True,
                             "status": 502,
-                            "utterance_id": uid,
+                            "context_id": cid,
                         }
-                        await ws.send(orjson.dumps(error).decode())
-                    await ws.send(orjson.dumps({"type": "agent_end", "utterance_id": uid}).decode())
+                        await self.send(ws, error)
+                    await self.send(ws, {"type": "agent_end", "context_id": cid})
                 elif kind == "cancel":
                     self.cancel_seen.set()
-                    released = asyncio.ensure_future(self.release.wait())
-                    closed = asyncio.ensure_future(ws.wait_closed())
-                    await asyncio.wait({released, closed}, return_when=asyncio.FIRST_COMPLETED)
-                    released.cancel()
-                    closed.cancel()
-                    if not self.release.is_set():
-                        return  # the client went first
-                    self.cancelled_sent += 1
-                    await ws.send(orjson.dumps({"type": "cancelled", "utterance_id": uid}).decode())
+                    cancels.add(asyncio.create_task(self.cancelled(ws, cid)))
         finally:
+            for task in cancels:
+                task.cancel()
             self.gone.set()
+
+    async def cancelled(self, ws: Any, cid: str) -> None:
+        await self.release.wait()
+        self.cancelled_sent += 1
+        await self.send(ws, {"type": "cancelled", "context_id": cid})
+
+    async def send(self, ws: Any, event: dict[str, Any]) -> None:
+        import orjson
+
+        self.log.append(("sent", event["type"], event.get("context_id")))
+        await ws.send(orjson.dumps(event).decode())
 
 
 @contextlib.asynccontextmanager
@@ -659,9 +674,8 @@ async def test_a_speech_error_mid_reply_is_logged_and_the_reply_ends_at_agent_en
         errors: list[tts.TTSError] = []
         engine.on("error", errors.append)
         heard = await speak(engine, ["Hello there."])
-        assert engine._pool.last_connection_reused is False
-        again = await speak(engine, ["Again."])  # clean: agent_end came after our flush
-        assert engine._pool.last_connection_reused is True
+        again = await speak(engine, ["Again."])  # agent_end came after our close_context
+        assert engine._connects == 1
     assert heard.matches(PCM)
     assert again.matches(PCM)
     assert errors == []
@@ -672,8 +686,8 @@ async def test_closing_a_stream_does_not_wait_for_the_gateways_cancelled(
     http_session: None,
 ) -> None:
     """Barge-in: the stream's close returns while the gateway has not answered the cancel
-    yet; the TTS reads `cancelled` in the background and gives the connection back to the
-    pool, and `TTS.aclose` ends a cancel still waiting and closes its connection."""
+    yet; the TTS reads `cancelled` in the background, the socket stays, and `TTS.aclose` ends
+    a cancel still waiting and closes the socket."""
     stub = StubGateway()
     async with stub_gateway(stub) as url:
         async with kokoro_voice.TTS(base_url=url) as engine:
@@ -687,7 +701,7 @@ async def test_closing_a_stream_does_not_wait_for_the_gateways_cancelled(
             await asyncio.gather(*engine._settling)
             assert stub.cancelled_sent == 1
             heard = await speak(engine, ["Next."])
-            assert engine._pool.last_connection_reused is True  # went back clean
+            assert engine._connects == 1  # the same socket
             assert heard.matches(PCM)
         stub.release.clear()
         stub.cancel_seen.clear()
@@ -698,7 +712,7 @@ async def test_closing_a_stream_does_not_wait_for_the_gateways_cancelled(
         await anext(stream)
         await stream.aclose()
         await asyncio.wait_for(stub.cancel_seen.wait(), 10)
-        await engine.aclose()  # the cancel still waits: ended, its connection closed
+        await engine.aclose()  # the cancel still waits: ended, the socket closed
         assert engine._settling == set()
         await asyncio.wait_for(stub.gone.wait(), 10)
         assert stub.cancelled_sent == 1  # the second cancel was never answered
@@ -710,3 +724,92 @@ def test_the_read_timeout_counts_from_the_last_frame_or_the_flush() -> None:
     assert read_deadline(10.0, None, 5.0) is None  # the text still comes: the LLM's wait
     assert read_deadline(10.0, 3.0, 1.0) == 13.0  # flushed after the last frame
     assert read_deadline(10.0, 3.0, 7.5) == 17.5  # a frame since the flush
+
+
+async def test_a_barge_in_opens_the_next_turn_before_the_old_contexts_cancelled(
+    http_session: None,
+) -> None:
+    """The stream closed mid-turn (LiveKit's barge-in): its context is cancelled, and the next
+    turn's `speak` goes out on the same socket and is spoken to its end while the gateway has
+    not yet answered that cancel (the stub holds `cancelled` until released)."""
+    stub = StubGateway()
+    async with stub_gateway(stub) as url, kokoro_voice.TTS(base_url=url) as engine:
+        old = engine.stream(conn_options=NO_RETRY)
+        old.push_text("Hello there, and more to come ")
+        await anext(old)  # the old turn plays
+        await old.aclose()  # barge-in
+        heard = await speak(engine, ["Next."])  # the whole next turn, the cancel unanswered
+        assert stub.cancel_seen.is_set()
+        assert stub.cancelled_sent == 0
+        stub.release.set()
+        await asyncio.gather(*engine._settling)
+        assert stub.cancelled_sent == 1
+        assert engine._connects == 1
+    assert heard.matches(PCM)
+    old_id, new_id = stub.speaks
+    log = stub.log
+    assert log.index(("got", "cancel", old_id)) < log.index(("sent", "cancelled", old_id))
+    assert log.index(("got", "speak", new_id)) < log.index(("sent", "cancelled", old_id))
+    assert log.index(("sent", "agent_end", new_id)) < log.index(("sent", "cancelled", old_id))
+    assert stub.connections == 1
+
+
+def record_wire(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, str | None]]:
+    """What the plugin's shared socket sends and the events it reads, in order, as (direction,
+    type, context id)."""
+    import json
+
+    from livekit.plugins.kokoro_voice import tts as plugin_tts
+
+    log: list[tuple[str, str, str | None]] = []
+    send, on_event = plugin_tts._Socket.send, plugin_tts._Socket._on_event
+
+    async def sending(self: Any, message: dict[str, Any]) -> None:
+        log.append(("sent", message["type"], message.get("context_id")))
+        await send(self, message)
+
+    def reading(self: Any, data: str) -> None:
+        event = json.loads(data)
+        log.append(("got", event["type"], event.get("context_id")))
+        on_event(self, data)
+
+    monkeypatch.setattr(plugin_tts._Socket, "send", sending)
+    monkeypatch.setattr(plugin_tts._Socket, "_on_event", reading)
+    return log
+
+
+async def test_two_turns_share_one_socket_the_second_opening_before_the_first_ends(
+    gateway_on_fake: RunningServer, http_session: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two streams at once on the real gateway: the second turn's `speak` goes out while the
+    first is still playing (its text not even complete), on the same socket, and each hears
+    exactly its own audio and words."""
+    log = record_wire(monkeypatch)
+    first_text, later = "Hello there, my friend. ", "Your order shipped today."
+    second_text = "Good morning."
+    async with kokoro_voice.TTS(base_url=gateway_on_fake.http_url) as engine:
+        first = engine.stream(conn_options=NO_RETRY)
+        first.push_text(first_text)
+        heard_first = Heard()
+        heard_first.add(await anext(first))  # the first turn plays
+        second = engine.stream(conn_options=NO_RETRY)
+        for delta in deltas_of(second_text, 4):
+            second.push_text(delta)
+        second.end_input()
+        heard_second = await hear(second)  # the whole second turn, the first still open
+        first.push_text(later)
+        first.end_input()
+        async for event in first:
+            heard_first.add(event)
+        await first.aclose()
+        await second.aclose()
+        assert engine._connects == 1
+    speaks = [cid for way, kind, cid in log if (way, kind) == ("sent", "speak")]
+    assert len(speaks) == 2
+    one, two = speaks
+    assert log.index(("sent", "speak", two)) < log.index(("got", "agent_end", one))
+    assert log.index(("got", "agent_end", two)) < log.index(("sent", "close_context", one))
+    assert fake_speech(heard_first.pcm, [first_text.strip(), later])
+    assert fake_speech(heard_second.pcm, [second_text])
+    assert [w.strip() for w in heard_second.words] == ["Good", "morning."]
+    assert_aligned(heard_first.words, first_text + later)

@@ -1,17 +1,22 @@
 """LiveKit Agents TTS over the Kokoro voice gateway.
 
-`TTS.stream()`: one utterance per `SynthesizeStream` over the gateway's speak WebSocket
-(`/v1/speak/ws`): `speak` with no text (the stream sends it, `bidi`, PCM, word timestamps),
-then each `push_text` as a `text` delta and the first `flush`/`end_input` as `flush`. The gateway
-cuts the text into sentences and synthesizes each one as soon as it is complete, so the first
-audio comes while the LLM is still writing. Audio arrives as 24 kHz s16 mono PCM, `words`
-events as the aligned transcript. An error during the reply (`tts_*`, `text_too_long`) is
-logged and the stream reads on to its `agent_end`; only an error that refuses the `speak`
-ends it. Closing the stream mid-utterance returns at once: a task the TTS owns sends `cancel`,
-reads up to `cancelled` (the gateway has stopped the synthesis in the model server) and gives
-the connection back to the pool clean (`TTS.aclose` ends those tasks). The gateway plays one
-utterance at a time per connection: connections come from a pool, one per stream in flight; a
-pooled one the gateway has closed meanwhile (its `idle_timeout`) is found and replaced.
+`TTS.stream()`: each `SynthesizeStream` (a turn) is one context on one WebSocket the TTS shares
+among its streams, the gateway's speak WebSocket in protocol 2 (`/v1/speak/ws?protocol=2`: the
+gateway must speak it). A stream opens its context with `speak` naming it, with no text (the
+stream sends it, `bidi`, PCM at the TTS's `sample_rate`, word timestamps), the moment its first
+text comes, then each `push_text` as a `text` delta and the first `flush`/`end_input` as
+`close_context`. The gateway cuts the text into sentences and synthesizes each one as soon as it
+is complete, so the first audio comes while the LLM is still writing. Contexts play side by side
+on the gateway, so a stream never waits for another: the next turn's `speak` goes out while the
+last one's audio is still coming. Audio frames (prefixed with the context id) and events (naming
+it) go to their stream by that id; `words` events become the aligned transcript. An error during
+the reply (`tts_*`, `text_too_long`) is logged and the stream reads on to its `agent_end`; only
+an error that refuses the context ends it. Closing the stream mid-turn (a barge-in) returns at
+once: a task the TTS owns sends `cancel` naming the context and reads up to its `cancelled`
+(the gateway has stopped the synthesis in the model server), while the next stream's context
+opens at once, without waiting for it (`TTS.aclose` ends those tasks). The socket is read all
+the time, so one the gateway closes (its `idle_timeout`) is known at once and the next stream
+opens a fresh one; one unused for `max_idle_s` is replaced before it is used.
 
 `TTS.synthesize()`: one `POST /v1/audio/speech` (the gateway's OpenAI route), PCM in
 Server-Sent Events, so a failure after the headers is an error rather than short audio.
@@ -28,14 +33,21 @@ import contextlib
 import json
 import os
 import weakref
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from typing import Any, Never, Self
 
 import aiohttp
-from kokoro_voice_client import SSEDataDecoder, endpoints, ends_utterance, is_stale
+from kokoro_voice_client import SSEDataDecoder, endpoints, ends_context, speak_ws_url
 from kokoro_voice_client import speak_ws as msg
-from kokoro_voice_client.speak_ws import NUM_CHANNELS, PCM_RATES, SAMPLE_RATE, split_audio_frame
+from kokoro_voice_client.errors import CLOSING
+from kokoro_voice_client.speak_ws import (
+    CONTEXT_KEY,
+    NUM_CHANNELS,
+    PCM_RATES,
+    PROTOCOL_2,
+    SAMPLE_RATE,
+    split_audio_frame,
+)
 from livekit.agents import (
     APIConnectionError,
     APIConnectOptions,
@@ -55,13 +67,24 @@ DEFAULT_URL = "http://127.0.0.1:8000"
 URL_ENV = "KOKORO_VOICE_URL"
 API_KEY_ENV = "KOKORO_VOICE_API_KEY"
 MODEL = "kokoro-82m"
-# The gateway closes a WebSocket idle for --idle-timeout-s (60 s by default): a pooled
-# connection unused for longer than this is not reused.
+# The gateway closes a WebSocket with no context playing for --idle-timeout-s (60 s by
+# default): a socket unused for longer than this is replaced before a stream uses it.
 MAX_IDLE_S = 50.0
 
 _CLOSED = (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED)
 _WS = aiohttp.ClientWebSocketResponse
-_Input = str | tts.SynthesizeStream._FlushSentinel  # what a stream's input channel carries
+# what the gateway answers a cancel whose context had ended meanwhile
+_ALREADY_OVER = frozenset({"unknown_context", "nothing_to_cancel", "context_not_open"})
+
+
+@dataclass(frozen=True)
+class _Lost:
+    """The socket is gone (closed, or the gateway said it closes it)."""
+
+    reason: str
+
+
+_Item = bytes | dict[str, Any] | _Lost  # what a context's queue carries: PCM, an event, the end
 
 
 @dataclass
@@ -80,6 +103,109 @@ def _check_speed(speed: float) -> float:
     if not 0.5 <= speed <= 2.0:
         raise ValueError(f"speed must be in [0.5, 2.0], not {speed}")
     return speed
+
+
+class _Socket:
+    """The shared speak WebSocket (protocol 2): a reader that hands each audio frame and event
+    to the context it names, and one lock for the sends."""
+
+    def __init__(self, ws: _WS) -> None:
+        loop = asyncio.get_running_loop()
+        self.ws = ws
+        self.contexts: dict[str, asyncio.Queue[_Item]] = {}
+        self.lost: str | None = None
+        self.idle_since = loop.time()
+        self._send_lock = asyncio.Lock()
+        self.reader = asyncio.create_task(self._read())
+
+    @property
+    def usable(self) -> bool:
+        return self.lost is None and not self.ws.closed
+
+    def idle_for(self) -> float:
+        """How long no context has been open on it (0 while one is)."""
+        if self.contexts:
+            return 0.0
+        return asyncio.get_running_loop().time() - self.idle_since
+
+    def open_context(self, context_id: str) -> asyncio.Queue[_Item]:
+        queue: asyncio.Queue[_Item] = asyncio.Queue()
+        if self.lost is not None:
+            queue.put_nowait(_Lost(self.lost))
+        self.contexts[context_id] = queue
+        return queue
+
+    def end_context(self, context_id: str) -> None:
+        """The context is over here: what still comes for it (a cancelled one's late audio) is
+        dropped."""
+        if self.contexts.pop(context_id, None) is not None and not self.contexts:
+            self.idle_since = asyncio.get_running_loop().time()
+
+    async def send(self, message: msg.Message) -> None:
+        async with self._send_lock:
+            await self.ws.send_str(msg.encode(message))
+
+    async def close(self) -> None:
+        self.reader.cancel()
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(1.0):
+                await self.ws.close()
+        await asyncio.gather(self.reader, return_exceptions=True)
+
+    async def _read(self) -> None:
+        reason = "the connection was closed"
+        try:
+            while True:
+                message = await self.ws.receive()
+                if message.type is aiohttp.WSMsgType.BINARY:
+                    self._on_audio(message.data)
+                elif message.type is aiohttp.WSMsgType.TEXT:
+                    self._on_event(message.data)
+                elif message.type in _CLOSED or message.type is aiohttp.WSMsgType.ERROR:
+                    reason = f"the gateway closed the connection ({self.ws.close_code})"
+                    return
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            reason = f"reading the connection failed: {exc!r}"
+        finally:
+            self._lose(reason)
+
+    def _lose(self, reason: str) -> None:
+        if self.lost is None:
+            self.lost = reason
+        for queue in self.contexts.values():
+            queue.put_nowait(_Lost(self.lost))
+
+    def _on_audio(self, frame: bytes) -> None:
+        try:
+            context_id, pcm = split_audio_frame(frame)
+        except ValueError as exc:
+            logger.warning("%s", exc)
+            return
+        queue = self.contexts.get(context_id)
+        if queue is not None:  # else a cancelled context's late audio
+            queue.put_nowait(pcm)
+
+    def _on_event(self, data: str) -> None:
+        try:
+            event = json.loads(data)
+        except ValueError:
+            logger.warning("the gateway sent a frame that is not JSON: %.80r", data)
+            return
+        if not isinstance(event, dict):
+            return
+        context_id = event.get(CONTEXT_KEY)
+        queue = self.contexts.get(context_id) if isinstance(context_id, str) else None
+        if queue is not None:
+            queue.put_nowait(event)
+        elif event.get("type") == "error" and context_id is None:
+            # the gateway closes the socket (known now, before its close frame), or does not
+            # speak protocol 2 (`unknown_type`): every context on it is told
+            if event.get("code") in CLOSING:
+                self.lost = self.lost or str(event.get("code"))
+            for queue in self.contexts.values():
+                queue.put_nowait(event)
 
 
 class TTS(tts.TTS[Never]):
@@ -109,8 +235,8 @@ class TTS(tts.TTS[Never]):
                 nothing resamples here: 8000, 16000, 22050, 24000 (the model's), 44100, 48000.
             http_session: an aiohttp session to use; default: the job's
                 (`livekit.agents.utils.http_context`).
-            max_idle_s: a pooled WebSocket unused for longer is not reused (keep it below
-                the gateway's `--idle-timeout-s`).
+            max_idle_s: the shared WebSocket, when no stream has used it for longer, is
+                replaced (keep it below the gateway's `--idle-timeout-s`).
         """
         super().__init__(
             capabilities=tts.TTSCapabilities(streaming=True, aligned_transcript=True),
@@ -119,18 +245,17 @@ class TTS(tts.TTS[Never]):
         )
         url = base_url if is_given(base_url) else os.environ.get(URL_ENV, DEFAULT_URL)
         self._endpoints = endpoints(url)
+        self._speak_ws = speak_ws_url(url, protocol=PROTOCOL_2)
         key = api_key if is_given(api_key) else os.environ.get(API_KEY_ENV)
         self._api_key = key or None
         self._opts = _TTSOptions(voice=voice, speed=_check_speed(speed))
         self._session = http_session
-        self._pool = utils.ConnectionPool[_WS](
-            connect_cb=self._connect_ws,
-            close_cb=self._close_ws,
-            max_session_duration=max_idle_s,
-            mark_refreshed_on_get=True,
-        )
+        self._max_idle_s = max_idle_s
+        self._socket: _Socket | None = None
+        self._socket_lock = asyncio.Lock()
+        self._connects = 0  # sockets opened so far
         self._streams = weakref.WeakSet[SynthesizeStream]()
-        self._settling: set[asyncio.Task[None]] = set()  # closed streams' connections
+        self._settling: set[asyncio.Task[None]] = set()  # closed streams' contexts, prewarm
 
     @property
     def model(self) -> str:
@@ -146,8 +271,8 @@ class TTS(tts.TTS[Never]):
         voice: NotGivenOr[str | None] = NOT_GIVEN,
         speed: NotGivenOr[float] = NOT_GIVEN,
     ) -> None:
-        """For the streams made from now on (each utterance names its voice and speed, so the
-        pooled connections stay)."""
+        """For the streams made from now on (each context names its voice and speed, so the
+        socket stays)."""
         if is_given(voice):
             self._opts.voice = voice
         if is_given(speed):
@@ -161,38 +286,49 @@ class TTS(tts.TTS[Never]):
             self._session = utils.http_context.http_session()
         return self._session
 
-    def _settle(self, utterance: _Utterance) -> None:
-        """A stream closed mid-utterance: stop the gateway's reply and give the connection
-        back, in a task of the TTS's own (the stream's close does not wait for it)."""
-        task = asyncio.create_task(self._settle_connection(utterance))
+    async def _shared_socket(self, limit_s: float) -> tuple[_Socket, bool, float]:
+        """The shared socket, opened (or replaced: gone, or idle past `max_idle_s`) when
+        needed: the socket, whether it was reused, and how long getting it took."""
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        async with self._socket_lock:
+            socket = self._socket
+            if socket is not None and socket.usable and socket.idle_for() <= self._max_idle_s:
+                return socket, True, loop.time() - start
+            if socket is not None:
+                self._socket = None
+                await self._close(socket)
+            session = self._ensure_session()
+            async with asyncio.timeout(limit_s):
+                ws = await session.ws_connect(self._speak_ws, headers=self._headers())
+            self._connects += 1
+            self._socket = _Socket(ws)
+            return self._socket, False, loop.time() - start
+
+    async def _close(self, socket: _Socket) -> None:
+        """Closed now: the contexts still on it end with it."""
+        if self._socket is socket:
+            self._socket = None
+        await socket.close()  # (its reader tells the contexts still on it)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
         self._settling.add(task)
         task.add_done_callback(self._settling.discard)
 
-    async def _settle_connection(self, utterance: _Utterance) -> None:
-        reusable = False
+    def _settle(self, utterance: _Utterance) -> None:
+        """A stream closed mid-turn: cancel its context, in a task of the TTS's own (the
+        stream's close, and the next stream's context, do not wait for `cancelled`)."""
+        self._spawn(self._settle_context(utterance))
+
+    async def _settle_context(self, utterance: _Utterance) -> None:
+        fit = False
         try:
-            reusable = await utterance.cancel()
+            fit = await utterance.cancel()
         finally:
-            if reusable:
-                self._pool.put(utterance.ws)
-            else:
-                await self._discard(utterance.ws)
-
-    async def _discard(self, ws: _WS) -> None:
-        """Out of the pool and closed now, not at the pool's next drain: a reply the gateway
-        may still be playing on it ends with it."""
-        self._pool.remove(ws)
-        with contextlib.suppress(Exception):
-            async with asyncio.timeout(1.0):
-                await ws.close()
-
-    async def _connect_ws(self, limit_s: float) -> _WS:
-        session = self._ensure_session()
-        async with asyncio.timeout(limit_s):
-            return await session.ws_connect(self._endpoints.speak_ws, headers=self._headers())
-
-    async def _close_ws(self, ws: _WS) -> None:
-        await ws.close()
+            utterance.socket.end_context(utterance.uid)
+            if not fit:  # the cancel went unanswered: the socket is not trusted
+                await self._close(utterance.socket)
 
     def stream(
         self, *, conn_options: APIConnectOptions = DEFAULT_API_CONNECT_OPTIONS
@@ -207,7 +343,13 @@ class TTS(tts.TTS[Never]):
         return ChunkedStream(tts=self, input_text=text, conn_options=conn_options)
 
     def prewarm(self) -> None:
-        self._pool.prewarm()
+        async def connect() -> None:
+            try:
+                await self._shared_socket(DEFAULT_API_CONNECT_OPTIONS.timeout)
+            except Exception as exc:
+                logger.debug("prewarming the connection failed: %r", exc)
+
+        self._spawn(connect())
 
     async def __aenter__(self) -> Self:
         return self
@@ -218,40 +360,19 @@ class TTS(tts.TTS[Never]):
         self._streams.clear()
         settling = list(self._settling)
         for task in settling:
-            task.cancel()  # their connections are closed as they end
+            task.cancel()  # a cancel still waiting: its socket is closed as it ends
         await asyncio.gather(*settling, return_exceptions=True)
-        await self._pool.aclose()
+        if self._socket is not None:
+            await self._close(self._socket)
 
 
 class SynthesizeStream(tts.SynthesizeStream):
-    """One utterance over one pooled speak WebSocket."""
+    """One turn: one context on the TTS's shared speak WebSocket."""
 
     def __init__(self, *, tts: TTS, conn_options: APIConnectOptions) -> None:
         super().__init__(tts=tts, conn_options=conn_options)
         self._tts: TTS = tts
         self._opts = replace(tts._opts)
-        # the input an attempt has taken from the channel: a retry (nothing was heard yet)
-        # sends it again
-        self._taken: list[_Input] = []
-
-    async def _acquire(self) -> _WS:
-        pool = self._tts._pool
-        while True:
-            ws = await pool.get(timeout=self._conn_options.timeout)
-            if await _idle_and_open(ws):
-                self._acquire_time = pool.last_acquire_time
-                self._connection_reused = pool.last_connection_reused
-                return ws
-            # the gateway closed it (idle, draining) since it went back to the pool
-            await self._tts._discard(ws)
-
-    async def _input(self) -> AsyncIterator[_Input]:
-        """The stream's input: what an earlier attempt took, then the channel."""
-        for data in list(self._taken):
-            yield data
-        async for data in self._input_ch:
-            self._taken.append(data)
-            yield data
 
     async def _run(self, output_emitter: tts.AudioEmitter) -> None:
         uid = utils.shortuuid("lk_")
@@ -263,7 +384,7 @@ class SynthesizeStream(tts.SynthesizeStream):
             stream=True,
         )
         try:
-            ws = await self._acquire()
+            socket, reused, took = await self._tts._shared_socket(self._conn_options.timeout)
         except TimeoutError:
             raise APITimeoutError("connecting to the gateway timed out") from None
         except aiohttp.WSServerHandshakeError as exc:
@@ -274,49 +395,27 @@ class SynthesizeStream(tts.SynthesizeStream):
             ) from None
         except Exception as exc:
             raise APIConnectionError("could not connect to the gateway") from exc
+        self._connection_reused, self._acquire_time = reused, took
 
-        utterance = _Utterance(self, ws, uid, output_emitter)
-        reusable = False
-        settled = False
+        utterance = _Utterance(self, socket, uid, output_emitter)
         try:
             await utterance.run()
-            reusable = utterance.clean
         except asyncio.CancelledError:
-            # the stream was closed: the TTS stops the gateway's reply (and the model
-            # server's synthesis) before the connection is reused, without holding us up
+            # the stream was closed: the TTS cancels the context (and the model server's
+            # synthesis) without holding us, or the next stream, up
             self._tts._settle(utterance)
-            settled = True
-            raise
-        except APIError:
             raise
         except TimeoutError:
+            self._tts._settle(utterance)
             raise APITimeoutError("the gateway sent nothing in time") from None
+        except APIError:
+            self._tts._settle(utterance)
+            raise
         except Exception as exc:
+            self._tts._settle(utterance)
             raise APIConnectionError("the gateway connection failed") from exc
-        finally:
-            if settled:
-                pass
-            elif reusable:
-                self._tts._pool.put(ws)
-            else:
-                await self._tts._discard(ws)
-
-
-async def _idle_and_open(ws: _WS) -> bool:
-    """A pooled connection is fit for the next utterance: open, and nothing waiting on it.
-    aiohttp marks a socket closed only once something reads the close frame, so a gateway's
-    `idle_timeout` frame and close sit unread in an idle one: a receive that does not wait
-    finds them (and reading the close is what makes aiohttp mark it closed)."""
-    if ws.closed:
-        return False
-    try:
-        async with asyncio.timeout(0):
-            await ws.receive()
-    except TimeoutError:
-        # nothing was waiting (aiohttp marks the read it gave up as 1006), unless it was a
-        # close frame whose reply the zero wait cut short
-        return not ws.closed and ws.close_code in (None, aiohttp.WSCloseCode.ABNORMAL_CLOSURE)
-    return False  # a frame was waiting: the gateway's goodbye, or something stray
+        else:
+            socket.end_context(uid)
 
 
 def read_deadline(timeout: float, flushed_at: float | None, last_frame_at: float) -> float | None:
@@ -329,22 +428,23 @@ def read_deadline(timeout: float, flushed_at: float | None, last_frame_at: float
 
 
 class _Utterance:
-    """The speak WebSocket's side of one stream: the input sent as it comes, the frames read."""
+    """One stream's context on the shared socket: the input sent as it comes, the context's
+    frames read from its queue."""
 
     def __init__(
-        self, stream: SynthesizeStream, ws: _WS, uid: str, emitter: tts.AudioEmitter
+        self, stream: SynthesizeStream, socket: _Socket, uid: str, emitter: tts.AudioEmitter
     ) -> None:
         self.stream = stream
-        self.ws = ws
+        self.socket = socket
         self.uid = uid
         self.emitter = emitter
+        self.queue = socket.open_context(uid)
         self.opened: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self.flushed = asyncio.Event()
         self.flushed_at: float | None = None
         self.last_frame_at = asyncio.get_running_loop().time()
-        self.answered = False  # the gateway sent an event or audio of our reply
-        self.ended = False  # agent_end came
-        self.clean = False  # ... after our flush: nothing we sent is still unanswered
+        self.answered = False  # the gateway sent an event or audio of the context's reply
+        self.over = False  # the gateway ended the context, or the socket is gone
 
     async def run(self) -> None:
         sender = asyncio.create_task(self._send_input())
@@ -354,19 +454,16 @@ class _Utterance:
         finally:
             await utils.aio.gracefully_cancel(sender, receiver)
 
-    async def _send(self, message: msg.Message) -> None:
-        await self.ws.send_str(msg.encode(message))
-
     async def _send_input(self) -> None:
-        """`speak` with the first text, every text as a `text` delta, then one `flush`: one
-        utterance, as LiveKit gives one segment per stream."""
+        """`speak` naming the context with the first text, every text as a `text` delta, then
+        one `close_context`: one turn, as LiveKit gives one segment per stream."""
         stream = self.stream
-        async for data in stream._input():
-            if self.ended:  # the gateway ended the reply before the text did
+        async for data in stream._input_ch:
+            if self.over:  # the gateway ended the context before the text did
                 return
             if isinstance(data, tts.SynthesizeStream._FlushSentinel):
                 if self.opened.done():
-                    await self._flush()
+                    await self._close_context()
                     return
                 continue  # a flush before any text: nothing to end
             if not self.opened.done():
@@ -374,33 +471,34 @@ class _Utterance:
                 stream._mark_started()
                 opts = stream._opts
                 rate = stream._tts.sample_rate
-                await self._send(msg.speak(self.uid, opts.voice, opts.speed, sample_rate=rate))
+                speak = msg.speak_context(self.uid, opts.voice, opts.speed, sample_rate=rate)
+                await self.socket.send(speak)
                 self.opened.set_result(True)
-            await self._send(msg.text(data))
-        if self.ended:
+            await self.socket.send(msg.context_text(self.uid, data))
+        if self.over:
             return
         if self.opened.done():
-            await self._flush()
+            await self._close_context()
         else:
-            self.clean = True  # the input ended with no text: nothing was sent
+            self.over = True  # the input ended with no text: nothing was sent
             self.opened.set_result(False)
 
-    async def _flush(self) -> None:
+    async def _close_context(self) -> None:
         self.flushed_at = asyncio.get_running_loop().time()  # (agent_end may come mid-send)
         self.flushed.set()
-        await self._send(msg.FLUSH)
+        await self.socket.send(msg.close_context(self.uid))
 
     async def _receive_output(self) -> None:
         if not await self.opened:
             return
-        receiving: asyncio.Task[aiohttp.WSMessage] | None = None
+        receiving: asyncio.Task[_Item] | None = None
         flushed = asyncio.create_task(self.flushed.wait())
         try:
             while True:
-                receiving = receiving or asyncio.create_task(self.ws.receive())
-                message = await self._next(receiving, flushed)
+                receiving = receiving or asyncio.create_task(self.queue.get())
+                item = await self._next(receiving, flushed)
                 receiving = None
-                if self._on_frame(message):
+                if self._on_item(item):
                     return
         finally:
             for task in (receiving, flushed):
@@ -410,12 +508,10 @@ class _Utterance:
                 *(t for t in (receiving, flushed) if t is not None), return_exceptions=True
             )
 
-    async def _next(
-        self, receiving: asyncio.Task[aiohttp.WSMessage], flushed: asyncio.Task[Any]
-    ) -> aiohttp.WSMessage:
-        """The next frame; TimeoutError once the gateway, after our flush, has sent nothing
-        for the stream's timeout (`read_deadline`: from the last frame, not from the last
-        wait)."""
+    async def _next(self, receiving: asyncio.Task[_Item], flushed: asyncio.Task[Any]) -> _Item:
+        """The context's next frame; TimeoutError once the gateway, after our
+        `close_context`, has sent nothing for the stream's timeout (`read_deadline`: from the
+        last frame, not from the last wait)."""
         loop = asyncio.get_running_loop()
         timeout = self.stream._conn_options.timeout
         while True:
@@ -430,75 +526,86 @@ class _Utterance:
             if deadline is not None and loop.time() >= deadline:
                 raise TimeoutError
 
-    def _on_frame(self, message: aiohttp.WSMessage) -> bool:
-        """One frame of the reply; True once it has ended."""
-        if message.type is aiohttp.WSMsgType.BINARY:
-            owner, pcm = split_audio_frame(message.data)
-            if owner == self.uid:  # else late audio of an earlier, cancelled utterance
-                self.answered = True
-                self.emitter.push(pcm)
+    def _on_item(self, item: _Item) -> bool:
+        """One frame of the context's reply; True once it has ended."""
+        if isinstance(item, bytes):
+            self.answered = True
+            self.emitter.push(item)
             return False
-        if message.type in _CLOSED or message.type is aiohttp.WSMsgType.ERROR:
-            raise APIConnectionError(f"the gateway closed the connection ({self.ws.close_code})")
-        if message.type is not aiohttp.WSMsgType.TEXT:
-            return False
-        event = json.loads(message.data)
-        kind = event.get("type")
+        if isinstance(item, _Lost):
+            self.over = True
+            raise APIConnectionError(f"the connection to the gateway was lost: {item.reason}")
+        kind = item.get("type")
         if kind == "error":
-            return self._on_error(event)
-        if event.get("utterance_id", self.uid) != self.uid:
-            return False
+            return self._on_error(item)
         self.answered = True
         if kind == "words":
-            self.emitter.push_timed_transcript(_wire.timed_words(event))
+            self.emitter.push_timed_transcript(_wire.timed_words(item))
         elif kind == "agent_end":
-            self.ended = True
-            self.clean = self.flushed_at is not None
+            self.over = True
             self.emitter.end_segment()
             return True
+        elif kind in ("cancelled", "context_closed"):  # not asked for: the gateway ended it
+            self.over = True
+            raise APIError(
+                f"the gateway ended context {self.uid}: {kind} {item.get('reason', '')}".strip(),
+                body=item,
+                retryable=False,
+            )
         return False
 
     def _on_error(self, event: dict[str, Any]) -> bool:
-        """An error frame (`kokoro_voice_client.errors`): on a connection whose reply has not
-        started, one the gateway closed or that answers something from before means the
-        connection, not the utterance, is at fault (retried on a fresh one); one that refuses
-        the `speak`, or closes the connection, ends the stream; any other (`text_too_long`,
-        a `tts_*` failure during the reply, which `agent_end` follows) is logged."""
-        if not self.answered and is_stale(event):
-            raise APIConnectionError(
-                f"the connection was not fit for an utterance: {event.get('code')}"
+        """An error frame naming the context, or the socket (`kokoro_voice_client.errors`):
+        before the reply started, one that closes the socket means the connection, not the
+        context, is at fault (retried on a fresh one); one that refuses the context, or closes
+        the socket, ends the stream; a gateway that does not speak protocol 2 is told; any other
+        (`text_too_long`, a `tts_*` failure during the reply, which `agent_end` follows) is
+        logged."""
+        code = event.get("code")
+        if code in CLOSING and not self.answered:
+            self.over = True
+            raise APIConnectionError(f"the connection was not fit for a context: {code}")
+        if code == "unknown_type" and event.get(CONTEXT_KEY) is None:
+            self.over = True
+            raise APIStatusError(
+                "the gateway does not speak the speak WebSocket's protocol 2 (it answered "
+                f"{event.get('message')!r}): this plugin needs a gateway with it",
+                status_code=400,
+                request_id=self.uid,
+                body=event,
+                retryable=False,
             )
-        if ends_utterance(event, self.uid, self.answered):
+        if ends_context(event, self.uid, self.answered):
+            self.over = True
             raise _wire.error_from_frame(event, self.uid)
-        logger.warning(
-            "utterance %s: %s: %s", self.uid, event.get("code"), event.get("message", "")
-        )
+        logger.warning("context %s: %s: %s", self.uid, code, event.get("message", ""))
         return False
 
     async def cancel(self) -> bool:
-        """Stop the utterance: `cancel`, then read up to `cancelled` (or `nothing_to_cancel`:
-        it had just ended), within the stream's timeout. True when the connection is clean for
-        the next utterance."""
-        if self.ended:
-            return self.clean and not self.ws.closed
-        if not self.opened.done() or not self.opened.result():
-            return not self.ws.closed  # nothing was sent
+        """Stop the context: `cancel` naming it, then read its frames up to `cancelled` (or an
+        end that crossed the cancel), within the stream's timeout. True when the socket is
+        still fit for other contexts."""
+        if self.over or not self.opened.done() or not self.opened.result():
+            return True  # ended, or nothing was sent
+        self.over = True
         try:
             async with asyncio.timeout(self.stream._conn_options.timeout):
-                await self._send(msg.cancel())
+                await self.socket.send(msg.cancel_context(self.uid))
                 while True:
-                    message = await self.ws.receive()
-                    if message.type in _CLOSED or message.type is aiohttp.WSMsgType.ERROR:
+                    item = await self.queue.get()
+                    if isinstance(item, _Lost):
                         return False
-                    if message.type is not aiohttp.WSMsgType.TEXT:
-                        continue
-                    event = json.loads(message.data)
-                    if event.get("type") == "cancelled":
+                    if isinstance(item, bytes):
+                        continue  # audio sent before the cancel: dropped
+                    kind = item.get("type")
+                    if kind in ("cancelled", "agent_end", "context_closed"):
                         return True
-                    if event.get("type") == "error" and event.get("code") == "nothing_to_cancel":
-                        return True
-        except (TimeoutError, aiohttp.ClientError, ConnectionError, ValueError) as exc:
-            logger.warning("cancelling utterance %s failed: %r", self.uid, exc)
+                    if kind == "error" and item.get("code") in CLOSING:
+                        return False
+                    if kind == "error" and item.get("code") in _ALREADY_OVER:
+                        return True  # it ended as the cancel went out
+        except (TimeoutError, aiohttp.ClientError, ConnectionError) as exc:
+            logger.warning("cancelling context %s failed: %r", self.uid, exc)
             return False
 
 
