@@ -18,7 +18,10 @@ of the time from sending the request to receiving the first audio event. Also pr
   seconds (what the engine costs beyond raw calls of the same chunks);
 - a second turn while the first turn's context is still open (spoken up to a flush, waiting for
   more text): the second's first audio as a second context on the same socket (protocol 2)
-  against a second socket (protocol 1), alternating; 2 x `--runs` of each.
+  against a second socket (protocol 1), alternating; 2 x `--runs` of each;
+- a barge-in (the answer given at once, interrupted at its first audio) to the next turn's first
+  audio: protocol 1 (cancel, its `cancelled`, then the next `speak`) against protocol 2 (cancel
+  and the next context's `speak` at once), alternating; 2 x `--runs` of each.
 """
 
 from __future__ import annotations
@@ -212,6 +215,7 @@ async def run(
     if whole is not None:
         rows += await at_once(gateway, *whole, runs, fmt)
         rows += await second_turns(gateway.replace("http", "ws", 1), runs, fmt)
+        rows += await barge_ins(gateway.replace("http", "ws", 1), runs, fmt)
     width = max(len(r[0]) for r in rows)
     for name, value in rows:
         print(f"  {name.ljust(width)}  {value}")
@@ -290,6 +294,47 @@ async def second_turn(ws_base: str, fmt: str, same_socket: bool, n: int) -> floa
         await first.until("agent_end", a)
         await first.aclose()
         return took
+
+
+async def barge_in(ws_base: str, fmt: str, protocol: int, n: int) -> float:
+    """From the cancel of a playing answer to the next turn's first audio."""
+    a, b = f"a{n}", f"b{n}"
+    key = "context_id" if protocol == 2 else "utterance_id"
+    async with connect(ws_base + f"/v1/speak/ws?protocol={protocol}", max_size=None) as ws:
+        s = Socket(ws)
+        await s.send(type="speak", format=fmt, text=ANSWER, **{key: a})
+        await s.until("audio", a)
+        if protocol == 2:
+            sent = await s.send(type="cancel", context_id=a)
+            await s.send(type="speak", context_id=b, format=fmt, text=SECOND)
+        else:
+            sent = await s.send(type="cancel")
+            await s.until("cancelled", a)
+            await s.send(type="speak", utterance_id=b, format=fmt, text=SECOND)
+        took = await s.until("audio", b) - sent
+        await s.until("agent_end", b)
+        await s.aclose()
+        return took
+
+
+async def barge_ins(ws_base: str, runs: int, fmt: str) -> list[tuple[str, str]]:
+    times: dict[int, list[float]] = {1: [], 2: []}
+    for n in range(2 * runs):
+        for protocol in (1, 2):
+            times[protocol].append(await barge_in(ws_base, fmt, protocol, 2 * n + protocol))
+    one, two = (statistics.median(times[p]) for p in (1, 2))
+    spread = {p: f"{min(times[p]) * 1000:.0f}-{max(times[p]) * 1000:.0f}" for p in times}
+    return [
+        (
+            "barge-in to the next turn's first audio: protocol 1",
+            f"{one * 1000:.0f} ms ({spread[1]})",
+        ),
+        (
+            "barge-in to the next turn's first audio: protocol 2",
+            f"{two * 1000:.0f} ms ({spread[2]})",
+        ),
+        ("protocol 2 / protocol 1", f"{two / one:.2f}"),
+    ]
 
 
 async def second_turns(ws_base: str, runs: int, fmt: str) -> list[tuple[str, str]]:
@@ -371,7 +416,10 @@ def main() -> None:
             overrides["first_max_words"] = args.first_max_words
         if args.first_hold_s is not None:
             overrides["first_hold_s"] = args.first_hold_s
-        settings = GatewaySettings(model_server_url=model.http_url, **overrides)
+        # one client asks for every reply here: no per-client quota
+        settings = GatewaySettings(
+            model_server_url=model.http_url, replies_per_minute=0, **overrides
+        )
         chunker = PlanConfig(
             settings.first_min_words, settings.first_max_words, settings.first_wait_words
         )
