@@ -8,6 +8,7 @@ value or raises `InvalidRequest` with a stable code.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Collection
 
 from kokoro_contract.errors import InvalidRequest
@@ -23,6 +24,7 @@ MAX_PLAYED_MS = 3_600_000.0  # a cancel's played_ms: an hour of audio
 MIN_KEY_CHARS = 16  # an API key of either service (the gateway's keys, the model server's)
 # ASCII only: the id goes into a response header (X-Utterance-Id) and SSE event ids
 UTTERANCE_ID_PATTERN = r"^[A-Za-z0-9_.:-]+$"
+_UTTERANCE_ID = re.compile(UTTERANCE_ID_PATTERN)
 
 
 def check_text(text: object, max_chars: int = MAX_TEXT_CHARS, what: str = "text") -> str:
@@ -81,6 +83,21 @@ def check_request_id(rid: object) -> str | None:
             code="invalid_field",
         )
     return rid
+
+
+def check_utterance_id(value: object, what: str) -> str:
+    """An id of the utterance kind (an utterance's, a context's, a Twilio stream's): 1-64
+    characters of `UTTERANCE_ID_PATTERN`, safe in headers and frames."""
+    if (
+        not isinstance(value, str)
+        or not 0 < len(value) <= MAX_UTTERANCE_ID_CHARS
+        or not _UTTERANCE_ID.match(value)
+    ):
+        raise InvalidRequest(
+            f"'{what}' is 1-{MAX_UTTERANCE_ID_CHARS} characters of [A-Za-z0-9_.:-]",
+            code="invalid_field",
+        )
+    return value
 
 
 def check_flag(value: object, name: str) -> bool:

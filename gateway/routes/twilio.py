@@ -5,8 +5,6 @@ is accepted (`speak_ws.serve_connection`); the connection is
 
 from __future__ import annotations
 
-import re
-
 from fastapi import APIRouter, WebSocket
 
 from gateway.errors import BadRequest
@@ -15,7 +13,6 @@ from gateway.twilio.connection import TwilioConnection
 from kokoro_contract import limits
 
 router = APIRouter()
-_SID = re.compile(limits.UTTERANCE_ID_PATTERN)
 
 
 @router.websocket("/v1/twilio/ws")
@@ -31,9 +28,4 @@ def _stream_sid(value: str | None) -> str:
     """The Twilio stream the messages are for (its `streamSid`, e.g. `MZ` and 32 hex digits)."""
     if value is None:
         raise BadRequest("give '?stream_sid=' (the call's Twilio streamSid)", code="missing_field")
-    if not 0 < len(value) <= limits.MAX_UTTERANCE_ID_CHARS or not _SID.match(value):
-        raise BadRequest(
-            f"'stream_sid' is 1-{limits.MAX_UTTERANCE_ID_CHARS} characters of [A-Za-z0-9_.:-]",
-            code="invalid_field",
-        )
-    return value
+    return limits.check_utterance_id(value, "stream_sid")

@@ -25,7 +25,6 @@ protocol 2 "context_id"), except audio: binary frames of [1 byte: n][n bytes: th
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +42,6 @@ VERSIONS = (1, 2)
 UTTERANCE_KEY = "utterance_id"  # what names an utterance in protocol 1's frames
 CONTEXT_KEY = "context_id"  # and a context in protocol 2's
 MAX_FLUSH_ID_CHARS = 64
-_ID = re.compile(limits.UTTERANCE_ID_PATTERN)
 
 
 @dataclass(frozen=True)
@@ -188,16 +186,7 @@ def _context_id(msg: dict[str, Any]) -> str:
     value = msg.get(CONTEXT_KEY)
     if value is None:
         raise BadRequest("'context_id' is required: name the context", code="missing_context_id")
-    if (
-        not isinstance(value, str)
-        or not 0 < len(value) <= limits.MAX_UTTERANCE_ID_CHARS
-        or not _ID.match(value)
-    ):
-        raise BadRequest(
-            f"'context_id' is 1-{limits.MAX_UTTERANCE_ID_CHARS} characters of [A-Za-z0-9_.:-]",
-            code="invalid_field",
-        )
-    return value
+    return limits.check_utterance_id(value, CONTEXT_KEY)
 
 
 def _flush_id(value: object) -> FlushId | None:

@@ -58,6 +58,14 @@ def test_voice_and_request_id() -> None:
             limits.check_request_id(bad)
 
 
+def test_utterance_kind_ids() -> None:
+    assert limits.check_utterance_id("MZ0123_a.b:c-d", "stream_sid") == "MZ0123_a.b:c-d"
+    assert limits.check_utterance_id("x" * 64, "context_id") == "x" * 64
+    for bad in ("", "x" * 65, "a b", "é", "a/b", 7, None):
+        with pytest.raises(InvalidRequest, match="'context_id' is 1-64 characters"):
+            limits.check_utterance_id(bad, "context_id")
+
+
 def test_the_gateway_models_read_the_same_speed_range() -> None:
     models: list[tuple[type[SpeakParams | OpenAISpeechParams], dict[str, str]]] = [
         (SpeakParams, {}),
