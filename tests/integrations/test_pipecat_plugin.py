@@ -10,6 +10,7 @@ import asyncio
 import itertools
 import json
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 import pytest
 from pipecat.clocks.system_clock import SystemClock
@@ -593,22 +594,12 @@ async def test_an_utterance_cut_short_by_a_lost_connection_is_an_error(
     the next one plays on the new socket."""
     fake_engine.hold = True  # the first utterance is mid-synthesis when the socket goes
     tts = service(gateway_on_fake)
-    connected = [asyncio.Event(), asyncio.Event()]
-    count = itertools.count()
-
-    async def _connected(tts: KokoroVoiceTTSService) -> None:
-        connected[min(next(count), 1)].set()
-
-    tts.add_event_handler("on_connected", _connected)
+    connected = connects(tts)
 
     async def script(send: Send, down: Tape, up: Tape) -> None:
-        await send(TTSSpeakFrame("Cut off in the middle."))
-        started = await down.until(lambda f: isinstance(f, TTSStartedFrame))
-        assert await asyncio.to_thread(fake_engine.entered.wait, 10)
-        uid = tts._contexts.wire_id(str(started.context_id))  # type: ignore[attr-defined]
+        started, socket = await mid_utterance(tts, fake_engine, send, down)
+        uid = tts._contexts.wire_id(str(started.context_id))
         assert uid is not None
-        socket = tts._websocket
-        assert socket is not None
         socket.transport.abort()  # the network drops: no close handshake
         await asyncio.wait_for(connected[1].wait(), 30)  # pipecat reconnected
         fake_engine.hold = False
@@ -637,11 +628,7 @@ async def test_a_receive_loop_that_gave_up_is_started_again_with_the_next_socket
     tts = KokoroVoiceTTSService(url=gateway_on_fake.http_url, reconnect_on_error=False)
 
     async def script(send: Send, down: Tape, up: Tape) -> None:
-        await send(TTSSpeakFrame("Cut off in the middle."))
-        await down.until(lambda f: isinstance(f, TTSStartedFrame))
-        assert await asyncio.to_thread(fake_engine.entered.wait, 10)
-        socket = tts._websocket
-        assert socket is not None
+        _, socket = await mid_utterance(tts, fake_engine, send, down)
         socket.transport.abort()
         await up.until(lambda f: isinstance(f, ErrorFrame) and "lost before" in f.error)
         fake_engine.hold = False
@@ -684,6 +671,20 @@ def connects(tts: KokoroVoiceTTSService) -> list[asyncio.Event]:
     return connected
 
 
+async def mid_utterance(
+    tts: KokoroVoiceTTSService, fake_engine: FakeEngine, send: Send, down: Tape
+) -> tuple[TTSStartedFrame, Any]:
+    """An utterance mid-synthesis (the engine held, `fake_engine.hold` on): its started frame
+    and the socket it is on, for the test to drop."""
+    await send(TTSSpeakFrame("Cut off in the middle."))
+    started = await down.until(lambda f: isinstance(f, TTSStartedFrame))
+    assert isinstance(started, TTSStartedFrame)
+    assert await asyncio.to_thread(fake_engine.entered.wait, 10)
+    socket = tts._websocket
+    assert socket is not None
+    return started, socket
+
+
 async def test_a_receive_loop_on_its_way_out_reads_the_socket_opened_meanwhile(
     gateway_on_fake: RunningServer, fake_engine: FakeEngine
 ) -> None:
@@ -698,11 +699,7 @@ async def test_a_receive_loop_on_its_way_out_reads_the_socket_opened_meanwhile(
     connected = connects(tts)
 
     async def script(send: Send, down: Tape, up: Tape) -> None:
-        await send(TTSSpeakFrame("Cut off in the middle."))
-        await down.until(lambda f: isinstance(f, TTSStartedFrame))
-        assert await asyncio.to_thread(fake_engine.entered.wait, 10)
-        socket = tts._websocket
-        assert socket is not None
+        _, socket = await mid_utterance(tts, fake_engine, send, down)
         socket.transport.abort()
         await up.until(lambda f: isinstance(f, ErrorFrame) and "lost before" in f.error)
         await asyncio.wait_for(giving_up.held.wait(), 30)  # the loop has not ended
@@ -733,12 +730,8 @@ async def test_a_socket_replaced_while_the_receive_loop_was_busy_is_read_next(
     connected = connects(tts)
 
     async def script(send: Send, down: Tape, up: Tape) -> None:
-        await send(TTSSpeakFrame("Cut off in the middle."))
-        started = await down.until(lambda f: isinstance(f, TTSStartedFrame))
-        assert await asyncio.to_thread(fake_engine.entered.wait, 10)
-        cut.append(tts._contexts.wire_id(str(started.context_id)))  # type: ignore[attr-defined]
-        socket = tts._websocket
-        assert socket is not None
+        started, socket = await mid_utterance(tts, fake_engine, send, down)
+        cut.append(tts._contexts.wire_id(str(started.context_id)))
         await socket.send(json.dumps(text("stray", "x")))  # no such context: an error
         await asyncio.wait_for(busy.held.wait(), 30)
         socket.transport.abort()
