@@ -156,9 +156,12 @@ def gateway_on_fake(fake_server: RunningServer) -> Iterator[RunningServer]:
     from gateway.config import Settings as GatewaySettings
 
     # every test of a worker is one client to it (loopback): its replies per minute would
-    # pass the default quota of 60 as the suite grows; the quotas are tested on gateways of
-    # their own
-    settings = GatewaySettings(model_server_url=fake_server.http_url, replies_per_minute=0)
+    # pass the default quota of 60 as the suite grows, and whether its server has spare time
+    # for a reply depends on how busy the machine running the suite is; the quotas and
+    # admission are tested on gateways of their own
+    settings = GatewaySettings(
+        model_server_url=fake_server.http_url, replies_per_minute=0, admission=False
+    )
     app = create_gateway(settings)
     with serve(app) as running:
         yield running

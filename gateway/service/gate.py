@@ -5,7 +5,10 @@ accounting while it runs.
 WebSocket brings the connection's), checks that the client has no reply of that id playing
 and registers it (so a cancel can find it, for its key and token subject alone), charges the
 per-minute rates (a token's subject's within its key's), waits for admission (the model server
-that can serve it in time, or a refusal) and reserves its place there; on every exit it gives
+that can serve it in time, or a refusal) and reserves its place there; one session's replies
+(a WebSocket's contexts) are admitted one at a time, in the order they were started, so that
+its later ones wait behind its earlier one rather than each ask for one of the client's places
+in the line of replies waiting for spare time (`InTurn`); on every exit it gives
 all of it back, in one place (`Admitted.close`). An LLM reply's tokens, the prompt and history
 it sent and the answer it got, are charged as the reply ends (`Admitted.settle`), before the
 client reads its end. A refusal at any step gives back what the steps before it took.
@@ -19,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import weakref
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
@@ -122,6 +126,26 @@ class Admitted:
             release()
 
 
+class InTurn:
+    """One session's new replies, admitted one at a time in the order they were started."""
+
+    def __init__(self) -> None:
+        self._lock = asyncio.Lock()  # fair: its waiters go in arrival order
+        self.behind = 0  # replies waiting for the one before them to be admitted
+
+    @contextlib.asynccontextmanager
+    async def turn(self) -> AsyncIterator[None]:
+        self.behind += 1
+        try:
+            await self._lock.acquire()
+        finally:
+            self.behind -= 1
+        try:
+            yield
+        finally:
+            self._lock.release()
+
+
 class Gate:
     def __init__(self, settings: Settings, metrics: GatewayMetrics, runtime: Runtime) -> None:
         self.settings = settings
@@ -137,6 +161,8 @@ class Gate:
         self.draining = asyncio.Event()  # set on SIGTERM (gateway.cli)
         # (`Client.holder`, utterance id) -> SSE reply: a token's visitor has ids of its own
         self.live: dict[tuple[str, str], LiveReply] = {}
+        # each WebSocket's session -> its replies' admission in turn, gone with the session
+        self.turns: weakref.WeakKeyDictionary[Lease, InTurn] = weakref.WeakKeyDictionary()
         self.reply_rate = PerMinute(settings.replies_per_minute, "replies")
         self.subject_reply_rate = PerMinute(
             settings.replies_per_minute_per_subject, "replies", who="token subject"
@@ -216,6 +242,9 @@ class Gate:
             if session is None:
                 lease = self.sessions.open(client.name, _subject(client))
                 admitted._releases.append(lease.release)
+                turn: contextlib.AbstractAsyncContextManager[None] = contextlib.nullcontext()
+            else:
+                turn = self.turns.setdefault(session, InTurn()).turn()
             if cancellable is not None:
                 key = (client.holder, cancellable)
                 if key in self.live:
@@ -225,7 +254,8 @@ class Gate:
             self._charge_rates(client, prompt)
             if prompt:
                 admitted._charges.append(lambda: self._charge_tokens(admitted))
-            admitted.transports = await self._route(admitted)
+            async with turn:
+                admitted.transports = await self._route(admitted)
         except BaseException:
             admitted.close()
             raise

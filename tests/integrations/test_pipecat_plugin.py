@@ -185,14 +185,14 @@ async def test_turns_at_once_play_whole_and_in_order_never_refused(
     texts = ["First one here.", "Then the second.", "And a third."]
     refused_before = [
         await counted(gateway_on_fake, "gateway_errors_total", code=code)
-        for code in ("busy", "too_many_contexts", "context_in_use")
+        for code in ("busy", "too_many_contexts", "context_in_use", "overloaded")
     ]
     down, up = await run_test(
         service(gateway_on_fake), frames_to_send=[TTSSpeakFrame(t) for t in texts]
     )
     refused_after = [
         await counted(gateway_on_fake, "gateway_errors_total", code=code)
-        for code in ("busy", "too_many_contexts", "context_in_use")
+        for code in ("busy", "too_many_contexts", "context_in_use", "overloaded")
     ]
     assert refused_after == refused_before
     assert [f for f in up if isinstance(f, ErrorFrame)] == []

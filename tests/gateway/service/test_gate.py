@@ -5,6 +5,7 @@ server on loopback."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
@@ -14,9 +15,11 @@ from gateway.access.keys import Client
 from gateway.config import Settings
 from gateway.errors import BadRequest, Overloaded
 from gateway.metrics import GatewayMetrics
-from gateway.service.gate import Gate
+from gateway.service.gate import Admitted, Gate
 from gateway.service.runtime import Runtime
+from gateway.transports.resuming import ResumingTransport
 from tests.support.servers import RunningServer, free_port
+from tests.support.steps import until
 
 WEB = Client("web")
 
@@ -124,3 +127,42 @@ async def test_a_reply_is_alone_only_when_its_server_has_nothing_else_to_do(
                 assert not second.alone
         async with gate.start(WEB, prompt=False) as again:
             assert again.alone
+
+
+async def test_one_sessions_replies_wait_for_spare_time_in_turn_not_refused(
+    own_fake_server: RunningServer,
+) -> None:
+    """A WebSocket's three contexts opened at once while its server has no spare time (a
+    pipecat turn of three sentences): the second waits for spare time, and the third, which
+    the line refused at once (a client's replies wait one at a time), waits behind the second
+    and is admitted after it; another session of the same client is still refused."""
+    async with gate_on(own_fake_server.http_url, admission_wait_s=30.0) as gate:
+        pool = gate.runtime.pool
+        assert pool is not None
+        session = gate.open_session(WEB)
+        async with contextlib.AsyncExitStack() as replies:
+            first = await replies.enter_async_context(
+                gate.start(WEB, prompt=False, session=session)
+            )
+            in_turn = gate.turns[session]
+
+            async def admitted_next() -> Admitted:
+                return await replies.enter_async_context(
+                    gate.start(WEB, prompt=False, session=session)
+                )
+
+            second = asyncio.create_task(admitted_next())  # the first is starting: it waits
+            await until(lambda: pool.waiting == 1)
+            third = asyncio.create_task(admitted_next())
+            await until(lambda: in_turn.behind == 1)  # behind the second, not refused
+            with pytest.raises(Overloaded, match="of this client's replies already wait"):
+                async with gate.start(WEB, prompt=False):  # another session of the client's
+                    pass
+            first.close()  # the first ends: the second is admitted, the third takes its place
+            await until(lambda: second.done() and pool.waiting == 1)
+            assert not third.done()
+            (await second).close()
+            assert isinstance((await third).tts, ResumingTransport)
+        assert (in_turn.behind, pool.waiting) == (0, 0)
+        session.release()
+        assert held(gate) == (0, 0, 0)
