@@ -11,11 +11,12 @@ HOST ?= 127.0.0.1
 MODEL_PORT ?= 8080
 PORT ?= 8000
 
-.PHONY: help setup browser dev dev-docker dev-gpu images k8s-render test lint typecheck bench \
-	test-quick bench-model bench-demo bench-load bench-quality bench-timings bench-faults bench-frameworks soak gpu-check deploy-sagemaker lock clean
+.PHONY: help setup browser dev dev-fleet dev-docker dev-gpu images k8s-render test lint typecheck bench \
+	test-quick redis bench-model bench-demo bench-load bench-quality bench-timings bench-faults bench-frameworks soak gpu-check deploy-sagemaker lock clean
 
 help:
 	@echo "make dev          model server ($(HOST):$(MODEL_PORT)) and gateway (http://$(HOST):$(PORT))"
+	@echo "make dev-fleet    Redis, two gateways sharing it (PORT, PORT+1), one model server"
 	@echo "make test         lint, type-check and run the test suite"
 	@echo "make test-quick   the edit loop: the suite without the real engine, slow tests or the browser"
 	@echo "make bench        gateway: time to first audio, bidi vs batch"
@@ -50,8 +51,19 @@ browser:
 	@command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium; }
 
+# Debian's redis-server for the fleet's tests (each starts its own on a loopback port; the
+# package's own service is not needed, and on a machine without systemd it is not started).
+redis:
+	@command -v redis-server >/dev/null || { $(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq redis-server; }
+
 dev: setup
 	$(PY) scripts/dev.py --host $(HOST) --model-port $(MODEL_PORT) --port $(PORT) \
+		--model-args "$(MODEL_ARGS)" $(DEV_ARGS)
+
+# Redis and two gateways sharing it (ports PORT and PORT+1) in front of one model server
+dev-fleet: setup redis
+	$(PY) scripts/dev.py --fleet --host $(HOST) --model-port $(MODEL_PORT) --port $(PORT) \
 		--model-args "$(MODEL_ARGS)" $(DEV_ARGS)
 
 # Containers (need a Docker engine with compose; dev-gpu also the NVIDIA Container Toolkit).
@@ -88,12 +100,12 @@ typecheck: setup
 # The suite on two workers (pytest-xdist): much of it waits on servers, processes and timeouts,
 # so two share the cores. `--dist loadscope` runs each file whole on one worker, its module
 # fixtures made once (docs/testing.md: why not loadgroup's groups).
-test: lint typecheck browser
+test: lint typecheck browser redis
 	$(VENV)/bin/pytest -n 2 --dist loadscope $(PYTEST_ARGS)
 
 # The edit loop: no real Kokoro engine, no slow test, no browser (all three run in `make test`);
 # stops at the first failure.
-test-quick: setup
+test-quick: setup redis
 	$(VENV)/bin/pytest -m "not real_model and not slow" --ignore=tests/end_to_end/test_browser.py \
 		-x -q $(PYTEST_ARGS)
 

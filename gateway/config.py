@@ -84,6 +84,12 @@ class Settings:
     admission_wait_s: float = 0.5  # a new reply may wait this long for spare time, at most
     admission_waiting_per_client: int = 1  # of those waiting, one client's at most; 0: no limit
     echo_pacing: bool = False  # echo_tps/echo_first_ms beyond loopback (demos, benchmarks)
+    redis_url: str = ""  # a fleet's shared store; empty: this gateway counts alone
+    redis_required: bool = False  # with --redis-url: refuse new sessions while it is down
+    redis_prefix: str = "kokoro-gateway"
+    redis_timeout_s: float = 0.25
+    fleet_lease_ttl_s: float = 15.0
+    max_fleet_sessions: int = 0  # sessions open at once across the fleet; 0: no limit
     log_level: str = "info"
 
     @property
@@ -211,6 +217,20 @@ _HELP = {
     "speaks its text as slowly as an LLM would) while listening beyond loopback, for demos and "
     "benchmarks; without it such a request gets 400 echo_pacing_disabled there (on loopback "
     "pacing is always honoured)",
+    "redis_url": "Redis shared by a fleet of gateways (redis://[:password@]host:port/db, "
+    "rediss:// for TLS; use GATEWAY_REDIS_URL: flags show in ps): sessions open, replies and "
+    "LLM tokens per minute are counted across every gateway that names it; empty: each "
+    "gateway counts alone. While it does not answer, each gateway counts alone and its "
+    "internal /readyz says degraded",
+    "redis_required": "with --redis-url: while Redis does not answer, refuse new sessions and "
+    "replies (503 fleet_unavailable) and report not ready, rather than count alone",
+    "redis_prefix": "prefix of this fleet's keys in Redis (fleets sharing one Redis need their "
+    "own)",
+    "redis_timeout_s": "longest wait for one Redis call; past it the store counts as down",
+    "fleet_lease_ttl_s": "a gateway that stops renewing its sessions in Redis (it died) has "
+    "them released this long after its last renewal (renewed every third of it)",
+    "max_fleet_sessions": "sessions open at once across every gateway sharing --redis-url (503 "
+    "overloaded; 0: no limit; --max-sessions still caps each gateway)",
     "log_level": "logging level",
 }
 

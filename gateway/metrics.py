@@ -74,3 +74,22 @@ class GatewayMetrics:
         self.replies = Counter(
             "gateway_replies_total", "Replies started", ["mode", "format"], registry=self.registry
         )
+        self.fleet_up = Gauge(
+            "gateway_fleet_up",
+            "1 while the fleet's Redis (--redis-url) answers and limits are shared, 0 while this "
+            "gateway counts alone (always, without --redis-url)",
+            registry=self.registry,
+        )
+        self.fleet_changes = Counter(
+            "gateway_fleet_state_changes_total",
+            "The fleet's Redis found down (state=down) or answering again (state=up)",
+            ["state"],
+            registry=self.registry,
+        )
+        self.fleet_round_trip = Histogram(
+            "gateway_fleet_round_trip_seconds",
+            "One call to the fleet's Redis that came back: a session opened, a reply's rates, a "
+            "heartbeat",
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25),
+            registry=self.registry,
+        )

@@ -10,12 +10,19 @@ Ctrl-C or if one exits. The model server picks its engine itself
 else int8 ONNX on the CPU); `--model-args` (make's MODEL_ARGS) reaches the model server and
 wins over that, the other arguments (DEV_ARGS) reach the gateway. A service that exits during
 start-up (a bad flag, a missing checkpoint) stops `make dev` with its exit status.
+
+`--fleet` (`make dev-fleet`): a fleet to try by hand, all on loopback: Debian's
+`redis-server` (`make redis`) on `--redis-port`, and two gateways sharing it
+(`GATEWAY_REDIS_URL`) on `--port` and the port after it, their internal listeners on 9101
+and 9102, in front of the one model server.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -76,6 +83,23 @@ def banner(gateway_url: str, model_url: str, ping: dict[str, object]) -> str:
     )
 
 
+def fleet_commands(
+    gateway: list[str], port: int, redis_port: int
+) -> tuple[list[str], list[list[str]], dict[str, str]]:
+    """`redis-server` on loopback (nothing saved), two gateways on `port` and `port + 1` with
+    internal listeners of their own, and the environment that gives them the Redis URL."""
+    redis_server = shutil.which("redis-server")
+    if redis_server is None:
+        raise SystemExit("dev: redis-server is not installed (make redis)")
+    redis = [redis_server, "--port", str(redis_port), "--bind", "127.0.0.1", "--save", ""]
+    redis += ["--appendonly", "no"]
+    gateways = [
+        [*gateway, "--port", str(port + i), "--internal-port", str(9101 + i)] for i in (0, 1)
+    ]
+    env = {**os.environ, "GATEWAY_REDIS_URL": f"redis://127.0.0.1:{redis_port}/0"}
+    return redis, gateways, env
+
+
 def stop(procs: list[subprocess.Popen[bytes]]) -> None:
     for p in procs:
         if p.poll() is None:
@@ -93,20 +117,20 @@ def main() -> None:
     parser.add_argument("--model-port", type=int, default=8080)
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--model-args", default="", help="flags for the model server (MODEL_ARGS)")
+    parser.add_argument("--fleet", action="store_true", help="Redis and two gateways sharing it")
+    parser.add_argument("--redis-port", type=int, default=6390)
     args, extra = parser.parse_known_args()
     model_url = f"http://{args.host}:{args.model_port}"
-    gateway_url = f"http://{args.host}:{args.port}"
-    procs = [subprocess.Popen(model_server_command(args.host, args.model_port, args.model_args))]
     # the demo page paces its text like an LLM (echo_tps): honoured on any interface here
-    gateway = [
-        BIN / "gateway",
-        "--host",
-        args.host,
-        "--port",
-        str(args.port),
-        "--echo-pacing",
-        "true",
-    ]
+    gateway = [str(BIN / "gateway"), "--host", args.host, "--echo-pacing", "true"]
+    gateways = [[*gateway, "--port", str(args.port)]]
+    env: dict[str, str] | None = None
+    procs: list[subprocess.Popen[bytes]] = []
+    if args.fleet:
+        redis, gateways, env = fleet_commands(gateway, args.port, args.redis_port)
+        procs.append(subprocess.Popen(redis))
+    model_server = model_server_command(args.host, args.model_port, args.model_args)
+    procs.append(subprocess.Popen(model_server))
 
     def on_term(*_: object) -> None:
         stop(procs)
@@ -117,10 +141,14 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         wait_ready(model_url + "/ping", procs, listening=True)  # 503 while the model loads
-        procs.append(subprocess.Popen([*gateway, "--model-server-url", model_url, *extra]))
+        for command in gateways:
+            command += ["--model-server-url", model_url, *extra]
+            procs.append(subprocess.Popen(command, env=env))
         ping = wait_ready(model_url + "/ping", procs).json()
-        wait_ready(gateway_url + "/readyz", procs)
-        print(banner(gateway_url, model_url, ping), flush=True)
+        urls = [f"http://{args.host}:{args.port + i}" for i in range(len(gateways))]
+        for url in urls:
+            wait_ready(url + "/readyz", procs)
+        print(banner(" and ".join(urls), model_url, ping), flush=True)
         while all(p.poll() is None for p in procs):
             time.sleep(0.5)
         print("dev: a service exited; stopping the other", file=sys.stderr)

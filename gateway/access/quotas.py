@@ -39,11 +39,40 @@ class Lease:
         self.client = client
         self.subject = subject
         self.released = False
+        self.also: Callable[[], None] | None = None  # given back with it (a fleet's lease)
 
     def release(self) -> None:
         if not self.released:
             self.released = True
             self._sessions.closed(self.client, self.subject)
+            if self.also is not None:
+                self.also()
+
+
+def too_many_sessions(which: str, count: int) -> GatewayError:
+    """The refusal of a session past a limit: `which` is `gateway` (its own), `fleet` (all
+    gateways sharing a store), `client` or `subject`; `count` what it holds."""
+    if which in ("gateway", "fleet"):
+        return Overloaded(
+            f"the {which} has {count} sessions open, its limit; retry shortly", retry_after_s=5
+        )
+    if which == "client":
+        return TooManySessions(
+            f"this client has {count} sessions open, the limit per client; close one first",
+            retry_after_s=5,
+        )
+    return TooManySessions(
+        f"this token's subject has {count} sessions open, the limit per subject; close one first",
+        retry_after_s=5,
+    )
+
+
+def rate_limited(used: int, what: str, who: str, limit: int, wait_s: float) -> RateLimited:
+    """The refusal of a reply whose window (`what` per `who`) has used its minute."""
+    return RateLimited(
+        f"{used} {what} in the last minute, the limit per {who} is {limit}",
+        retry_after_s=max(1, math.ceil(wait_s)),
+    )
 
 
 class Sessions:
@@ -68,24 +97,14 @@ class Sessions:
         """A session for `client`, and within it for `subject` (a `Client.holder`; None: the
         client's own)."""
         if self.total >= self.max_total:
-            raise Overloaded(
-                f"the gateway has {self.total} sessions open, its limit; retry shortly",
-                retry_after_s=5,
-            )
+            raise too_many_sessions("gateway", self.total)
         mine = self._by_client.get(client, 0)
         if mine >= self.max_per_client:
-            raise TooManySessions(
-                f"this client has {mine} sessions open, the limit per client; close one first",
-                retry_after_s=5,
-            )
+            raise too_many_sessions("client", mine)
         if subject is not None:
             theirs = self._by_subject.get(subject, 0)
             if 0 < self.max_per_subject <= theirs:
-                raise TooManySessions(
-                    f"this token's subject has {theirs} sessions open, the limit per subject; "
-                    "close one first",
-                    retry_after_s=5,
-                )
+                raise too_many_sessions("subject", theirs)
             self._by_subject[subject] = theirs + 1
         self.total += 1
         self._by_client[client] = mine + 1
@@ -131,11 +150,7 @@ class PerMinute:
         used = self.used(client, now)
         if used >= self.limit:
             first = self._spent[client][0][0]
-            wait = max(1, math.ceil(first + WINDOW_S - now))
-            raise RateLimited(
-                f"{used} {self.what} in the last minute, the limit per {self.who} is {self.limit}",
-                retry_after_s=wait,
-            )
+            raise rate_limited(used, self.what, self.who, self.limit, first + WINDOW_S - now)
 
     def charge(self, client: str, amount: int, now: float) -> None:
         if self.limit > 0 and amount > 0:

@@ -3,7 +3,6 @@ their barge-in, `POST /v1/speak/{utterance_id}/cancel`."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -94,19 +93,16 @@ async def cancel(utterance_id: str, request: Request) -> JSONResponse:
     service = service_of(request)
     body = await json_body(request) if await request.body() else {}
     played = parse(CancelParams, body).played_ms
-    # only the key and token subject that started it (or the key itself) may stop it
-    live = service.gate.live_reply(client_of(request.scope), utterance_id)
-    if live is None:
+    # only the key and token subject that started it (or the key itself) may stop it, on
+    # whichever gateway of the fleet holds it
+    stopped = await service.gate.cancel(client_of(request.scope), utterance_id, played)
+    if stopped is None:
         raise GatewayError(
             f"no reply {utterance_id!r} of yours is playing", code="unknown_utterance", status=404
         )
-    if not live.cancel.done():
-        live.cancel.set_result(played)
-    try:
-        heard = await asyncio.wait_for(asyncio.shield(live.heard), timeout=10)
-    except TimeoutError:  # the reply could not stop in time: it is stopping all the same
-        heard = None
-    return JSONResponse({"utterance_id": utterance_id, "played_ms": played, "heard_text": heard})
+    return JSONResponse(
+        {"utterance_id": utterance_id, "played_ms": played, "heard_text": stopped.heard_text}
+    )
 
 
 @router.get("/v1/speak/sse", responses=openapi.SPEAK, openapi_extra=openapi.SPEAK_QUERY)

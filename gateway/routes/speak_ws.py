@@ -46,7 +46,7 @@ async def serve_connection(ws: WebSocket, connection: Callable[[], Connect]) -> 
     client = client_of(ws.scope)
     try:
         connect = connection()
-        lease = service.gate.open_session(client)
+        lease = await service.gate.open_session(client)
     except ServiceError as exc:
         service.metrics.errors.labels(exc.code).inc()
         headers = {"Retry-After": str(exc.retry_after_s)} if exc.retry_after_s else None

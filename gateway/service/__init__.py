@@ -46,8 +46,10 @@ class GatewayService:
 
     async def start(self) -> None:
         await self.runtime.start()
+        await self.gate.start_fleet()
 
     async def aclose(self) -> None:
+        await self.gate.aclose()
         await self.runtime.aclose()
 
     async def drain(self, timeout_s: float) -> int:

@@ -27,10 +27,18 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from gateway.access.keys import Client
-from gateway.access.quotas import Lease, PerMinute, Sessions
+from gateway.access.quotas import (
+    Lease,
+    PerMinute,
+    Sessions,
+    rate_limited,
+    too_many_sessions,
+)
 from gateway.aio import Clock, loop_time
 from gateway.config import Settings
 from gateway.errors import BadRequest, Overloaded
+from gateway.fleet.cancels import HEARD_S, FleetCancels, Stopped
+from gateway.fleet.limits import SharedLimits, Window
 from gateway.metrics import GatewayMetrics
 from gateway.retry import RetryBudget
 from gateway.routing.admission import InProgress, Refusal
@@ -168,6 +176,25 @@ class Gate:
             settings.replies_per_minute_per_subject, "replies", who="token subject"
         )
         self.token_rate = PerMinute(settings.llm_tokens_per_minute, "LLM tokens")
+        # with a fleet's store: the same sessions and windows counted across every gateway
+        # (and here too, which is what counts while the store is down)
+        self.shared: SharedLimits | None = None
+        self.cancels: FleetCancels | None = None  # and a cancel of a reply another one holds
+        store = runtime.store
+        if store is not None:
+            self.cancels = FleetCancels(store, self.cancel_here)
+            self.shared = SharedLimits(
+                store,
+                lease_ttl_s=settings.fleet_lease_ttl_s,
+                max_fleet_sessions=settings.max_fleet_sessions,
+                max_per_client=settings.max_sessions_per_client,
+                max_per_subject=settings.max_sessions_per_subject,
+            )
+            store.on_round_trip = metrics.fleet_round_trip.observe
+            store.on_change.append(
+                lambda up: metrics.fleet_changes.labels("up" if up else "down").inc()
+            )
+            metrics.fleet_up.set_function(lambda: 1 if store.up else 0)
         # every time the gate reads (rates, admission's wait, first-audio deadlines): the loop's
         self.clock: Clock = loop_time
         metrics.sessions.set_function(lambda: self.sessions.total)
@@ -175,16 +202,51 @@ class Gate:
         if pool is not None:
             metrics.admission_waiting.set_function(lambda: pool.waiting)
 
+    async def start_fleet(self) -> None:
+        """The fleet's heartbeat, with a store (the app's start)."""
+        if self.shared is not None:
+            await self.shared.start()
+        if self.cancels is not None:
+            await self.cancels.start()
+
+    async def aclose(self) -> None:
+        if self.cancels is not None:
+            await self.cancels.aclose()
+        if self.shared is not None:
+            await self.shared.aclose()
+
     def _check_open(self) -> None:
         if self.draining.is_set():
             raise Overloaded("the gateway is restarting: retry", code="restarting", retry_after_s=1)
+        store = self.runtime.store
+        if store is not None and not store.up and self.settings.redis_required:
+            raise Overloaded(
+                "the limits this service shares are out of reach; retry shortly",
+                code="fleet_unavailable",
+                retry_after_s=5,
+            )
 
-    def open_session(self, client: Client) -> Lease:
+    async def open_session(self, client: Client) -> Lease:
         """A session (a WebSocket, or one HTTP reply) for `client`; raises `Overloaded` (the
-        gateway is full or restarting) or `TooManySessions` (this client, or this token's
-        subject within it, has its share)."""
+        gateway or the fleet is full, restarting, or its store is out of reach with
+        `--redis-required`) or `TooManySessions` (this client, or this token's subject within
+        it, has its share)."""
         self._check_open()
-        return self.sessions.open(client.name, _subject(client))
+        subject = _subject(client)
+        lease = self.sessions.open(client.name, subject)
+        if self.shared is None:
+            return lease
+        shared = self.shared
+        try:
+            held, full = await shared.open_session(client.name, subject)
+        except BaseException:
+            lease.release()
+            raise
+        if full is not None:
+            lease.release()
+            raise too_many_sessions(full.which, full.count)
+        lease.also = lambda: shared.close_session(held)
+        return lease
 
     def live_reply(self, client: Client, utterance_id: str) -> LiveReply | None:
         """The SSE reply `utterance_id` that `client` may cancel: one it started (the same
@@ -200,6 +262,30 @@ class Gate:
             ),
             None,
         )
+
+    async def cancel(
+        self, client: Client, utterance_id: str, played_ms: float | None
+    ) -> Stopped | None:
+        """Barge-in for the SSE reply `utterance_id` of `client`'s, here or on another gateway
+        of the fleet: stopped, with what its listener heard; None when no gateway holds it."""
+        stopped = await self.cancel_here(client, utterance_id, played_ms)
+        if stopped is None and self.cancels is not None:
+            stopped = await self.cancels.cancel(client, utterance_id, played_ms)
+        return stopped
+
+    async def cancel_here(
+        self, client: Client, utterance_id: str, played_ms: float | None
+    ) -> Stopped | None:
+        live = self.live_reply(client, utterance_id)
+        if live is None:
+            return None
+        if not live.cancel.done():
+            live.cancel.set_result(played_ms)
+        try:
+            heard = await asyncio.wait_for(asyncio.shield(live.heard), timeout=HEARD_S)
+        except TimeoutError:  # the reply could not stop in time: it is stopping all the same
+            heard = None
+        return Stopped(heard)
 
     async def drain(self, timeout_s: float) -> int:
         """Stop taking new sessions and wait (at most `timeout_s`) for the open ones to end:
@@ -240,7 +326,7 @@ class Gate:
         admitted = Admitted(client)
         try:
             if session is None:
-                lease = self.sessions.open(client.name, _subject(client))
+                lease = await self.open_session(client)
                 admitted._releases.append(lease.release)
                 turn: contextlib.AbstractAsyncContextManager[None] = contextlib.nullcontext()
             else:
@@ -251,7 +337,7 @@ class Gate:
                     raise BadRequest(f"utterance {cancellable!r} is already playing", code="busy")
                 live = admitted.live = self.live[key] = LiveReply()
                 admitted._releases.append(lambda: self._unregister(key, live))
-            self._charge_rates(client, prompt)
+            await self._charge_rates(client, prompt)
             if prompt:
                 admitted._charges.append(lambda: self._charge_tokens(admitted))
             async with turn:
@@ -265,26 +351,38 @@ class Gate:
         if self.live.get(key) is live:
             del self.live[key]
 
-    def _charge_rates(self, client: Client, prompt: bool) -> None:
+    async def _charge_rates(self, client: Client, prompt: bool) -> None:
         """Raises `RateLimited` when `client` (its key, and a token's subject within it) has
-        used its replies (or, for a prompt, its LLM tokens) of the last minute; counts the
-        reply otherwise."""
-        now = self.clock()
+        used its replies (or, for a prompt, its LLM tokens) of the last minute, here or, with
+        a fleet's store, across the fleet; counts the reply otherwise (a prompt's tokens are
+        counted at its end)."""
         subject = _subject(client)
-        self.reply_rate.check(client.name, now)
+        windows = [(self.reply_rate, client.name, 1)]
         if subject is not None:
-            self.subject_reply_rate.check(subject, now)
+            windows.append((self.subject_reply_rate, subject, 1))
         if prompt:
-            self.token_rate.check(client.name, now)
-        self.reply_rate.charge(client.name, 1, now)
-        if subject is not None:
-            self.subject_reply_rate.charge(subject, 1, now)
+            windows.append((self.token_rate, client.name, 0))
+        for rate, name, _ in windows:
+            rate.check(name, self.clock())
+        if self.shared is not None:
+            used = await self.shared.charge(
+                [Window(_window(rate, name), rate.limit, amount) for rate, name, amount in windows]
+            )
+            if used is not None:
+                rate = windows[used.index][0]
+                raise rate_limited(used.used, rate.what, rate.who, rate.limit, used.wait_s)
+        now = self.clock()
+        for rate, name, amount in windows:
+            rate.charge(name, amount, now)
 
     def _charge_tokens(self, admitted: Admitted) -> None:
         # an LLM reply's tokens, what it sent (input) and its answer (output), estimated as 4
         # characters each (no usage reaches here)
         tokens = math.ceil((admitted.prompt_chars + admitted.text_chars()) / 4)
-        self.token_rate.charge(admitted.client.name, tokens, self.clock())
+        name = admitted.client.name
+        self.token_rate.charge(name, tokens, self.clock())
+        if self.shared is not None:
+            self.shared.charge_later([Window(_window(self.token_rate, name), 0, tokens)])
 
     async def _route(self, admitted: Admitted) -> ResumingTransport:
         """The reply's TTS on the model server that should take it, its place reserved there
@@ -327,6 +425,11 @@ class Gate:
         # after audio, only a pool can resume a reply elsewhere: SageMaker's stream would be
         # opened on the same endpoint, which just broke it
         return ResumingTransport(bidi, batch, budget, resume_after_audio=pool is not None)
+
+
+def _window(rate: PerMinute, name: str) -> str:
+    """A per-minute window's name in the fleet's store."""
+    return f"{rate.what}:{rate.who}".replace(" ", "-") + f":{name}"
 
 
 def _subject(client: Client) -> str | None:

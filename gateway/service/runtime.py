@@ -12,6 +12,7 @@ import httpx
 from aiobotocore.session import get_session
 
 from gateway.config import Settings
+from gateway.fleet.store import Store
 from gateway.retry import RetryPolicy
 from gateway.routing.pool import ModelServerPool
 from gateway.transports.base import BatchTransport, SessionTransport
@@ -68,6 +69,14 @@ class Runtime:
                 stall_timeout_s=settings.stall_timeout_s or None,
                 first_slack_s=settings.first_slack_s,
             )
+        # a fleet's shared store (limits, sessions); None: this gateway counts alone
+        self.store: Store | None = None
+        if settings.redis_url:
+            self.store = Store(
+                settings.redis_url,
+                prefix=settings.redis_prefix,
+                timeout_s=settings.redis_timeout_s,
+            )
         self._exits = contextlib.AsyncExitStack()
         self.bedrock: Any = None  # an aioboto3 bedrock-runtime client, for --llm bedrock
 
@@ -87,6 +96,9 @@ class Runtime:
         import aioboto3
         from botocore.config import Config
 
+        if self.store is not None:
+            await self.store.start()
+            self._exits.push_async_callback(self.store.aclose)
         # Retries happen above the SDK, only where nothing was said yet (gateway.retry); a
         # connection per session, waited for at most 5 s
         config = Config(

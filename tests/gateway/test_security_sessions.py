@@ -211,7 +211,7 @@ async def test_client_text_past_its_queue_is_text_queue_full(fake_server: Runnin
     once (on 942863e the receive loop waited for room)."""
     async with service_on(fake_server) as service:
         ws = NeverReads(service, WEB)
-        connection = SpeakConnection(ws, service, WEB, service.gate.open_session(WEB))  # type: ignore[arg-type]
+        connection = SpeakConnection(ws, service, WEB, await service.gate.open_session(WEB))  # type: ignore[arg-type]
         source = ClientTextSource(max_pending=2)
         connection._running["u1"] = _Running("u1", client_text=source)
         async with asyncio.timeout(10):

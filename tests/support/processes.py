@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import httpx
@@ -34,10 +34,12 @@ def wait_http(url: str, procs: Sequence[subprocess.Popen[bytes]], timeout_s: flo
 
 
 @contextlib.contextmanager
-def running(args: Sequence[str], ready_url: str) -> Iterator[subprocess.Popen[bytes]]:
+def running(
+    args: Sequence[str], ready_url: str, env: Mapping[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
     """A process, ready once `ready_url` answers; stopped (and reaped) on the way out."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, env=env)
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, env=full_env)
     try:
         wait_http(ready_url, [proc])
         yield proc
@@ -59,15 +61,20 @@ def fake_model_server(port: int) -> contextlib.AbstractContextManager[subprocess
 
 
 def gateway_process(
-    port: int, model_server_url: str
+    port: int,
+    model_server_url: str,
+    flags: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
 ) -> contextlib.AbstractContextManager[subprocess.Popen[bytes]]:
-    """The `gateway` command, as deployed (its signal handling included)."""
+    """The `gateway` command, as deployed (its signal handling included); `env`: GATEWAY_*
+    settings beside the process's own environment."""
     args = [
         *("-c", "from gateway.cli import main; main()"),
         *("--port", str(port), "--internal-port", "0"),
         *("--model-server-url", model_server_url, "--log-level", "warning"),
+        *flags,
     ]
-    return running(args, f"http://127.0.0.1:{port}/readyz")
+    return running(args, f"http://127.0.0.1:{port}/readyz", env)
 
 
 def _serve_fake_model_server(port: int) -> None:

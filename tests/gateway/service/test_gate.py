@@ -139,7 +139,7 @@ async def test_one_sessions_replies_wait_for_spare_time_in_turn_not_refused(
     async with gate_on(own_fake_server.http_url, admission_wait_s=30.0) as gate:
         pool = gate.runtime.pool
         assert pool is not None
-        session = gate.open_session(WEB)
+        session = await gate.open_session(WEB)
         async with contextlib.AsyncExitStack() as replies:
             first = await replies.enter_async_context(
                 gate.start(WEB, prompt=False, session=session)
