@@ -12,7 +12,7 @@ MODEL_PORT ?= 8080
 PORT ?= 8000
 
 .PHONY: help setup browser dev dev-fleet dev-docker dev-gpu images k8s-render test lint typecheck bench \
-	test-quick redis bench-model bench-demo bench-load bench-quality bench-timings bench-faults bench-frameworks soak gpu-check deploy-sagemaker lock clean
+	test-quick redis bench-model bench-demo bench-load bench-quality bench-timings bench-faults bench-frameworks bench-fleet soak gpu-check deploy-sagemaker lock clean
 
 help:
 	@echo "make dev          model server ($(HOST):$(MODEL_PORT)) and gateway (http://$(HOST):$(PORT))"
@@ -27,6 +27,7 @@ help:
 	@echo "make bench-timings  word timings against where the waveform's energy puts them"
 	@echo "make bench-faults   a model server killed and restarted, frozen alone and in a pair"
 	@echo "make bench-frameworks  first audio and word timestamps: pipecat, LiveKit plugins vs the WebSocket"
+	@echo "make bench-fleet  two gateways sharing Redis vs alone: refusals, gaps, caps, round trips"
 	@echo "make soak         conversations for DURATION (30m): memory, descriptors, tasks, threads, errors"
 	@echo "make gpu-check    on a GPU box: bench-load, bench-model, torch engine tests on CUDA"
 	@echo "make dev-docker   the same stack in containers, CPU (docker compose)"
@@ -132,6 +133,9 @@ bench-faults: setup
 
 bench-frameworks: setup
 	$(PY) -m bench.bench_frameworks $(BENCH_ARGS)
+
+bench-fleet: setup redis
+	$(PY) -m bench.bench_fleet $(BENCH_ARGS)
 
 # make soak DURATION=90s CONVERSATIONS=2 (default: 30m, as many as the model server holds)
 DURATION ?= 30m

@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -169,6 +169,8 @@ class Stack:
     gateway_internal: str | None = None  # the gateway's /metrics listener, when asked for
     logs: dict[str, Path] = field(default_factory=dict)  # service -> its output, when kept
     procs: tuple[subprocess.Popen[bytes], ...] = ()
+    gateways: tuple[str, ...] = ()  # every gateway, the first `gateway`
+    internals: tuple[str, ...] = ()  # their /metrics listeners, when asked for
 
 
 @contextlib.contextmanager
@@ -179,6 +181,8 @@ def stack(
     internal_port: int = 0,
     log_dir: Path | None = None,
     model_command: list[str] | None = None,
+    gateways: int = 1,
+    gateway_env: Mapping[str, str] | None = None,
 ) -> Iterator[Stack]:
     """A model server and a gateway in front of it, each its own process, on free ports.
     `model_command`: what runs as the model server (default `model-server`; the load
@@ -186,8 +190,10 @@ def stack(
 
     `internal_port`: the gateway's internal listener (/metrics) there; 0, none (the default
     port would take 9101 from a `make dev`). `log_dir`: each service's output goes to
-    `<service>.log` there instead of this terminal."""
-    model_port, gateway_port = free_port(), free_port()
+    `<service>.log` there instead of this terminal. `gateways`: that many, alike, in front of
+    the one model server (the second and later with internal listeners on free ports when the
+    first has one); `gateway_env`: GATEWAY_* settings for them (a fleet's Redis)."""
+    model_port = free_port()
     model_url = f"http://127.0.0.1:{model_port}"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     logs: dict[str, Path] = {}
@@ -219,30 +225,45 @@ def stack(
             )
         )
         wait_ready(model_url + "/ping", procs)
-        out = output("gateway")
-        procs.append(
-            subprocess.Popen(
-                [
-                    BIN / "gateway",
-                    "--port",
-                    str(gateway_port),
-                    "--model-server-url",
-                    model_url,
-                    "--log-level",
-                    "warning",
-                    "--internal-port",
-                    str(internal_port),
-                    *gateway_flags,
-                ],
-                env=env,
-                stdout=out,
-                stderr=out,
+        bases: list[str] = []
+        internals: list[str] = []
+        for i in range(gateways):
+            port = free_port()
+            internal = internal_port if i == 0 else (free_port() if internal_port else 0)
+            out = output("gateway" if i == 0 else f"gateway-{i + 1}")
+            procs.append(
+                subprocess.Popen(
+                    [
+                        BIN / "gateway",
+                        "--port",
+                        str(port),
+                        "--model-server-url",
+                        model_url,
+                        "--log-level",
+                        "warning",
+                        "--internal-port",
+                        str(internal),
+                        *gateway_flags,
+                    ],
+                    env={**env, **(gateway_env or {})},
+                    stdout=out,
+                    stderr=out,
+                )
             )
+            bases.append(f"http://127.0.0.1:{port}")
+            if internal:
+                internals.append(f"http://127.0.0.1:{internal}")
+        for base in bases:
+            wait_ready(base + "/readyz", procs)
+        yield Stack(
+            model_url,
+            bases[0],
+            internals[0] if internals else None,
+            logs,
+            tuple(procs),
+            tuple(bases),
+            tuple(internals),
         )
-        base = f"http://127.0.0.1:{gateway_port}"
-        wait_ready(base + "/readyz", procs)
-        internal = f"http://127.0.0.1:{internal_port}" if internal_port else None
-        yield Stack(model_url, base, internal, logs, tuple(procs))
     finally:
         stop(procs)
         for f in files:

@@ -46,7 +46,7 @@ class FleetCancels:
     def __init__(self, store: Store, cancel_here: CancelHere) -> None:
         self.store = store
         self.cancel_here = cancel_here
-        self.name = uuid.uuid4().hex  # this gateway, while it runs
+        self.name = store.gateway
         self.requests = store.key("cancels")
         self.answers = store.key("cancels", self.name)
         # pub/sub waits on its connection with no read deadline (the store's calls keep theirs)

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 
 import redis.asyncio as aioredis
@@ -62,6 +63,7 @@ class Store:
                 "--redis-url is not a Redis URL (redis://[:password@]host:port/db, rediss:// "
                 "for TLS, or unix:///path.sock)"
             ) from None
+        self.gateway = uuid.uuid4().hex  # this gateway's name in the fleet, while it runs
         # every key in one hash slot: the scripts that take several keys work on a cluster
         self.prefix = "{" + prefix + "}:"
         self.timeout_s = timeout_s

@@ -12,7 +12,7 @@ and counts again once its client's text gives it something to synthesize."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -68,11 +68,23 @@ class Upstream:
         return tuple(p.ask(now) for p in self.asking())
 
 
-def candidates(upstreams: Sequence[Upstream], now: float, first_slack_s: float) -> list[Candidate]:
+def candidates(
+    upstreams: Sequence[Upstream],
+    now: float,
+    first_slack_s: float,
+    others: Mapping[str, Sequence[Ask]] | None = None,
+) -> list[Candidate]:
     """What admission weighs of each server at `now` (the plans' clock): its load if it is
-    up, what the replies placed there ask of it, and the spare time a starting one has."""
+    up, what the replies placed there ask of it (this gateway's, and `others`: those of the
+    other gateways of a fleet, by server URL), and the spare time a starting one has."""
+    others = others or {}
     return [
-        Candidate(u.url, u.load if u.probed.up(now) else None, u.asks(now), first_slack_s)
+        Candidate(
+            u.url,
+            u.load if u.probed.up(now) else None,
+            (*u.asks(now), *others.get(u.url, ())),
+            first_slack_s,
+        )
         for u in upstreams
     ]
 

@@ -18,9 +18,9 @@ the replies' plans and asyncio's timeouts read."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
@@ -35,9 +35,23 @@ from gateway.routing.placement import PooledTransport, Upstream, candidates
 from gateway.routing.probes import ProbeRules, Readiness
 from gateway.routing.waiting import WaitingLine
 from gateway.transports.model_server import STALL_TIMEOUT_S, ModelServerTransport
+from kokoro_contract.asks import Ask
 
 # what other modules and the tests import from here
 __all__ = ["ModelServerPool", "PooledTransport", "Upstream", "expand"]
+
+
+class OtherGateways(Protocol):
+    """The other gateways of a fleet in front of the same model servers
+    (`gateway.fleet.asks.FleetAsks`)."""
+
+    async def others(self, urls: Sequence[str]) -> Mapping[str, tuple[Ask, ...]]:
+        """What their replies ask of each server now, by URL."""
+        ...
+
+    def changed(self) -> None:
+        """This gateway's asks changed (a reply placed, a chunk done, a reply ended)."""
+        ...
 
 
 @dataclass
@@ -64,6 +78,8 @@ class ModelServerPool:
     max_waiting: int = 16  # new replies waiting for a server with spare time, at most
     first_slack_s: float = FIRST_SLACK_S  # a starting reply's first chunk may wait this
     clock: Clock = loop_time  # every time read by the pool and its parts
+    # a fleet's other gateways, whose replies admission counts beside this one's
+    others: OtherGateways | None = None
 
     def __post_init__(self) -> None:
         self._discovery = Discovery(self.urls, self._upstream, self.clock)
@@ -103,6 +119,8 @@ class ModelServerPool:
     def changed(self) -> None:
         """A reply's chunk completed or a reply ended: replies waiting to start look again."""
         self._line.changed()
+        if self.others is not None:
+            self.others.changed()
 
     async def admit(
         self,
@@ -134,7 +152,8 @@ class ModelServerPool:
         await self._discovery.refresh(self.resolve_every_s)
         upstreams = self.upstreams
         await probes.refresh(upstreams, self._rules(), self.clock)
-        chosen = choose(candidates(upstreams, self.clock(), self.first_slack_s), budget_s)
+        others = {} if self.others is None else await self.others.others([u.url for u in upstreams])
+        chosen = choose(candidates(upstreams, self.clock(), self.first_slack_s, others), budget_s)
         return chosen if isinstance(chosen, Refusal) else self._discovery[chosen.name]
 
     async def voices(self) -> dict[str, Any]:
@@ -153,7 +172,15 @@ class ModelServerPool:
         raise failure
 
     def transport_for(self, first: Upstream, budget: RetryBudget | None = None) -> PooledTransport:
-        return PooledTransport(self, first, budget)
+        placed = PooledTransport(self, first, budget)
+        if self.others is not None:
+            self.others.changed()
+        return placed
+
+    def asks(self) -> dict[str, tuple[Ask, ...]]:
+        """What this gateway's replies ask of each server now, by URL."""
+        now = self.clock()
+        return {u.url: u.asks(now) for u in self.upstreams}
 
     async def ready(self) -> bool:
         """Whether any model server answers `/ping`, on the probe client (never queued behind

@@ -12,6 +12,7 @@ import httpx
 from aiobotocore.session import get_session
 
 from gateway.config import Settings
+from gateway.fleet.asks import FleetAsks
 from gateway.fleet.store import Store
 from gateway.retry import RetryPolicy
 from gateway.routing.pool import ModelServerPool
@@ -77,6 +78,10 @@ class Runtime:
                 prefix=settings.redis_prefix,
                 timeout_s=settings.redis_timeout_s,
             )
+        # admission across the fleet: what the other gateways' replies ask of each server
+        self.fleet_asks: FleetAsks | None = None
+        if self.store is not None and self.pool is not None:
+            self.fleet_asks = self.pool.others = FleetAsks(self.store)
         self._exits = contextlib.AsyncExitStack()
         self.bedrock: Any = None  # an aioboto3 bedrock-runtime client, for --llm bedrock
 
@@ -99,6 +104,9 @@ class Runtime:
         if self.store is not None:
             await self.store.start()
             self._exits.push_async_callback(self.store.aclose)
+        if self.fleet_asks is not None and self.pool is not None:
+            await self.fleet_asks.start(self.pool.asks)
+            self._exits.push_async_callback(self.fleet_asks.aclose)
         # Retries happen above the SDK, only where nothing was said yet (gateway.retry); a
         # connection per session, waited for at most 5 s
         config = Config(
