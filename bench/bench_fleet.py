@@ -11,7 +11,10 @@ onnxruntime) and its gateways (`bench.harness.stack`), then, side by side in one
 2. **Limits**: `--attempts` WebSocket sessions of one client (its cap: 8) opened at once,
    spread over both gateways, each held until all were tried: how many the cap let through,
    counting alone and sharing.
-3. **What the store costs**: Redis round trips per reply (the gateways' own count,
+3. **Redis frozen** (SIGSTOP) under a gateway: a short reply's first audio while it answers,
+   and the first and second reply after it froze: the call that finds it gone costs at most
+   `--redis-timeout-s`, and the replies after it nothing.
+4. **What the store costs**: Redis round trips per reply (the gateways' own count,
    `gateway_fleet_round_trip_seconds`, over the load's replies) and each call's time measured
    here directly, `--calls` times each on the same Redis (p50, p99): a session opened and
    closed, a reply's rates, admission's read.
@@ -39,7 +42,7 @@ from gateway.fleet.asks import FleetAsks
 from gateway.fleet.limits import SharedLimits, Window
 from gateway.fleet.store import Store
 from kokoro_contract.asks import Ask
-from tests.support.redis_server import redis_server
+from tests.support.redis_server import RedisServer, redis_server
 from tests.support.servers import free_port
 
 CAP = 8  # a client's sessions at once (the gateway's default --max-sessions-per-client)
@@ -90,6 +93,31 @@ async def sessions_let_through(bases: Sequence[str], attempts: int) -> tuple[int
     count = len(opened)
     await asyncio.gather(*(ws.close() for ws in opened))
     return count, refused
+
+
+async def first_audio_s(base: str) -> float:
+    """From a short reply's request to its first audio event."""
+    async with httpx.AsyncClient(base_url=base, timeout=60) as http:
+        start = time.perf_counter()
+        body = {"text": "Hello there.", "format": "pcm"}
+        async with http.stream("POST", "/v1/speak", json=body) as response:
+            response.raise_for_status()
+            async for line in response.aiter_lines():
+                if line.startswith("event: audio"):
+                    return time.perf_counter() - start
+    raise RuntimeError("no audio")
+
+
+def frozen_first_audio(redis: RedisServer, base: str) -> None:
+    """A short reply's first audio while Redis answers, then the first and second replies
+    after it froze (SIGSTOP): the call that finds it gone costs at most the store's deadline,
+    the replies after it nothing (the gateway counts alone until it answers again)."""
+    print("\nRedis frozen under a gateway: a short reply's first audio", flush=True)
+    for state in ("answering", "answering", "frozen", "frozen, again"):
+        if state == "frozen":
+            redis.freeze()
+        print(f"  {state:<14} {asyncio.run(first_audio_s(base)) * 1000:6.0f} ms", flush=True)
+    redis.thaw()
 
 
 async def timed(calls: int, call: Callable[[], Awaitable[object]]) -> tuple[float, float]:
@@ -194,6 +222,8 @@ def main() -> None:
                     f"({max(0, opened - CAP)} over the cap), refused {refused}",
                     flush=True,
                 )
+                if env:
+                    frozen_first_audio(redis, s.gateways[0])
         print("\nThe store's cost", flush=True)
         for name, per_reply in round_trips.items():
             print(
