@@ -27,6 +27,7 @@ help:
 	@echo "make bench-timings  word timings against where the waveform's energy puts them"
 	@echo "make bench-faults   a model server killed and restarted, frozen alone and in a pair"
 	@echo "make bench-frameworks  first audio and word timestamps: pipecat, LiveKit plugins vs the WebSocket"
+	@echo "                   BENCH_ARGS=\"--scenario both\" (or barge-in): and barge-in to the next turn, plugins at c2154e7 vs now"
 	@echo "make bench-fleet  two gateways sharing Redis vs alone: refusals, gaps, caps, round trips"
 	@echo "make soak         conversations for DURATION (30m): memory, descriptors, tasks, threads, errors"
 	@echo "make gpu-check    on a GPU box: bench-load, bench-model, torch engine tests on CUDA"
