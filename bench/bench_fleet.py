@@ -36,6 +36,7 @@ import httpx
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import InvalidStatus
 
+from bench.bench_gateway import engine_seconds
 from bench.bench_load import Row, clients_apart, conversation, describe
 from bench.harness import stack
 from gateway.fleet.asks import FleetAsks
@@ -95,28 +96,33 @@ async def sessions_let_through(bases: Sequence[str], attempts: int) -> tuple[int
     return count, refused
 
 
-async def first_audio_s(base: str) -> float:
-    """From a short reply's request to its first audio event."""
+async def reply_times(base: str) -> tuple[float, float]:
+    """A short reply's start (`audio_stream_start`: admitted, its session, rates and admission
+    done) and its first audio, from its request, in seconds."""
     async with httpx.AsyncClient(base_url=base, timeout=60) as http:
         start = time.perf_counter()
+        started = None
         body = {"text": "Hello there.", "format": "pcm"}
         async with http.stream("POST", "/v1/speak", json=body) as response:
             response.raise_for_status()
             async for line in response.aiter_lines():
-                if line.startswith("event: audio"):
-                    return time.perf_counter() - start
+                if line == "event: audio_stream_start":
+                    started = time.perf_counter() - start
+                if line == "event: audio_chunk" and started is not None:
+                    return started, time.perf_counter() - start
     raise RuntimeError("no audio")
 
 
 def frozen_first_audio(redis: RedisServer, base: str) -> None:
-    """A short reply's first audio while Redis answers, then the first and second replies
-    after it froze (SIGSTOP): the call that finds it gone costs at most the store's deadline,
-    the replies after it nothing (the gateway counts alone until it answers again)."""
-    print("\nRedis frozen under a gateway: a short reply's first audio", flush=True)
+    """A short reply's start and first audio while Redis answers, then the first and second
+    replies after it froze (SIGSTOP): the call that finds it gone costs at most the store's
+    deadline, the replies after it nothing (the gateway counts alone until it answers again)."""
+    print("\nRedis frozen under a gateway: a short reply's start / first audio", flush=True)
     for state in ("answering", "answering", "frozen", "frozen, again"):
         if state == "frozen":
             redis.freeze()
-        print(f"  {state:<14} {asyncio.run(first_audio_s(base)) * 1000:6.0f} ms", flush=True)
+        started, first = asyncio.run(reply_times(base))
+        print(f"  {state:<14} {started * 1000:6.0f} / {first * 1000:6.0f} ms", flush=True)
     redis.thaw()
 
 
@@ -176,6 +182,7 @@ def main() -> None:
     parser.add_argument("--attempts", type=int, default=200)
     parser.add_argument("--calls", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--skip-load", action="store_true", help="limits, faults, costs only")
     args = parser.parse_args()
     ns = [int(n) for n in args.conversations.split(",")]
     # the load's conversations are clients apart (their caps do not refuse them); the limits
@@ -191,6 +198,8 @@ def main() -> None:
         }
         round_trips: dict[str, float] = {}
         for name, (env, count) in setups.items():
+            if args.skip_load:
+                break
             with stack(
                 [], load_flags, gateways=count, gateway_env=env, internal_port=free_port()
             ) as s:
@@ -200,9 +209,11 @@ def main() -> None:
                 )
                 rows[name] = []
                 for n in ns:
+                    engine_before = engine_seconds(s.model_server)
                     row = asyncio.run(
                         load_over(s.gateways, n, args.replies, args.seed, args.limit_s)
                     )
+                    row.engine_s = engine_seconds(s.model_server) - engine_before
                     rows[name].append(row)
                     print(describe(name, row), flush=True)
                 after = asyncio.run(

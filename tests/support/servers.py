@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -80,6 +81,14 @@ def _serving(
     thread = threading.Thread(target=lambda: asyncio.run(run_all()), name=f"uvicorn-{ports[0]}")
     thread.start()
     try:
+        # its start-up (the lifespan: a gateway's AWS clients, a model server's engine) done,
+        # so a test's first request is timed from when it is served, not from the import of a
+        # library on a busy machine (polled: another thread's start has no event to wait on)
+        deadline = time.monotonic() + 120
+        while not all(server.started for server in servers) and thread.is_alive():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the server on port {ports[0]} did not start")
+            time.sleep(0.01)
         yield list(zip(servers, ports, strict=True))
     finally:
         for server in servers:
