@@ -298,7 +298,9 @@ def main() -> None:
     results: dict[str, list[FrameworkRun]] = {}
     barge_ins: dict[str, dict[str, list[BargeIn]]] = {}
     imported: dict[str, dict[str, str]] = {}
-    with stack([], []) as running:
+    # every run comes from this one address: the per-client reply quota (60 a minute) would
+    # refuse a long run's later turns
+    with stack([], ["--replies-per-minute", "0"]) as running:
         voice = args.voice or default_voice(running.gateway)
         if first_audio:
             results = asyncio.run(measure(running.gateway, clients, args.runs, args.text, voice))
