@@ -79,7 +79,7 @@ def banner(gateway_url: str, model_url: str, ping: dict[str, object]) -> str:
     voice = ping.get("voice", "?")
     return (
         f"\n  ready: {gateway_url}  (model server {model_url}: engine {engine}, voice {voice}; "
-        "Ctrl-C stops both)\n"
+        "Ctrl-C stops them)\n"
     )
 
 
