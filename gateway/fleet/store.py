@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +32,8 @@ def _reason(exc: BaseException) -> str:
     """Why a call failed, without what the exception says (it may name hosts or the URL)."""
     if isinstance(exc, TimeoutError):
         return "Redis did not answer in time"
+    if isinstance(exc, ResponseError):  # it answered, and refused (out of memory, read-only)
+        return f"Redis refused a call ({type(exc).__name__})"
     return f"Redis unreachable ({type(exc).__name__})"
 
 

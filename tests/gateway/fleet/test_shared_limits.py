@@ -13,6 +13,7 @@ import pytest
 from gateway.fleet.limits import Full, SharedLimits, Used, Window
 from gateway.fleet.store import Store
 from tests.support.redis_server import RedisServer, redis_server
+from tests.support.servers import free_port
 
 
 @pytest.fixture
@@ -165,3 +166,19 @@ def test_a_url_that_is_not_redis_is_one_clear_error_without_its_secret() -> None
         with pytest.raises(ValueError, match="--redis-url is not a Redis URL") as bad:
             Store(url, prefix="test", timeout_s=0.25)
         assert "s3cret" not in str(bad.value)
+
+
+async def test_a_store_that_refuses_writes_degrades_and_says_so(redis_db: RedisServer) -> None:
+    """Redis made a read-only replica (a failover that left the gateways on the old primary):
+    its writes refused, counted as down with that reason, and back once it takes writes."""
+    store = await store_on(redis_db, probe_s=0.05)
+    limits = limits_on(store)
+    admin = redis_db.client()
+    admin.replicaof("127.0.0.1", str(free_port()))  # a primary that is not there: read-only
+    assert (await limits.open_session("alice", None))[1] is None  # served, counted here
+    assert not store.up
+    assert store.reason == "Redis refused a call (ReadOnlyError)"
+    admin.replicaof("NO", "ONE")
+    await eventually(lambda: store.up)  # the probe's rejoin writes the lease it holds
+    assert len(admin.zrange("{test}:sessions:client:alice", 0, -1)) == 1
+    await store.aclose()
