@@ -251,7 +251,7 @@ def run(args: argparse.Namespace) -> dict[str, list[tuple[str, Score]]]:
                 tables["window layouts"] = layout_table(judge, default, replies)
             if "format" in args.sections:
                 pcms = batches[default][: args.format_replies]
-                tables["format"] = format_table(judge, pcms, replies)
+                tables["format"] = format_table(judge, pcms, replies, args.telephone_only)
             if "plan" in args.sections:
                 tables["chunk plan"], tables["joins"] = plan_tables(
                     judge, http, urls.gateway, default, replies, batches[default]
@@ -267,8 +267,9 @@ def run(args: argparse.Namespace) -> dict[str, list[tuple[str, Score]]]:
 
 
 def format_table(
-    judge: Judges, pcms: list[bytes], replies: list[corpus.Reply]
+    judge: Judges, pcms: list[bytes], replies: list[corpus.Reply], telephone_only: bool = False
 ) -> list[tuple[str, Score]]:
+    """Each format's round trip beside pcm; `telephone_only`: pcm, pcm at 8 kHz and G.711."""
     started = time.perf_counter()
     spoken = [r.spoken for r in replies[: len(pcms)]]
     rows: list[tuple[str, Score]] = []
@@ -279,7 +280,7 @@ def format_table(
         print(f"  format {label:<28} {describe(score)}", flush=True)
 
     row("pcm", [judges.decode(p, "pcm") for p in pcms])
-    for name in ("flac", "mp3", "aac", "opus"):
+    for name in () if telephone_only else ("flac", "mp3", "aac", "opus"):
         fmt = FORMATS[name]
         settings = [fmt.bit_rate // 1000] if fmt.bit_rate else []
         for kbps in sorted({*BITRATES.get(name, ()), *settings}):
@@ -293,7 +294,7 @@ def format_table(
     for name in ("ulaw_8000", "alaw_8000"):
         row(name, [judges.round_trip(p, FORMATS[name]) for p in pcms])
     aac = FORMATS["aac"]  # FFmpeg's default coder, for the record
-    if aac.codec_options:
+    if aac.codec_options and not telephone_only:
         variant = dataclasses.replace(aac, codec_options={})
         kbps = (aac.bit_rate or 0) // 1000
         row(f"aac {kbps} kbit/s, twoloop", [judges.round_trip(p, variant) for p in pcms])
@@ -566,6 +567,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--replies", type=int, default=0, help="corpus replies (0: all)")
     parser.add_argument("--format-replies", type=int, default=3)
+    parser.add_argument(
+        "--telephone-only", action="store_true", help="format: pcm, pcm at 8 kHz and G.711 only"
+    )
     parser.add_argument("--voices", default="", help="comma-separated (default: all offered)")
     parser.add_argument("--judges", type=int, default=os.cpu_count() or 1, help="processes")
     parser.add_argument(
