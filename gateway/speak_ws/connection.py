@@ -207,6 +207,9 @@ class SpeakConnection:
     async def _cancelling(self, utterance_id: str) -> None:
         """A cancel for the utterance came; it is stopped next."""
 
+    def _ended(self, utterance_id: str) -> None:
+        """The utterance's task has ended, however (its reply done, refused, failed, stopped)."""
+
     # --- the loop's own ---------------------------------------------------------------------------
 
     def _playing(self) -> bool:
@@ -415,6 +418,7 @@ class SpeakConnection:
             running.started.set()
             if self._running.get(uid) is running:
                 del self._running[uid]
+            self._ended(uid)
 
     def _take_early(self, running: _Running) -> None:
         """What the client sent while the utterance was being admitted goes to its reply."""

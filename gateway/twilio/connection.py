@@ -7,8 +7,9 @@ ignored); the gateway answers with Twilio's own messages for the stream (`media`
 agent (every frame with a `type`), and sends no binary frames.
 
 - Every context speaks `ulaw_8000` (a `speak` naming another format is refused).
-- The call has one voice: the contexts' audio plays in the order they were opened, each after
-  the one before it has ended (held here meanwhile), framed, paced and marked by
+- The call has one voice: the contexts' audio plays in the order they were opened (not in the
+  order their audio comes), each after the one before it has ended (held here meanwhile; a
+  context that ends refused or failed gives its turn on), framed, paced and marked by
   `media.TwilioStream`.
 - `cancel` is a barge-in: when the context is the one on the phone, `clear` goes to Twilio at
   once (the phone's buffer is emptied) before the context stops; a context still waiting its
@@ -59,9 +60,12 @@ class TwilioConnection(SpeakConnection):
     ) -> None:
         super().__init__(ws, service, client, lease, version=2)
         self.stream = TwilioStream(stream_sid)
-        self._turns: deque[str] = deque()  # contexts with audio, in order; the first on the phone
+        # the contexts in the order they were opened; the first is on the phone
+        self._turns: deque[str] = deque()
         self._held: dict[str, list[bytes]] = {}  # the audio of those waiting their turn
-        self._ended: set[str] = set()  # ... and which of them have ended
+        self._voiced: set[str] = set()  # of those, the ones that have had audio
+        self._done: set[str] = set()  # ... that have ended
+        self._whole: set[str] = set()  # ... whose audio ended as it should (a mark is due)
         self._cancelled: set[str] = set()  # their late audio is dropped
         self._wake = asyncio.Event()  # the stream has something new to send
 
@@ -125,14 +129,15 @@ class TwilioConnection(SpeakConnection):
     # --- the voice ------------------------------------------------------------------------------
 
     async def _start(self, start: StartUtterance) -> None:
-        self._cancelled.discard(start.utterance_id)  # an id used again is a new context
+        uid = start.utterance_id
+        self._cancelled.discard(uid)  # an id used again is a new context
+        self._turns.append(uid)  # its turn comes in the order it was opened
         await super()._start(start)
 
     async def _audio(self, utterance_id: str, data: bytes) -> None:
-        if utterance_id in self._cancelled:
+        if utterance_id in self._cancelled or utterance_id not in self._turns:
             return
-        if utterance_id not in self._turns:
-            self._turns.append(utterance_id)
+        self._voiced.add(utterance_id)
         if self._turns[0] == utterance_id:
             self.stream.audio(utterance_id, data)
             self._wake.set()
@@ -141,30 +146,44 @@ class TwilioConnection(SpeakConnection):
 
     async def _sent(self, utterance_id: str, event: Event) -> None:
         if isinstance(event, AudioStreamEnd) and utterance_id in self._turns:
-            self._ended.add(utterance_id)
+            self._whole.add(utterance_id)
+            self._done.add(utterance_id)
+            self._next_turns()
+
+    def _ended(self, utterance_id: str) -> None:
+        """A context that ended without its audio's end (refused, failed, its text never
+        came) gives its turn on too: marked if it said something, else passed over."""
+        if utterance_id in self._turns and utterance_id not in self._done:
+            self._done.add(utterance_id)
             self._next_turns()
 
     async def _cancelling(self, utterance_id: str) -> None:
         self._cancelled.add(utterance_id)
         if self._turns and self._turns[0] == utterance_id:
             await self._sender.send(self.stream.barge_in())
-            self._turns.popleft()
+            self._forget(self._turns.popleft())
             self._next_turns()
         elif utterance_id in self._turns:
             self._turns.remove(utterance_id)
+            self._forget(utterance_id)
+
+    def _forget(self, utterance_id: str) -> None:
         self._held.pop(utterance_id, None)
-        self._ended.discard(utterance_id)
+        for kept in (self._voiced, self._done, self._whole):
+            kept.discard(utterance_id)
 
     def _next_turns(self) -> None:
         """Each context on the phone that has ended gives its turn to the next, whose audio
-        held so far goes to the stream."""
+        held so far goes to the stream; an ended context's mark follows its audio (one that
+        ended with no audio and no end of it, refused or failed, has none)."""
         while self._turns:
             head = self._turns[0]
             for data in self._held.pop(head, []):
                 self.stream.audio(head, data)
-            if head not in self._ended:
+            if head not in self._done:
                 break
-            self.stream.utterance_end(head)
-            self._ended.discard(head)
+            if head in self._voiced or head in self._whole:
+                self.stream.utterance_end(head)
             self._turns.popleft()
+            self._forget(head)
         self._wake.set()

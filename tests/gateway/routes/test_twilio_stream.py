@@ -147,10 +147,38 @@ async def test_contexts_opened_together_play_one_after_the_other(
         await call.send({"type": "speak", "context_id": "two", "text": "Second one."})
         await call.until(is_mark("two"))
         names = [m["mark"]["name"] for m in call.to_twilio if m["event"] == "mark"]
-        assert names == ["one", "two"]
+        assert names == ["one", "two"], call.events
         first_mark = next(i for i, m in enumerate(call.to_twilio) if m["event"] == "mark")
         before = len(call.media()) - len(call.media(first_mark))
         assert before == whole_frames(ulaw_bytes("First."))  # all of one, then the other
+        assert len(call.media(first_mark)) == whole_frames(ulaw_bytes("Second one."))
+
+
+async def test_the_turns_follow_the_order_contexts_were_opened_not_their_audio(
+    gateway_on_fake: RunningServer,
+) -> None:
+    """`one` is opened first and waits for its text; `two`, opened next with its text, has
+    its audio first, and is held until `one` has spoken (each context's audio had claimed the
+    phone as it came: `two` played first, and a run with both given their text at once played
+    them in whichever order their audio came). A context refused (an unknown voice) passes its
+    turn on, with no mark."""
+    async with connect(gateway_on_fake.ws_url + f"/v1/twilio/ws?stream_sid={SID}") as ws:
+        call = Call(ws)
+        await call.send({"type": "speak", "context_id": "one"})
+        await call.send({"type": "speak", "context_id": "gone", "text": "No.", "voice": "nope"})
+        await call.send({"type": "speak", "context_id": "two", "text": "Second one."})
+        await call.until(lambda m: m.get("type") == "audio_stream_end" and m["context_id"] == "two")
+        assert [m["event"] for m in call.to_twilio] == []  # held: `one` has the phone
+        await call.send({"type": "text", "context_id": "one", "delta": "First."})
+        await call.send({"type": "close_context", "context_id": "one"})
+        await call.until(is_mark("two"))
+        names = [m["mark"]["name"] for m in call.to_twilio if m["event"] == "mark"]
+        assert names == ["one", "two"]
+        errors = [(m["context_id"], m["code"]) for m in call.events if m["type"] == "error"]
+        assert errors == [("gone", "unknown_voice")]
+        first_mark = next(i for i, m in enumerate(call.to_twilio) if m["event"] == "mark")
+        before = len(call.media()) - len(call.media(first_mark))
+        assert before == whole_frames(ulaw_bytes("First."))
         assert len(call.media(first_mark)) == whole_frames(ulaw_bytes("Second one."))
 
 
