@@ -9,7 +9,7 @@ agent (every frame with a `type`), and sends no binary frames.
 - Every context speaks `ulaw_8000` (a `speak` naming another format is refused).
 - The call has one voice: the contexts' audio plays in the order they were opened (not in the
   order their audio comes), each after the one before it has ended (held here meanwhile; a
-  context that ends refused or failed gives its turn on), framed, paced and marked by
+  context refused, or closed idle, gives its turn on), framed, paced and marked by
   `media.TwilioStream`.
 - `cancel` is a barge-in: when the context is the one on the phone, `clear` goes to Twilio at
   once (the phone's buffer is emptied) before the context stops; a context still waiting its
@@ -151,8 +151,9 @@ class TwilioConnection(SpeakConnection):
             self._next_turns()
 
     def _ended(self, utterance_id: str) -> None:
-        """A context that ended without its audio's end (refused, failed, its text never
-        came) gives its turn on too: marked if it said something, else passed over."""
+        """A context that ended without its audio's end (refused before its reply ran, or
+        stopped: closed idle) gives its turn on too: marked if it said something, else passed
+        over."""
         if utterance_id in self._turns and utterance_id not in self._done:
             self._done.add(utterance_id)
             self._next_turns()
@@ -175,7 +176,7 @@ class TwilioConnection(SpeakConnection):
     def _next_turns(self) -> None:
         """Each context on the phone that has ended gives its turn to the next, whose audio
         held so far goes to the stream; an ended context's mark follows its audio (one that
-        ended with no audio and no end of it, refused or failed, has none)."""
+        ended with no audio and no end of it, refused, has none)."""
         while self._turns:
             head = self._turns[0]
             for data in self._held.pop(head, []):
