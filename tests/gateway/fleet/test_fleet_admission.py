@@ -110,8 +110,8 @@ def _publishing(asks: FleetAsks) -> asyncio.Task[None]:
 def gateway(server: RunningServer, redis_url: str | None) -> Iterator[RunningServer]:
     """Admission on, refusing at once what it would refuse (no wait for spare time)."""
     settings: dict[str, Any] = {"admission_wait_s": 0.0, "replies_per_minute": 0}
-    if redis_url is not None:
-        settings["redis_url"] = redis_url
+    if redis_url is not None:  # a deadline a busy test machine does not pass by accident
+        settings |= {"redis_url": redis_url, "redis_timeout_s": 2.0}
     app = create_gateway(GatewaySettings(model_server_url=server.http_url, **settings))
     with serve(app) as running:
         yield running
