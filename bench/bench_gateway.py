@@ -30,7 +30,7 @@ import argparse
 import asyncio
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -317,43 +317,48 @@ async def barge_in(ws_base: str, fmt: str, protocol: int, n: int) -> float:
         return took
 
 
-async def barge_ins(ws_base: str, runs: int, fmt: str) -> list[tuple[str, str]]:
-    times: dict[int, list[float]] = {1: [], 2: []}
+async def alternating(
+    runs: int, measure: Callable[[int, int], Awaitable[float]]
+) -> tuple[list[float], list[float]]:
+    """`measure(side, n)` for sides 0 and 1, one after the other, `2 * runs` rounds: each
+    side's times."""
+    times: tuple[list[float], list[float]] = ([], [])
     for n in range(2 * runs):
-        for protocol in (1, 2):
-            times[protocol].append(await barge_in(ws_base, fmt, protocol, 2 * n + protocol))
-    one, two = (statistics.median(times[p]) for p in (1, 2))
-    spread = {p: f"{min(times[p]) * 1000:.0f}-{max(times[p]) * 1000:.0f}" for p in times}
+        for side in (0, 1):
+            times[side].append(await measure(side, n))
+    return times
+
+
+def timed_row(label: str, times: list[float]) -> tuple[str, str]:
+    """A row: the median and the range, in ms."""
+    spread = f"{min(times) * 1000:.0f}-{max(times) * 1000:.0f}"
+    return label, f"{statistics.median(times) * 1000:.0f} ms ({spread})"
+
+
+def ratio(times: list[float], against: list[float]) -> str:
+    return f"{statistics.median(times) / statistics.median(against):.2f}"
+
+
+async def barge_ins(ws_base: str, runs: int, fmt: str) -> list[tuple[str, str]]:
+    one, two = await alternating(
+        runs, lambda side, n: barge_in(ws_base, fmt, side + 1, 2 * n + side + 1)
+    )
     return [
-        (
-            "barge-in to the next turn's first audio: protocol 1",
-            f"{one * 1000:.0f} ms ({spread[1]})",
-        ),
-        (
-            "barge-in to the next turn's first audio: protocol 2",
-            f"{two * 1000:.0f} ms ({spread[2]})",
-        ),
-        ("protocol 2 / protocol 1", f"{two / one:.2f}"),
+        timed_row("barge-in to the next turn's first audio: protocol 1", one),
+        timed_row("barge-in to the next turn's first audio: protocol 2", two),
+        ("protocol 2 / protocol 1", ratio(two, one)),
     ]
 
 
 async def second_turns(ws_base: str, runs: int, fmt: str) -> list[tuple[str, str]]:
-    times: dict[bool, list[float]] = {True: [], False: []}
-    for n in range(2 * runs):
-        for same in (True, False):
-            times[same].append(await second_turn(ws_base, fmt, same, 2 * n + same))
-    one, two = (statistics.median(times[s]) for s in (True, False))
-    spread = {s: f"{min(times[s]) * 1000:.0f}-{max(times[s]) * 1000:.0f}" for s in times}
+    # side 0: the same socket (second_turn's `same` True, its seed 2n + 1), 1: a second one
+    same, other = await alternating(
+        runs, lambda side, n: second_turn(ws_base, fmt, side == 0, 2 * n + (side == 0))
+    )
     return [
-        (
-            "second turn's first audio: a context on the same socket (protocol 2)",
-            f"{one * 1000:.0f} ms ({spread[True]})",
-        ),
-        (
-            "second turn's first audio: a second socket (protocol 1)",
-            f"{two * 1000:.0f} ms ({spread[False]})",
-        ),
-        ("same socket / second socket", f"{one / two:.2f}"),
+        timed_row("second turn's first audio: a context on the same socket (protocol 2)", same),
+        timed_row("second turn's first audio: a second socket (protocol 1)", other),
+        ("same socket / second socket", ratio(same, other)),
     ]
 
 
