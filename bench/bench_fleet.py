@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import random
 import statistics
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -37,7 +36,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import InvalidStatus
 
 from bench.bench_gateway import engine_seconds
-from bench.bench_load import Row, clients_apart, conversation, describe
+from bench.bench_load import Row, clients_apart, describe, load
 from bench.harness import stack
 from gateway.fleet.asks import FleetAsks
 from gateway.fleet.limits import SharedLimits, Window
@@ -47,22 +46,6 @@ from tests.support.redis_server import RedisServer, redis_server
 from tests.support.servers import free_port
 
 CAP = 8  # a client's sessions at once (the gateway's default --max-sessions-per-client)
-
-
-async def load_over(bases: Sequence[str], n: int, replies: int, seed: int, limit_s: float) -> Row:
-    """`bench_load.load`'s conversations, the i-th on gateway i mod len(bases)."""
-    row = Row(n)
-    rng = random.Random(seed * 1000 + n)
-    stop_at = time.perf_counter() + limit_s
-    await asyncio.gather(
-        *(
-            conversation(
-                bases[i % len(bases)], replies, random.Random(rng.random()), row, "bidi", stop_at
-            )
-            for i in range(n)
-        )
-    )
-    return row
 
 
 async def metric_sum(internals: Sequence[str], name: str) -> float:
@@ -203,7 +186,7 @@ def main() -> None:
             with stack(
                 [], load_flags, gateways=count, gateway_env=env, internal_port=free_port()
             ) as s:
-                asyncio.run(load_over(s.gateways[:1], 1, 1, args.seed, 60))  # warm up
+                asyncio.run(load(s.gateways[:1], 1, 1, args.seed, "bidi", 60))  # warm up
                 before = asyncio.run(
                     metric_sum(s.internals, "gateway_fleet_round_trip_seconds_count")
                 )
@@ -211,7 +194,7 @@ def main() -> None:
                 for n in ns:
                     engine_before = engine_seconds(s.model_server)
                     row = asyncio.run(
-                        load_over(s.gateways, n, args.replies, args.seed, args.limit_s)
+                        load(s.gateways, n, args.replies, args.seed, "bidi", args.limit_s)
                     )
                     row.engine_s = engine_seconds(s.model_server) - engine_before
                     rows[name].append(row)

@@ -27,6 +27,7 @@ import shlex
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -113,14 +114,19 @@ def one_batch_s(model_url: str) -> float:
     return min(times)
 
 
-async def load(base: str, n: int, replies: int, seed: int, mode: str, limit_s: float) -> Row:
+async def load(
+    bases: Sequence[str], n: int, replies: int, seed: int, mode: str, limit_s: float
+) -> Row:
+    """`n` conversations at once, the i-th on gateway `bases[i % len(bases)]`."""
     row = Row(n)
     rng = random.Random(seed * 1000 + n)
     stop_at = time.perf_counter() + limit_s
     await asyncio.gather(
         *(
-            conversation(base, replies, random.Random(rng.random()), row, mode, stop_at)
-            for _ in range(n)
+            conversation(
+                bases[i % len(bases)], replies, random.Random(rng.random()), row, mode, stop_at
+            )
+            for i in range(n)
         )
     )
     return row
@@ -198,7 +204,7 @@ def main() -> None:
         model_flags = [*model_flags, *shlex.split(args.model_args)]
         with stack(model_flags, gateway_flags, model_command=model_command) as urls:
             base = urls.gateway
-            asyncio.run(load(base, 1, 1, args.seed, args.mode, 60))  # warm up
+            asyncio.run(load([base], 1, 1, args.seed, args.mode, 60))  # warm up
             batches[policy] = one_batch_s(urls.model_server)
             print(
                 f"  {policy:<9} one batch (the whole answer, one engine call): "
@@ -208,7 +214,7 @@ def main() -> None:
             results[policy] = []
             for n in ns:
                 before = engine_seconds(urls.model_server)
-                row = asyncio.run(load(base, n, args.replies, args.seed, args.mode, args.limit_s))
+                row = asyncio.run(load([base], n, args.replies, args.seed, args.mode, args.limit_s))
                 row.engine_s = engine_seconds(urls.model_server) - before
                 results[policy].append(row)
                 print(describe(policy, row), flush=True)
