@@ -26,6 +26,10 @@ from tests.support.redis_server import RedisServer, redis_server
 from tests.support.servers import RunningServer, serve
 
 HI = {"text": "Hello there.", "format": "pcm"}
+# A's reply: long, so it has seconds of synthesis left however long its first chunk is held (a
+# one-chunk reply held past its estimate looks done any moment, and a second reply then fits
+# beside it on the server's two workers: admitted on a machine slow to send the second one)
+LONG = {"text": " ".join(["Here is one more sentence of a long reply."] * 8), "format": "pcm"}
 
 
 @pytest.fixture
@@ -129,7 +133,7 @@ async def test_two_gateways_refuse_what_one_would(
     try:
         with gateway(own_fake_server, url) as a, gateway(own_fake_server, url) as b:
             async with connect(a.ws_url + "/v1/speak/ws") as first:
-                await first.send(orjson.dumps({"type": "speak", **HI}).decode())
+                await first.send(orjson.dumps({"type": "speak", **LONG}).decode())
                 assert orjson.loads(await first.recv())["type"] == "agent_start"
                 assert await asyncio.to_thread(fake_engine.entered.wait, 10)
                 if fleet:  # A's asks written (a change is written at once)
