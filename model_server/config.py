@@ -48,6 +48,7 @@ class Settings:
     watchdog_s: float = 60.0  # an engine call running longer: /ping fails (0: no watchdog)
     invocation_timeout_s: float = 60.0  # SageMaker's limit on one non-streamed invocation
     warmup: bool = True
+    prepare_voices: bool = True  # every voice's norm priors made in the background when idle
     api_key: str = ""  # every route but /ping needs it (the gateways' --model-server-key)
     allow_anonymous: bool = False  # beyond loopback without a key (SageMaker's serve: IAM)
     log_level: str = "info"
@@ -117,6 +118,9 @@ _HELP = {
     "take longer is refused up front (413 synthesis_too_long: stream it instead); SageMaker "
     "gives one invocation 60 s (0: no limit)",
     "warmup": "run one synthesis before /ping reports ready",
+    "prepare_voices": "once ready, make each loaded voice's instance-norm priors in the "
+    "background, a whole call at a time while no synthesis has run for a second (else a "
+    "voice's first request waits for them: about 15 s on a CPU, once per voice and --cache-dir)",
     "api_key": "a key of at least 16 characters shared with the gateways (their "
     "--model-server-key): every route but /ping then needs 'Authorization: Bearer <key>'",
     "allow_anonymous": "serve beyond loopback without --api-key (serve, SageMaker's entry, says "

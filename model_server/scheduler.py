@@ -233,6 +233,8 @@ class Scheduler:
         self._seq = itertools.count()
         self._running: dict[int, tuple[float, float]] = {}  # seq -> (started, cost estimate)
         self.clock: Callable[[], float] = time.perf_counter
+        self._active = 0  # engine calls running or waiting for a worker
+        self._idle_since = self.clock()
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="engine")
 
     async def run(
@@ -255,7 +257,12 @@ class Scheduler:
         seq = next(self._seq)
         cost = self.speed.estimate(phonemes) if cost_s is None else cost_s
         asked = self.clock()
-        await self.slots.acquire(key, deadline, cost)
+        self._active += 1
+        try:
+            await self.slots.acquire(key, deadline, cost)
+        except BaseException:
+            self._ended_one()
+            raise
         loop = asyncio.get_running_loop()
         token = CancelToken()
         started = self.clock()
@@ -301,6 +308,17 @@ class Scheduler:
             self.engine_calls += 1
             del self._running[seq]
             self.slots.release()
+            self._ended_one()
+
+    def _ended_one(self) -> None:
+        self._active -= 1
+        if not self._active:
+            self._idle_since = self.clock()
+
+    def quiet_s(self) -> float:
+        """How long no engine call has run or waited for a worker (0 while one does): what
+        work done ahead waits on (`service.VoicePreparation`). Safe to read from any thread."""
+        return 0.0 if self._active else self.clock() - self._idle_since
 
     def observe_segment(self, phonemes: int, tally: Tally) -> None:
         """A progressive segment of `phonemes` took `tally`'s compute in all its steps."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import threading
 import time
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from kokoro_contract.errors import NotReady
 from kokoro_contract.protocol import RequestRules, SynthesisRequest, new_request_id
 from model_server.config import Settings
-from model_server.engines.base import Engine
+from model_server.engines.base import Engine, ProgressiveEngine
 from model_server.engines.registry import engine_kind
 from model_server.scheduler import Scheduler
 from model_server.synthesis import Synthesizer
@@ -34,6 +35,12 @@ def default_engine_factory(settings: Settings) -> Engine:
 # is the default where no voice is configured and no English pack is there (make bench-quality:
 # docs/measured.md, "Speech quality (`make bench-quality`)").
 FALLBACK_VOICE = "jm_kumo"
+
+# work done ahead (a voice's priors) takes a worker's cores only after this long with no
+# engine call, and looks again this often
+QUIET_S = 1.0
+LOOK_S = 0.05
+STOP_WAIT_S = 10.0  # at shutdown, for the step under way (one whole call)
 
 
 def preferred_voice(voices: frozenset[str]) -> str:
@@ -66,6 +73,10 @@ class ModelService:
         self._loaded: Loaded | None = None
         self.failure: str | None = None
         self.settled = threading.Event()  # loaded or failed; for embedding and tests
+        # every voice's priors made, or their preparation ended (off, stopped, failed)
+        self.prepared = threading.Event()
+        self._stop = threading.Event()  # the server stops: work done ahead stops too
+        self._preparing: threading.Thread | None = None
 
     @property
     def ready(self) -> bool:
@@ -112,6 +123,7 @@ class ModelService:
             self.failure = f"model failed to load: {exc}"
             log.error("%s", self.failure)
             self.settled.set()
+            self.prepared.set()
             raise
         self._loaded = Loaded(synthesizer, rules, time.perf_counter() - started)
         self.settled.set()
@@ -125,7 +137,60 @@ class ModelService:
             self._loaded.load_s,
             f"; {note}" if note else "",
         )
+        if self.settings.prepare_voices and synthesizer.progressive is not None:
+            order = sorted(voices, key=lambda v: (v != default_voice, v))
+            self._preparing = threading.Thread(
+                target=self._prepare,
+                args=(synthesizer.progressive, order, scheduler),
+                name="prepare-voices",
+                daemon=True,
+            )
+            self._preparing.start()
+        else:
+            self.prepared.set()
+
+    def _prepare(self, engine: ProgressiveEngine, voices: list[str], scheduler: Scheduler) -> None:
+        """Each voice's priors made ahead of its first request (`ProgressiveEngine.
+        prepare_voice`), one voice after another in this thread of its own, each step once no
+        engine call has run or waited for `QUIET_S` (or at once while a request waits for
+        it); stopped with the server (`close`)."""
+        stop = self._stop
+
+        def pause(wanted: Callable[[], bool]) -> None:
+            while not (wanted() or scheduler.quiet_s() >= QUIET_S) and not stop.wait(LOOK_S):
+                pass
+            if stop.is_set():
+                raise _Stopped
+
+        started, done, queue = time.perf_counter(), 0, collections.deque(voices)
+        try:
+            while queue:
+                voice = queue.popleft()
+                try:
+                    if not engine.prepare_voice(voice, pause):
+                        queue.append(voice)  # it gave way to a request: later
+                        continue
+                    done += 1
+                except _Stopped:
+                    return
+                except Exception as exc:  # the voice still works: its first request makes it
+                    log.warning("could not prepare the voice %s ahead: %s", voice, exc)
+            log.info(
+                "voices prepared: %d of %d in %.1f s",
+                done,
+                len(voices),
+                time.perf_counter() - started,
+            )
+        finally:
+            self.prepared.set()
 
     def close(self) -> None:
+        self._stop.set()
+        if self._preparing is not None:  # its step ends before the engine's threads do
+            self._preparing.join(timeout=STOP_WAIT_S)
         if self._loaded is not None:
             self._loaded.synthesizer.close()
+
+
+class _Stopped(Exception):
+    """Work done ahead stops: the server does."""

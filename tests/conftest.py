@@ -56,7 +56,10 @@ os.environ["MODEL_SERVER_ENGLISH_VOICES"] = "off"
 @pytest.fixture(scope="session")
 def model_server() -> Iterator[RunningServer]:
     """The real model server: real Kokoro-82M int8 weights on onnxruntime, real espeak G2P."""
-    with serve_real_model(Settings(workers=2, english_voices="off")) as running:
+    # its voices' priors made when first asked, not in the background between the tests (a
+    # core taken from the test beside; tests/model_server/test_voice_preparation.py covers it)
+    settings = Settings(workers=2, english_voices="off", prepare_voices=False)
+    with serve_real_model(settings) as running:
         yield running
 
 

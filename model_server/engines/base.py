@@ -128,6 +128,15 @@ class Engine(Protocol):
         ...
 
 
+class Pause(Protocol):
+    """Called between the steps of work done ahead (a voice's calibration,
+    `StreamPriors.prepare`): returns once it may go on (live work leaves the room, or
+    `wanted()` says a request waits for work of this kind now: then at once), or raises to
+    stop it."""
+
+    def __call__(self, wanted: Callable[[], bool]) -> None: ...
+
+
 @runtime_checkable
 class ProgressiveEngine(Engine, Protocol):
     """An engine that voices a segment in two passes: `front` over the whole segment, then
@@ -142,6 +151,13 @@ class ProgressiveEngine(Engine, Protocol):
 
     def front(self, phonemes: str, voice: str, speed: float, cancel: CancelToken) -> Front:
         """The front pass over one segment (at most `max_phonemes`)."""
+        ...
+
+    def prepare_voice(self, voice: str, pause: Pause) -> bool:
+        """Make ahead what `voice`'s first segment would otherwise wait for (its decoder's
+        norm priors: seconds on a CPU, once per voice and cache directory), in the caller's
+        thread, calling `pause` between its steps (`Pause`). False: it gave way to a segment
+        that waits for another voice's (nothing made; ask again later)."""
         ...
 
     def decode(self, front: Front, window: Window, cancel: CancelToken) -> FloatAudio:

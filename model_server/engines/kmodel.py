@@ -50,6 +50,7 @@ from model_server.engines.base import (
     CancelToken,
     FloatAudio,
     Front,
+    Pause,
     Timed,
     char_durations,
     check_window,
@@ -376,6 +377,16 @@ class TorchEngine:
         if found is None:
             raise SynthesisFailed(f"calibration phonemes without tokens in {voice}'s vocab")
         return found[0]
+
+    def prepare_voice(self, voice: str, pause: Pause) -> bool:
+        """`voice`'s norm priors made ahead of its first segment (`ProgressiveEngine`): the
+        streamed decoder's by length, a whole call at a time; the windows decoder's in one."""
+        if self._stream_priors is not None:
+            return self._stream_priors.prepare(voice, pause)
+        if self.two_passes:
+            pause(lambda: False)
+            self._prior(voice)
+        return True
 
     def _stream_front(self, phonemes: str, voice: str, speed: float, cancel: CancelToken) -> Front:
         """A streamed segment: the front pass, then its stream opened (the body's pass)."""

@@ -33,6 +33,7 @@ from model_server.engines.base import (
     CancelToken,
     FloatAudio,
     Front,
+    Pause,
     Timed,
     char_durations,
     check_window,
@@ -291,6 +292,16 @@ class OnnxEngine:
             return Front(0, np.zeros(len(phonemes) + 2, np.int64), SAMPLES_PER_FRAME, None)
         _, durations, features = self._front_pass(phonemes, feed, cancel)
         return self._streamed.front(durations, Inputs.from_graph(features), prior)
+
+    def prepare_voice(self, voice: str, pause: Pause) -> bool:
+        """`voice`'s norm priors made ahead of its first segment (`ProgressiveEngine`): the
+        streamed decoder's by length, a whole call at a time; the windows decoder's in one."""
+        if self._stream_priors is not None:
+            return self._stream_priors.prepare(voice, pause)
+        if self.two_passes:
+            pause(lambda: False)
+            self._prior(voice)
+        return True
 
     def decode(self, front: Front, window: Window, cancel: CancelToken) -> FloatAudio:
         if self._streamed is not None:

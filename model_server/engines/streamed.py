@@ -39,6 +39,7 @@ from __future__ import annotations
 import functools
 import itertools
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -50,7 +51,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from model_server.engines.base import CancelToken, FloatAudio, Front, check_window
+from model_server.engines.base import CancelToken, FloatAudio, Front, Pause, check_window
 from model_server.engines.carried_norms import CALIBRATION_PHONEMES, NormStats, voice_prior
 from model_server.engines.int8 import Int8Convs
 from model_server.engines.streaming_decoder import Kernels, Statistics, StreamingDecoder
@@ -343,7 +344,10 @@ class StreamPriors:
     (`directory`, for the model `model_key`), or computed: one whole call over each phrase of
     `LENGTH_CALIBRATION` (about 35 s of speech, once per voice), each from the engine's own
     front pass (`inputs(phonemes, voice)`, at speed 1). A voice's pack (`pack(voice)`, an
-    array: it keys the prior in the directory) is read only when its prior is not in memory."""
+    array: it keys the prior in the directory) is read only when its prior is not in memory.
+
+    A voice's first stream waits for its prior (seconds on a CPU); `prepare` makes it ahead,
+    in the background, giving way to live work between its whole calls."""
 
     def __init__(
         self,
@@ -360,9 +364,41 @@ class StreamPriors:
         self._pack = pack
         self._known: dict[str, LengthPrior] = {}
         self._lock = threading.Lock()  # one calibration at a time
+        self._wanted: Counter[str] = Counter()  # streams waiting for a voice's prior now
+        self._wanted_lock = threading.Lock()
 
     def __call__(self, voice: str) -> LengthPrior:
         """`voice`'s prior."""
+        with self._wanted_lock:
+            self._wanted[voice] += 1
+        try:
+            return self._prior(voice, None)
+        finally:
+            with self._wanted_lock:
+                self._wanted[voice] -= 1
+                if not self._wanted[voice]:
+                    del self._wanted[voice]
+
+    def prepare(self, voice: str, pause: Pause) -> bool:
+        """`voice`'s prior made ahead of its first stream (at once when it is known or kept);
+        `pause` is called before each whole call of its calibration (`Pause`), told whether a
+        stream waits for a prior now. A stream waiting for this voice's lets it go on at
+        once; one waiting for another voice's makes it give way (False: nothing kept, ask
+        again later), so no stream waits behind a calibration it did not ask for."""
+
+        def between() -> None:
+            if voice not in self._wanted:
+                pause(lambda: bool(self._wanted))
+                if self._wanted and voice not in self._wanted:
+                    raise _GiveWay
+
+        try:
+            self._prior(voice, between)
+        except _GiveWay:
+            return False
+        return True
+
+    def _prior(self, voice: str, pause: Callable[[], None] | None) -> LengthPrior:
         with self._lock:
             known = self._known.get(voice)
             if known is not None:
@@ -376,19 +412,23 @@ class StreamPriors:
                     "\n".join([self._key, name, *phrases]),
                     pack,
                     len(self._decoder.generator_norms),
-                    functools.partial(self._calibrate, voice, phrases),
+                    functools.partial(self._calibrate, voice, phrases, pause),
                 )
                 points.append((stats.frames, self._decoder.prior_statistics(stats)))
             prior = LengthPrior(tuple(points))
             self._known[voice] = prior
             return prior
 
-    def _calibrate(self, voice: str, phrases: tuple[str, ...]) -> NormStats:
+    def _calibrate(
+        self, voice: str, phrases: tuple[str, ...], pause: Callable[[], None] | None
+    ) -> NormStats:
         """The generator norms' statistics of `phrases`, each phrase's own (a whole call)
-        averaged, at their average length."""
+        averaged, at their average length; `pause()` before each call, when given."""
         total: Statistics = {}
         frames = []
         for count, phonemes in enumerate(phrases):
+            if pause is not None:
+                pause()
             inputs = self._inputs(phonemes, voice)
             _, found = self._decoder.whole(inputs)
             for name in self._decoder.generator_norms:
@@ -487,3 +527,7 @@ class SegmentStream:
                 )
         self._audio.append(out.reshape(-1))
         self._computed += int(out.numel())
+
+
+class _GiveWay(Exception):
+    """A calibration made ahead stops for a stream that waits for another voice's prior."""

@@ -186,6 +186,46 @@ def test_the_prior_is_the_voices_over_the_reference_text_made_once_and_kept(
         engine._priors.pop(VOICE, None)
 
 
+def test_a_voice_prepared_ahead_is_the_prior_its_segments_read(either: OnnxEngine) -> None:
+    """`prepare_voice` (the server's background work once ready) makes the voice's priors,
+    either decoder's, as its first segment would: the same statistics, then known, and no
+    stream waited meanwhile."""
+    streamed = either._stream_priors
+    known: dict[str, object] = streamed._known if streamed is not None else either._priors  # type: ignore[assignment]
+    before = known.pop(VOICE, None)
+    try:
+        waited: list[bool] = []
+        either.prepare_voice(VOICE, lambda wanted: waited.append(wanted()))
+        assert VOICE in known
+        assert not any(waited)
+        made = known[VOICE]
+        asked = streamed(VOICE) if streamed is not None else either._prior(VOICE)
+        assert asked is made  # what a segment reads now: no second calibration
+        if before is not None:  # the same as made before (kept in the cache directory)
+            _same_prior(made, before)
+    finally:
+        if before is not None:
+            known[VOICE] = before
+
+
+def _same_prior(a: object, b: object) -> None:
+    """Two priors of a voice hold the same statistics: the windows decoder's (`NormStats`) or
+    the streamed decoder's (`LengthPrior`, by length)."""
+    if isinstance(a, NormStats):
+        assert isinstance(b, NormStats)
+        assert a.frames == b.frames
+        for x, y in zip((*a.sums, *a.squares), (*b.sums, *b.squares), strict=True):
+            np.testing.assert_array_equal(x, y)
+        return
+    points_a, points_b = a.points, b.points  # type: ignore[attr-defined]
+    assert [f for f, _ in points_a] == [f for f, _ in points_b]
+    for (_, x), (_, y) in zip(points_a, points_b, strict=True):
+        assert x.keys() == y.keys()
+        for name in x:
+            for u, v in zip(x[name], y[name], strict=True):
+                np.testing.assert_array_equal(u.cpu().numpy(), v.cpu().numpy())
+
+
 # --- the decoder over windows against one call ---------------------------------------------------
 
 # several seams, whatever the machine's speed: the schedule as the server plans it at RTF 0.5

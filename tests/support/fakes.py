@@ -17,7 +17,7 @@ import numpy as np
 from gateway.reply.plan.config import PlanConfig
 from model_server.app import create_app
 from model_server.config import Settings
-from model_server.engines.base import CancelToken, FloatAudio, Front, Timed
+from model_server.engines.base import CancelToken, FloatAudio, Front, Pause, Timed
 from model_server.errors import SynthesisCancelled, SynthesisFailed
 from model_server.windows import Window
 from tests.support.servers import RunningServer, serve
@@ -25,8 +25,13 @@ from tests.support.servers import RunningServer, serve
 # the fake model servers' settings: small limits, so that tests reach them; the text limit is
 # the gateway's longest chunk, so that a gateway in front of one never cuts past it (a chunk
 # plan on a slow machine groups more text while the first chunk plays)
+# no voice prepared in the background (tests/model_server/test_voice_preparation.py does)
 FAKE_SETTINGS = Settings(
-    workers=2, max_text_chars=PlanConfig().max_chars, max_pending=4, warmup=False
+    workers=2,
+    max_text_chars=PlanConfig().max_chars,
+    max_pending=4,
+    warmup=False,
+    prepare_voices=False,
 )
 
 SECONDS_PER_PHONEME = 0.01
@@ -179,6 +184,10 @@ class FakeProgressiveEngine(FakeEngine):
         self.fronts.append(phonemes)
         durations = np.array([0, *([1] * len(phonemes)), 0], np.int64)
         return Front(len(phonemes), durations, frame_samples(speed), phonemes)
+
+    def prepare_voice(self, voice: str, pause: Pause) -> bool:
+        """Nothing to make ahead: its windows need no prior."""
+        return True
 
     def decode(self, front: Front, window: Window, cancel: CancelToken) -> FloatAudio:
         start, end = window.decoded

@@ -621,6 +621,22 @@ def test_the_stream_prior_is_the_voices_at_the_segments_length_kept_in_the_cache
         torch.testing.assert_close(again[name][0], prior[name][0])
 
 
+def test_a_voice_prepared_ahead_is_read_from_the_cache_with_no_pause(
+    streaming: TorchEngine, checkpoint_dir: Path
+) -> None:
+    """`prepare_voice` makes what a voice's first stream would wait for: here kept already (by
+    the engine above), so read back with nothing computed and no pause; known after it."""
+    streaming._stream_priors(VOICE)  # type: ignore[misc]  # made and kept, once per session
+    later = TorchEngine(
+        TorchOptions(model_dir=checkpoint_dir, device=DEVICE, cache_dir=streaming._prior_dir.parent)
+    )
+    priors = later._stream_priors
+    assert priors is not None
+    assert VOICE not in priors._known
+    later.prepare_voice(VOICE, lambda wanted: pytest.fail("paused with nothing to compute"))
+    assert VOICE in priors._known
+
+
 def test_a_cancelled_stream_stops_between_blocks_and_refuses_context(
     streaming: TorchEngine,
 ) -> None:
