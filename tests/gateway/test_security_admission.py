@@ -195,6 +195,9 @@ def test_digits_count_by_the_speech_they_make() -> None:
     assert 25 <= spoken_s("7" * 100) <= 35
     assert spoken_s(NUMBER) > 10  # a 15-digit number in words
     assert spoken_s(prose, speed=2.0) == pytest.approx(spoken_s(prose) / 2)
+    # a Japanese character by what it spoke: 144 of them 22.4-24.3 s with the real model
+    japanese = "ご注文の品は昨日、ポートランドの倉庫から発送されました。"  # 28 characters
+    assert spoken_s(japanese) == pytest.approx(28 * 2.5 * 0.065)
     # streamed: the same estimate fed 1, 2, 4 characters at a time
     text = f"Call 0800 {NUMBER}now, 50% off $5 & more. 2024-12-06."
     for size in (1, 2, 4):

@@ -82,6 +82,53 @@ def test_tricky_sentences(text: str, chunks: list[str]) -> None:
         assert streamed(split_every(text, n)) == chunks
 
 
+JA_LATER = "ご注文の品は昨日、ポートランドの倉庫から発送されました。"  # 28 characters: 70
+
+
+@pytest.mark.parametrize(
+    ("text", "chunks"),
+    [
+        # sentences end at 。！？ with no space after them; a short later one waits
+        (
+            f"こんにちは。{JA_LATER}はい。{JA_LATER}",
+            ["こんにちは。", JA_LATER, f"はい。{JA_LATER}"],
+        ),
+        # closing brackets stay with their sentence
+        (f"「本当ですか？」{JA_LATER}", ["「本当ですか？」", JA_LATER]),
+        # the first chunk at a clause mark once it has four words' worth (eight characters)
+        (
+            "今日はとても良い天気ですね、散歩に行きましょう。",
+            ["今日はとても良い天気ですね、", "散歩に行きましょう。"],
+        ),
+        # but not before: too short a first clause waits for the sentence's end
+        ("はい、わかりました。", ["はい、わかりました。"]),
+        # Chinese and the full-width forms too
+        (f"你好！{JA_LATER}", ["你好！", JA_LATER]),
+        # English in between keeps its own rules
+        (f"Hello there. {JA_LATER}", ["Hello there.", JA_LATER]),
+    ],
+)
+def test_japanese_and_chinese_end_at_their_own_marks(text: str, chunks: list[str]) -> None:
+    assert one_shot(text) == chunks
+    for n in (1, 2, 3):
+        assert streamed(split_every(text, n)) == chunks
+
+
+def test_cjk_text_is_as_long_as_its_speech() -> None:
+    from gateway.reply.chunker import spoken_len
+
+    assert spoken_len("Hi。") == 4.5
+    assert spoken_len("東京、ｶﾀ") == 12.5  # half-width katakana and its comma are CJK too
+    assert spoken_len("a b") == 3
+
+
+def test_a_long_cjk_later_sentence_breaks_at_a_clause_past_the_soft_cap() -> None:
+    clause = "あいうえおかきくけこ" * 6 + "、"  # 61 characters: 152.5 of speech
+    text = f"はい。{clause}{clause}{clause}{clause}終わり。"
+    chunks = one_shot(text, ChunkerConfig(soft_max_chars=200, max_chars=300))
+    assert chunks == ["はい。", clause * 2, clause * 2, "終わり。"]
+
+
 def test_later_chunks_are_capped() -> None:
     words = " ".join(["word"] * 400)
     text = "Start here. Then " + words + "."
@@ -150,6 +197,12 @@ _tokens = st.sampled_from(
         "one",
         "two",
         "Three",
+        "。",
+        "、",
+        "！",
+        "」",
+        "こんにちは",
+        "東京",
     ]
 )
 _texts = st.lists(_tokens, max_size=80).map("".join)

@@ -58,3 +58,68 @@ def test_a_broken_lexicon_install_falls_back_cleanly(monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(g2p, "LexiconG2P", Broken)
     assert isinstance(english_g2p(), EspeakG2P)
+
+
+# --- Japanese -----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def japanese() -> g2p.JapaneseG2P:
+    return g2p.JapaneseG2P()
+
+
+def test_japanese_becomes_kokoro_phonemes_offline(japanese: g2p.JapaneseG2P) -> None:
+    """pyopenjtalk-plus's readings (its dictionary from its wheel) through the romaniser
+    Kokoro was trained with: kanji, kana, numbers and punctuation."""
+    assert japanese("こんにちは。今日はいい天気ですね。") == "koɲɲiʨiβa. kʲoː βa ii teŋkʲi desɨ ne."
+    assert japanese("ご注文は昨日、発送されました！") == "ɡo ʨɨːmoɴ βa kʲinoː, haʔsoː saɾe maɕita!"
+    assert japanese("3個") == japanese("三個")  # numbers read in Japanese
+
+
+def test_japanese_phonemes_are_in_kokoros_vocabulary(japanese: g2p.JapaneseG2P) -> None:
+    from model_server.engines.weights import load_vocab
+
+    vocab = load_vocab()
+    text = "ポートランドの倉庫から、木曜日の午後に届く予定です。追跡番号はメールでお送りします？"
+    assert set(japanese(text)) <= set(vocab) | {" "}
+
+
+class _Named:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.texts: list[str] = []
+
+    def __call__(self, text: str) -> str:
+        self.texts.append(text)
+        return self.name
+
+
+@pytest.mark.parametrize(
+    ("text", "language"),
+    [
+        ("Hello there.", "en"),
+        ("こんにちは。", "ja"),
+        ("東京タワー", "ja"),
+        ("你好！", "ja"),  # Chinese has no G2P of its own here: the Japanese readings
+        ("Your order from 東京 shipped today.", "en"),  # mostly English
+        ("Tokyo は東京です。", "ja"),  # mostly Japanese
+        ("3.14 — 100%", "en"),  # no letters at all
+    ],
+)
+def test_the_texts_script_chooses_the_g2p(text: str, language: str) -> None:
+    english, made = _Named("en"), []
+
+    def japanese() -> _Named:
+        made.append(_Named("ja"))
+        return made[-1]
+
+    chooser = g2p.ScriptG2P(english, japanese)
+    assert chooser(text) == language
+    assert chooser(text) == language
+    assert len(made) == (language == "ja")  # made once, when first needed, never for English
+
+
+def test_the_japanese_share_counts_a_kanji_as_two_letters() -> None:
+    assert g2p.japanese_share("ab東") == pytest.approx(0.5)
+    assert g2p.japanese_share("abc") == 0.0
+    assert g2p.japanese_share("、。 123") == 0.0
