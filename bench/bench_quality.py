@@ -96,6 +96,7 @@ class Score:
     mos: float
     errors: WordErrors | None
     seconds: float
+    clips: tuple[float, ...] = ()  # each clip's MOS, in the order judged
 
     @property
     def wer(self) -> str:
@@ -136,7 +137,8 @@ class Judges:
         seconds = [len(c.samples) / judges.JUDGE_RATE for c in clips]
         mos = float(np.average([m for m, _ in results], weights=seconds))
         counted = [e for _, e in results if e is not None]
-        return Score(mos, total(counted) if counted else None, sum(seconds))
+        clip_mos = tuple(m for m, _ in results)
+        return Score(mos, total(counted) if counted else None, sum(seconds), clip_mos)
 
     def close(self) -> None:
         self._pool.shutdown()
@@ -277,7 +279,16 @@ def format_table(
     def row(label: str, samples: list[judges.Samples]) -> None:
         score = judge.judge([Clip(s, t) for s, t in zip(samples, spoken, strict=True)])
         rows.append((label, score))
-        print(f"  format {label:<28} {describe(score)}", flush=True)
+        print(f"  format {label:<28} {describe(score)}{spread(score)}", flush=True)
+
+    def spread(score: Score) -> str:
+        """Against pcm reply by reply: the least and most each reply's MOS moved."""
+        if not rows or score is rows[0][1]:
+            return ""
+        pcm = rows[0][1].clips
+        moved = [a - b for a, b in zip(score.clips, pcm, strict=True)]
+        mean = score.mos - rows[0][1].mos
+        return f"  vs pcm {mean:+.2f}, by reply [{min(moved):+.2f}, {max(moved):+.2f}]"
 
     row("pcm", [judges.decode(p, "pcm") for p in pcms])
     for name in () if telephone_only else ("flac", "mp3", "aac", "opus"):

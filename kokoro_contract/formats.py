@@ -61,12 +61,13 @@ class AudioFormat:
         return dataclasses.replace(self, codec_rate=rate, mime=mime)
 
 
-# Bitrates and encoder settings chosen by `make bench-quality` (docs/measured.md, "Speech
-# quality (`make bench-quality`)", has the figures): for each codec the lowest bitrate whose
-# decoded audio is within 0.10 MOS of the PCM of the same replies and whose next step down is no
-# cliff, so the guard's 0.15 holds with room on other texts. At speech bitrates FFmpeg's own AAC
-# encoder scores higher with its "fast" coder than with the default "twoloop"; Opus is set for
-# speech.
+# Bitrates and encoder settings chosen by `make bench-quality` (docs/measured.md, "2026-12-07
+# (morning): each format's spread by reply" has the figures): for each codec the lowest bitrate
+# at which every reply of the corpus, decoded, is within 0.10 MOS of its own PCM with a margin
+# (its worst reply within 0.06: MP3 40, AAC 64, Opus 48 kbit/s; AAC 48 and Opus 32 were within on
+# average but a reply fell to -0.12 and -0.09), so the guard's 0.10 holds on other texts. At
+# speech bitrates FFmpeg's own AAC encoder scores higher with its "fast" coder than with the
+# default "twoloop"; Opus is set for speech.
 AAC_OPTIONS: Mapping[str, str] = MappingProxyType({"aac_coder": "fast"})
 OPUS_OPTIONS: Mapping[str, str] = MappingProxyType({"application": "voip"})
 
@@ -104,7 +105,7 @@ _FORMATS = (
         'audio/mp4; codecs="mp4a.40.2"',
         codec="aac",
         container="mp4",
-        bit_rate=48_000,
+        bit_rate=64_000,
         codec_options=AAC_OPTIONS,
         # for MSE: an empty moov, then moof+mdat every 100 ms of audio
         muxer_options={
@@ -119,7 +120,7 @@ _FORMATS = (
         'audio/webm; codecs="opus"',
         codec="libopus",
         container="webm",
-        bit_rate=32_000,
+        bit_rate=48_000,
         codec_options=OPUS_OPTIONS,
         codec_rate=48_000,
         muxer_options={"live": "1", "cluster_time_limit": "100"},
@@ -131,7 +132,7 @@ _FORMATS = (
         "audio/ogg; codecs=opus",
         codec="libopus",
         container="ogg",
-        bit_rate=32_000,
+        bit_rate=48_000,
         codec_options=OPUS_OPTIONS,
         codec_rate=48_000,
         muxer_options={"page_duration": "100000"},
@@ -143,7 +144,7 @@ _FORMATS = (
         "audio/aac",
         codec="aac",
         container="adts",
-        bit_rate=48_000,
+        bit_rate=64_000,
         codec_options=AAC_OPTIONS,
         units="ADTS frames",
         openai="aac",
