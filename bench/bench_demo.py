@@ -112,7 +112,7 @@ def main() -> None:
     parser.add_argument("--quiet-only", action="store_true", help="no busy row")
     parser.add_argument("--model-args", default="", help="more model server flags")
     parser.add_argument("--gateway-args", default="", help="more gateway flags")
-    parser.add_argument("--format", default="", help="instead of the page's (mp3)")
+    parser.add_argument("--format", default="", help="instead of the page's (pcm)")
     parser.add_argument("--transport", default="", help="instead of the page's (sse)")
     args = parser.parse_args()
     if shutil.which("chromium") is None:
