@@ -25,10 +25,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, Self, overload
+from typing import TYPE_CHECKING, Any, Protocol, Self, overload
 
 import numpy as np
 import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from model_server.engines.base import Pause
+    from model_server.engines.streamed import StreamPriors
 
 from model_server.engines.norm_graph import (
     PRIOR,
@@ -183,3 +187,21 @@ def voice_prior(
         time.perf_counter() - started,
     )
     return stats
+
+
+def prepare_voice(
+    voice: str,
+    pause: Pause,
+    streamed: StreamPriors | None,
+    windows: Callable[[str], object] | None,
+) -> bool:
+    """Both engines' `ProgressiveEngine.prepare_voice`: `voice`'s priors made ahead of its first
+    segment, the streamed decoder's (`streamed`) by length, a whole call at a time, else the
+    windows decoder's (`windows(voice)`, one pass after one pause); None of either: nothing to
+    make. False: it gave way to a segment waiting for another voice's."""
+    if streamed is not None:
+        return streamed.prepare(voice, pause)
+    if windows is not None:
+        pause(lambda: False)
+        windows(voice)
+    return True

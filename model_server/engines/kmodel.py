@@ -61,6 +61,7 @@ from model_server.engines.carried_norms import (
     CALIBRATION_PHONEMES,
     PRIOR_FRAMES,
     carried_in,
+    prepare_voice,
     voice_prior,
 )
 from model_server.engines.weights import default_cache_dir
@@ -379,14 +380,8 @@ class TorchEngine:
         return found[0]
 
     def prepare_voice(self, voice: str, pause: Pause) -> bool:
-        """`voice`'s norm priors made ahead of its first segment (`ProgressiveEngine`): the
-        streamed decoder's by length, a whole call at a time; the windows decoder's in one."""
-        if self._stream_priors is not None:
-            return self._stream_priors.prepare(voice, pause)
-        if self.two_passes:
-            pause(lambda: False)
-            self._prior(voice)
-        return True
+        """`voice`'s norm priors made ahead of its first segment (`carried_norms.prepare_voice`)."""
+        return prepare_voice(voice, pause, self._stream_priors, self._prior)
 
     def _stream_front(self, phonemes: str, voice: str, speed: float, cancel: CancelToken) -> Front:
         """A streamed segment: the front pass, then its stream opened (the body's pass)."""

@@ -45,6 +45,7 @@ from model_server.engines.carried_norms import (
     PRIOR_FRAMES,
     NormStats,
     carried_in,
+    prepare_voice,
     voice_prior,
 )
 from model_server.engines.norm_graph import CORE_FRAMES, CORE_LEFT, FRAMES
@@ -294,14 +295,9 @@ class OnnxEngine:
         return self._streamed.front(durations, Inputs.from_graph(features), prior)
 
     def prepare_voice(self, voice: str, pause: Pause) -> bool:
-        """`voice`'s norm priors made ahead of its first segment (`ProgressiveEngine`): the
-        streamed decoder's by length, a whole call at a time; the windows decoder's in one."""
-        if self._stream_priors is not None:
-            return self._stream_priors.prepare(voice, pause)
-        if self.two_passes:
-            pause(lambda: False)
-            self._prior(voice)
-        return True
+        """`voice`'s norm priors made ahead of its first segment (`carried_norms.prepare_voice`)."""
+        windows = self._prior if self.two_passes else None
+        return prepare_voice(voice, pause, self._stream_priors, windows)
 
     def decode(self, front: Front, window: Window, cancel: CancelToken) -> FloatAudio:
         if self._streamed is not None:
