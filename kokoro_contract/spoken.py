@@ -5,7 +5,7 @@ Kokoro speaks the text its model server has normalised (`model_server/text/norma
 numbers become words, so a character of digits can cost ten of prose. The estimate counts the
 characters the normalised text would have, without normalising (the gateway does not import
 the model server): a run of digits by its length, a few symbols by the words they become,
-a Japanese or Chinese character as two (`scripts.CJK_CHAR_WEIGHT`: a kana is a syllable),
+a Japanese or Chinese character as 2.5 (`scripts.CJK_CHAR_WEIGHT`: a kana is a syllable),
 everything else as itself; then seconds per character of prose. Calibrated once with the real
 model on prose, on numbers and on runs of digits, each timed by the audio it spoke
 (docs/measured.md, "2026-12-06: how long a text takes to speak"). `SpokenMeter` gives the same

@@ -30,10 +30,6 @@ from typing import TYPE_CHECKING, Any, Protocol, Self, overload
 import numpy as np
 import numpy.typing as npt
 
-if TYPE_CHECKING:
-    from model_server.engines.base import Pause
-    from model_server.engines.streamed import StreamPriors
-
 from model_server.engines.norm_graph import (
     PRIOR,
     squares_input,
@@ -41,6 +37,10 @@ from model_server.engines.norm_graph import (
     sum_input,
     sum_output,
 )
+
+if TYPE_CHECKING:
+    from model_server.engines.base import Pause
+    from model_server.engines.streamed import StreamPriors
 
 log = logging.getLogger(__name__)
 
