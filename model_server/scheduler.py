@@ -317,7 +317,7 @@ class Scheduler:
 
     def quiet_s(self) -> float:
         """How long no engine call has run or waited for a worker (0 while one does): what
-        work done ahead waits on (`service.VoicePreparation`). Safe to read from any thread."""
+        work done ahead waits on (`ModelService._prepare`). Safe to read from any thread."""
         return 0.0 if self._active else self.clock() - self._idle_since
 
     def observe_segment(self, phonemes: int, tally: Tally) -> None:
