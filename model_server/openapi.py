@@ -93,6 +93,30 @@ VOICES: Responses = {
     200: _json("the loaded voices", ["default", "voices"]),
     **NOT_READY,
 }
+PHONEMIZE: Responses = {
+    200: _json(
+        "what the G2P makes of the text: its language (by its script), its phonemes, and the "
+        "segments the engine would voice, nothing voiced",
+        ["language", "g2p", "phonemes", "segments"],
+    ),
+    400: _error("a bad request"),
+    422: _error("unreadable_text: the text could not be converted to speech sounds"),
+    **NOT_READY,
+}
+PHONEMIZE_REQUEST: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            JSON: {
+                "schema": {
+                    "type": "object",
+                    "required": ["text"],
+                    "properties": {"text": {"type": "string", "minLength": 1}},
+                }
+            }
+        },
+    }
+}
 INVOCATIONS: Responses = {
     200: {
         "description": "the audio: whole, or streamed segment by segment with `stream`; with "

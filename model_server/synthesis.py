@@ -101,6 +101,13 @@ class Synthesizer:
         )
         return SegmentPlan(tuple(segments), words)
 
+    async def phonemize(self, text: str) -> tuple[str, tuple[str, ...]]:
+        """What `plan` makes of `text`, for `POST /phonemize`: its phonemes and its segments
+        (unpacked), nothing voiced. `UnreadableText` when it cannot be read."""
+        loop = asyncio.get_running_loop()
+        phonemes, _ = await loop.run_in_executor(self._g2p_pool, self._phonemes, text, False)
+        return phonemes, tuple(split_phonemes(phonemes, self.engine.max_phonemes))
+
     def _phonemes(self, text: str, timestamps: bool) -> tuple[str, WordMap | None]:
         try:
             phonemes = self.g2p(text)

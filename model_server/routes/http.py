@@ -19,6 +19,7 @@ from kokoro_contract import formats
 from kokoro_contract.audio import SAMPLE_RATE, pcm_duration_s, wav_header
 from kokoro_contract.cut_stream import CutStreamingResponse, StreamCut
 from kokoro_contract.errors import InvalidRequest, ServiceError
+from kokoro_contract.limits import check_text
 from kokoro_contract.openapi import JSON
 from kokoro_contract.protocol import (
     ProtocolError,
@@ -29,6 +30,7 @@ from kokoro_contract.protocol import (
 from model_server import openapi
 from model_server.service import ModelService
 from model_server.synthesis import SegmentAudio
+from model_server.text.g2p import language_of
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -115,6 +117,32 @@ async def voices(request: Request) -> JSONResponse:
         {
             "default": loaded.rules.default_voice,
             "voices": [{"name": n, "source": s} for n, s in sorted(engine_voices.items())],
+        }
+    )
+
+
+@router.post(
+    "/phonemize",
+    response_class=JSONResponse,
+    responses=openapi.PHONEMIZE,
+    openapi_extra=openapi.PHONEMIZE_REQUEST,
+)
+async def phonemize(request: Request) -> JSONResponse:
+    """What the G2P makes of a text, nothing voiced: to check how a name or a language is
+    read before speaking it."""
+    loaded = _service(request).get()
+    obj = decode_frame(await request.body())
+    if isinstance(obj, ProtocolError):
+        raise InvalidRequest(obj.message, code=obj.code)
+    text = check_text(obj.get("text"), loaded.rules.max_text_chars)
+    synthesizer = loaded.synthesizer
+    phonemes, segments = await synthesizer.phonemize(text)
+    return JSONResponse(
+        {
+            "language": language_of(text),
+            "g2p": synthesizer.g2p.name,
+            "phonemes": phonemes,
+            "segments": list(segments),
         }
     )
 

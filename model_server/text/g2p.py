@@ -132,9 +132,15 @@ def japanese_share(text: str) -> float:
     return 2 * cjk / (2 * cjk + latin) if cjk or latin else 0.0
 
 
+def language_of(text: str) -> str:
+    """The language `ScriptG2P` reads `text` in: "ja" when it is written mostly in Japanese
+    script (`japanese_share` at least a half), else "en"."""
+    return "ja" if japanese_share(text) >= 0.5 else "en"
+
+
 class ScriptG2P:
-    """English, but a text written mostly in Japanese script (`japanese_share` at least a
-    half) through the Japanese G2P, made when first needed."""
+    """English, but a text written mostly in Japanese script (`language_of`) through the
+    Japanese G2P, made when first needed."""
 
     def __init__(self, english: G2P, japanese: Callable[[], G2P] = JapaneseG2P) -> None:
         self._english = english
@@ -144,7 +150,7 @@ class ScriptG2P:
         self.name = f"{english.name}, Japanese text by {JapaneseG2P.name}"
 
     def __call__(self, text: str) -> str:
-        if japanese_share(text) < 0.5:
+        if language_of(text) != "ja":
             return self._english(text)
         with self._lock:
             if self._japanese is None:

