@@ -121,6 +121,15 @@ async def voices(request: Request) -> JSONResponse:
     )
 
 
+async def _json_object(request: Request) -> dict[str, Any]:
+    """The request's body as a JSON object, or 400 with the protocol's code (`invalid_json`,
+    `not_an_object`, `invalid_utf8`)."""
+    obj = decode_frame(await request.body())
+    if isinstance(obj, ProtocolError):
+        raise InvalidRequest(obj.message, code=obj.code)
+    return obj
+
+
 @router.post(
     "/phonemize",
     response_class=JSONResponse,
@@ -131,9 +140,7 @@ async def phonemize(request: Request) -> JSONResponse:
     """What the G2P makes of a text, nothing voiced: to check how a name or a language is
     read before speaking it."""
     loaded = _service(request).get()
-    obj = decode_frame(await request.body())
-    if isinstance(obj, ProtocolError):
-        raise InvalidRequest(obj.message, code=obj.code)
+    obj = await _json_object(request)
     text = check_text(obj.get("text"), loaded.rules.max_text_chars)
     synthesizer = loaded.synthesizer
     phonemes, segments = await synthesizer.phonemize(text)
@@ -155,9 +162,7 @@ async def phonemize(request: Request) -> JSONResponse:
 )
 async def invocations(request: Request) -> Response:
     loaded = _service(request).get()
-    obj = decode_frame(await request.body())
-    if isinstance(obj, ProtocolError):
-        raise InvalidRequest(obj.message, code=obj.code)
+    obj = await _json_object(request)
     synth = validate_synthesis(obj, loaded.rules)
     if isinstance(synth, ProtocolError):
         raise InvalidRequest(synth.message, code=synth.code)
