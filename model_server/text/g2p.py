@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from kokoro_contract.scripts import is_cjk
+from kokoro_contract.scripts import CJK_CHAR_WEIGHT, is_cjk
 from model_server.text.normalize import normalize
 
 log = logging.getLogger(__name__)
@@ -125,11 +125,11 @@ class JapaneseG2P:
 
 
 def japanese_share(text: str) -> float:
-    """How much of `text`'s letters are Japanese or Chinese script (kana, kanji: each
-    counting as two Latin letters, about as much speech), 0 to 1; 0 for no letters."""
-    cjk = sum(1 for c in text if is_cjk(c) and c.isalpha())
+    """How much of `text`'s speech is in Japanese or Chinese script (a kana or kanji weighing
+    `CJK_CHAR_WEIGHT` Latin letters, as the chunker counts it), 0 to 1; 0 for no letters."""
+    cjk = CJK_CHAR_WEIGHT * sum(1 for c in text if is_cjk(c) and c.isalpha())
     latin = sum(1 for c in text if c.isalpha() and not is_cjk(c))
-    return 2 * cjk / (2 * cjk + latin) if cjk or latin else 0.0
+    return cjk / (cjk + latin) if cjk or latin else 0.0
 
 
 def language_of(text: str) -> str:

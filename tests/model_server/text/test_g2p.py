@@ -119,7 +119,7 @@ def test_the_texts_script_chooses_the_g2p(text: str, language: str) -> None:
     assert len(made) == (language == "ja")  # made once, when first needed, never for English
 
 
-def test_the_japanese_share_counts_a_kanji_as_two_letters() -> None:
-    assert g2p.japanese_share("ab東") == pytest.approx(0.5)
+def test_the_japanese_share_counts_a_kanji_as_the_chunker_does() -> None:
+    assert g2p.japanese_share("ab東") == pytest.approx(2.5 / 4.5)  # CJK_CHAR_WEIGHT letters
     assert g2p.japanese_share("abc") == 0.0
     assert g2p.japanese_share("、。 123") == 0.0
