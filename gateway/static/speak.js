@@ -73,6 +73,12 @@ class WorkletPlayer {
     this.node.port.onmessage = (e) => {
       const m = e.data;
       if (m.type === "started") onHeard();
+      if (m.type === "faded") { // stopped, and silent from here on
+        this.queued = 0;
+        this.stats.playedSamples = m.played;
+        this.stats.maxRms = Math.max(this.stats.maxRms, m.rms);
+        this.stats.fadedAt = ctx.currentTime;
+      }
       if (m.type === "tick") {
         this.queued = m.queued;
         this.tickAt = ctx.currentTime;

@@ -168,17 +168,17 @@ async def test_barge_in_silences_and_cancels(
     await page.click("#stop")
     await wait_for_state(page, "stopped")
     await page.wait_for_function("window.demo.stats !== null")  # speak() has returned
-    # silence: the worklet faded out and dropped its queue. Watch its own output reports
-    # (still connected) over a window after the fade.
+    # silence: the worklet says when its fade is over (it drops its queue then). Watch its own
+    # output reports (still connected) over a window after that: each tick counts only what
+    # played after the fade, however late the audio thread runs.
+    await page.wait_for_function("window.demo.stats.fadedAt !== undefined")
     after = await page.evaluate(
         """() => new Promise((resolve) => {
             const s = window.demo.stats;
-            setTimeout(() => {
-                s.maxRms = 0;
-                const played = s.playedSamples, ticked = s.contextTimeEnd;
-                setTimeout(() => resolve({ rms: s.maxRms, played: s.playedSamples - played,
-                                           ticks: s.contextTimeEnd - ticked }), 400);
-            }, 100);
+            s.maxRms = 0;
+            const played = s.playedSamples, ticked = s.contextTimeEnd;
+            setTimeout(() => resolve({ rms: s.maxRms, played: s.playedSamples - played,
+                                       ticks: s.contextTimeEnd - ticked }), 400);
         })"""
     )
     assert after["ticks"] > 0.2  # the output kept reporting during the window...

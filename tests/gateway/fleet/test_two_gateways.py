@@ -98,7 +98,21 @@ async def test_a_keys_session_cap_holds_across_two_gateways(
             assert await refused(a.ws_url) == (429, "too_many_sessions")
             assert await refused(b.ws_url) == (429, "too_many_sessions")
             await first.close()
-            socket = await opened(stack, b.ws_url)  # its place, once a has given it back
+            # its place, once a has given it back: a's store call follows the close, so b may
+            # still refuse for a moment (as it would a real client, who retries after 5 s)
+            sockets: list[ClientConnection] = []
+
+            async def b_takes_it() -> bool:
+                try:
+                    sockets.append(await opened(stack, b.ws_url))
+                except InvalidStatus as refusal:
+                    if refusal.response.status_code != 429:
+                        raise
+                    return False
+                return True
+
+            await eventually(b_takes_it)
+            socket = sockets[0]
             await socket.send(orjson.dumps({"type": "speak", **HI}).decode())
             assert [m async for m in _until_end(socket)][-1]["type"] == "agent_end"
         assert await metric(a, "gateway_fleet_up") == 1
