@@ -6,7 +6,7 @@ client -> server, one JSON object per message, in a text *or binary* frame (Sage
 every client message as a binary frame unless the caller asked for UTF-8):
 
     {"text": "...", "voice"?: "...", "speed"?: 1.0, "request_id"?: "...",
-     "deadline_ms"?: 800, "timestamps"?: true}                              synthesize
+     "deadline_ms"?: 800, "timestamps"?: true, "language"?: "es"}           synthesize
     {"type": "cancel", "request_id"?: "..."}                                 drop one (or all)
     {"type": "close"}                                                        end the session
 
@@ -35,7 +35,7 @@ from typing import Any
 
 import orjson
 
-from kokoro_contract import limits
+from kokoro_contract import languages, limits
 from kokoro_contract.audio import pcm_duration_s
 from kokoro_contract.errors import InvalidRequest
 
@@ -69,6 +69,8 @@ class SynthesisRequest:
     # as the model takes.
     deadline_ms: float | None = None
     timestamps: bool = False  # word timings before each segment's audio
+    # the language to read `text` in (`languages.BY_NAME`); None: as its voice and script say
+    language: str | None = None
 
 
 @dataclass(frozen=True)
@@ -153,13 +155,17 @@ def validate_synthesis(
     except InvalidRequest as exc:
         return ProtocolError(exc.code, exc.message)
     try:
+        language = languages.check_language(obj.get("language"))
+        # no voice asked: one that speaks the language, when one is loaded
+        default = languages.voice_for(language, rules.voices, rules.default_voice)
         return SynthesisRequest(
             text=limits.check_text(obj.get("text"), rules.max_text_chars),
-            voice=limits.check_voice(obj.get("voice"), rules.voices, rules.default_voice),
+            voice=limits.check_voice(obj.get("voice"), rules.voices, default),
             speed=limits.check_speed(obj.get("speed")),
             request_id=request_id,
             deadline_ms=limits.check_deadline_ms(obj.get("deadline_ms")),
             timestamps=limits.check_flag(obj.get("timestamps"), "timestamps"),
+            language=language,
         )
     except InvalidRequest as exc:
         return ProtocolError(exc.code, exc.message, request_id)
@@ -172,11 +178,15 @@ def synthesize_message(
     speed: float | None = None,
     deadline_ms: float | None = None,
     timestamps: bool = False,
+    language: str | None = None,
 ) -> str:
-    """A client's synthesis request; without voice or speed the server's defaults apply."""
+    """A client's synthesis request; without voice, speed or language the server's defaults
+    apply."""
     message: dict[str, Any] = {"text": text, "request_id": request_id}
     if timestamps:
         message["timestamps"] = True
+    if language:
+        message["language"] = language
     if voice:
         message["voice"] = voice
     if speed is not None:
@@ -197,13 +207,19 @@ def close_message() -> str:
 
 
 def invocation_body(
-    text: str, voice: str | None, speed: float, timestamps: bool = False
+    text: str,
+    voice: str | None,
+    speed: float,
+    timestamps: bool = False,
+    language: str | None = None,
 ) -> dict[str, Any]:
     """A `POST /invocations` body asking for streamed PCM (what both batch transports send);
     with `timestamps`, one JSON answer instead: base64 PCM beside its word timings."""
     body: dict[str, Any] = {"text": text, "speed": speed, "format": "pcm", "stream": True}
     if timestamps:
         body.update(stream=False, timestamps=True)
+    if language:
+        body["language"] = language
     if voice:
         body["voice"] = voice
     return body

@@ -11,11 +11,17 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from kokoro_contract import formats, limits
+from kokoro_contract import formats, languages, limits
 from kokoro_contract.audio import SAMPLE_RATE
 from kokoro_contract.openapi import JSON
 from kokoro_contract.openapi import error_response as _error
 
+LANGUAGE: dict[str, Any] = {
+    "type": "string",
+    "description": "the text's language: Kokoro's letter or an ISO name ("
+    + languages.known()
+    + "); none: its script's and its voice's",
+}
 INVOCATION_BODY: dict[str, Any] = {
     "type": "object",
     "required": ["text"],
@@ -23,6 +29,7 @@ INVOCATION_BODY: dict[str, Any] = {
         "text": {"type": "string", "minLength": 1, "description": "at most --max-text-chars"},
         "voice": {"type": "string", "description": "a loaded voice (GET /voices)"},
         "speed": {"type": "number", "minimum": limits.MIN_SPEED, "maximum": limits.MAX_SPEED},
+        "language": LANGUAGE,
         "format": {"type": "string", "enum": list(formats.MODEL_SERVER_FORMATS)},
         "stream": {"type": "boolean"},
         "request_id": {
@@ -95,9 +102,10 @@ VOICES: Responses = {
 }
 PHONEMIZE: Responses = {
     200: _json(
-        "what the G2P makes of the text: its language (by its script), its phonemes, and the "
-        "segments the engine would voice, nothing voiced",
-        ["language", "g2p", "phonemes", "segments"],
+        "how the text would be read (its language, by name or by its script and voice; the "
+        "voice), what the G2P makes of it, and the segments the engine would voice, nothing "
+        "voiced",
+        ["language", "voice", "g2p", "phonemes", "segments"],
     ),
     400: _error("a bad request"),
     422: _error("unreadable_text: the text could not be converted to speech sounds"),
@@ -111,7 +119,11 @@ PHONEMIZE_REQUEST: dict[str, Any] = {
                 "schema": {
                     "type": "object",
                     "required": ["text"],
-                    "properties": {"text": {"type": "string", "minLength": 1}},
+                    "properties": {
+                        "text": {"type": "string", "minLength": 1},
+                        "language": LANGUAGE,
+                        "voice": {"type": "string", "description": "a loaded voice"},
+                    },
                 }
             }
         },

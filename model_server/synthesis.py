@@ -27,13 +27,15 @@ from typing import cast
 import numpy as np
 import numpy.typing as npt
 
+from kokoro_contract import languages
 from kokoro_contract.audio import SAMPLE_RATE, pcm_duration_s
+from kokoro_contract.languages import Language
 from kokoro_contract.protocol import SynthesisRequest, WordTiming
 from model_server.audio import StreamTrim, TrimPolicy, to_pcm16
 from model_server.engines.base import CancelToken, Engine, ProgressiveEngine, Timed
 from model_server.errors import UnreadableText
 from model_server.scheduler import Scheduler, Tally
-from model_server.text.g2p import G2P
+from model_server.text.g2p import G2P, LanguageG2P, choose_language
 from model_server.text.split import split_phonemes
 from model_server.text.words import WordMap, map_words
 from model_server.timings import WordClock
@@ -49,6 +51,14 @@ class SegmentPlan:
 
     segments: tuple[str, ...]
     words: WordMap | None = None
+
+
+@dataclass(frozen=True)
+class Reading:
+    """How a request's text is read: in which language, by which G2P."""
+
+    language: Language
+    g2p: G2P
 
 
 @dataclass(frozen=True)
@@ -87,40 +97,72 @@ class Synthesizer:
         scheduler.progressive = self.progressive is not None  # its /load says so
         # G2P is quick but espeak-ng is single-threaded: one thread, off the event loop.
         self._g2p_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="g2p")
+        self._spoken_by_others: set[str] = set()  # languages a voice not theirs was asked for
 
     async def plan(self, request: SynthesisRequest) -> SegmentPlan:
         """The request's text as the engine's segments: normalised, phonemized and split (packed
         when the request names a deadline); with `timestamps`, its word map too.
         `UnreadableText` when its text cannot be read."""
         loop = asyncio.get_running_loop()
-        phonemes, words = await loop.run_in_executor(
-            self._g2p_pool, self._phonemes, request.text, request.timestamps
+        _, phonemes, words = await loop.run_in_executor(
+            self._g2p_pool,
+            self._phonemes,
+            request.language,
+            request.voice,
+            request.text,
+            request.timestamps,
         )
         segments = split_phonemes(
             phonemes, self.engine.max_phonemes, pack=request.deadline_ms is not None
         )
         return SegmentPlan(tuple(segments), words)
 
-    async def phonemize(self, text: str) -> tuple[str, tuple[str, ...]]:
-        """What `plan` makes of `text`, for `POST /phonemize`: its phonemes and its segments
-        (unpacked), nothing voiced. `UnreadableText` when it cannot be read."""
+    async def phonemize(
+        self, text: str, language: str | None, voice: str
+    ) -> tuple[Reading, str, tuple[str, ...]]:
+        """What `plan` makes of `text` for `voice`: how it is read, its phonemes and its
+        segments (unpacked), nothing voiced (`POST /phonemize`). `UnreadableText` when it
+        cannot be read."""
         loop = asyncio.get_running_loop()
-        phonemes, _ = await loop.run_in_executor(self._g2p_pool, self._phonemes, text, False)
-        return phonemes, tuple(split_phonemes(phonemes, self.engine.max_phonemes))
+        reading, phonemes, _ = await loop.run_in_executor(
+            self._g2p_pool, self._phonemes, language, voice, text, False
+        )
+        return reading, phonemes, tuple(split_phonemes(phonemes, self.engine.max_phonemes))
 
-    def _phonemes(self, text: str, timestamps: bool) -> tuple[str, WordMap | None]:
+    def reader(self, language: str | None, voice: str, text: str) -> Reading:
+        """The language `text` is read in for `voice` and the G2P that reads it: the request's
+        language, else its voice's and script's (`LanguageG2P.choose`, which makes a language's
+        G2P when first asked: in the G2P thread); a G2P that reads one language only (a
+        test's) reads every text, whichever language it is said to be in."""
+        if isinstance(self.g2p, LanguageG2P):
+            chosen, g2p = self.g2p.choose(language, voice, text)
+        else:
+            chosen, g2p = choose_language(language, voice, text), self.g2p
+        implied = languages.of_voice(voice)
+        others = language is not None and (implied is None or implied.name != language)
+        if others and chosen.name not in self._spoken_by_others:  # once: not every reply
+            self._spoken_by_others.add(chosen.name)
+            log.info("no %s voice asked for or loaded: %s speaks it", chosen.label, voice)
+        return Reading(chosen, g2p)
+
+    def _phonemes(
+        self, language: str | None, voice: str, text: str, timestamps: bool
+    ) -> tuple[Reading, str, WordMap | None]:
+        """In the G2P thread: how `text` is read, its phonemes, and (with `timestamps`) its
+        word map."""
         try:
-            phonemes = self.g2p(text)
+            reading = self.reader(language, voice, text)
+            phonemes = reading.g2p(text)
         except Exception as exc:  # a bug for this text: it answers as one, not as a crash
             log.exception("text normalisation or G2P failed on %d characters", len(text))
             raise UnreadableText("the text could not be converted to speech sounds") from exc
         if not timestamps:
-            return phonemes, None
+            return reading, phonemes, None
         try:
-            return phonemes, map_words(text, phonemes, self.g2p)
+            return reading, phonemes, map_words(text, phonemes, reading.g2p)
         except Exception:  # timings are an aid: the audio goes out, with no words
             log.exception("word map failed on %d characters", len(text))
-            return phonemes, WordMap(phonemes, (), ())
+            return reading, phonemes, WordMap(phonemes, (), ())
 
     async def stream(
         self,

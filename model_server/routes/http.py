@@ -19,7 +19,8 @@ from kokoro_contract import formats
 from kokoro_contract.audio import SAMPLE_RATE, pcm_duration_s, wav_header
 from kokoro_contract.cut_stream import CutStreamingResponse, StreamCut
 from kokoro_contract.errors import InvalidRequest, ServiceError
-from kokoro_contract.limits import check_text
+from kokoro_contract.languages import check_language, voice_for
+from kokoro_contract.limits import check_text, check_voice
 from kokoro_contract.openapi import JSON
 from kokoro_contract.protocol import (
     ProtocolError,
@@ -30,7 +31,6 @@ from kokoro_contract.protocol import (
 from model_server import openapi
 from model_server.service import ModelService
 from model_server.synthesis import SegmentAudio
-from model_server.text.g2p import language_of
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -138,16 +138,21 @@ async def _json_object(request: Request) -> dict[str, Any]:
 )
 async def phonemize(request: Request) -> JSONResponse:
     """What the G2P makes of a text, nothing voiced: to check how a name or a language is
-    read before speaking it."""
+    read before speaking it (`language` and `voice` as a synthesis request names them)."""
     loaded = _service(request).get()
     obj = await _json_object(request)
     text = check_text(obj.get("text"), loaded.rules.max_text_chars)
-    synthesizer = loaded.synthesizer
-    phonemes, segments = await synthesizer.phonemize(text)
+    language = check_language(obj.get("language"))
+    rules = loaded.rules
+    voice = check_voice(
+        obj.get("voice"), rules.voices, voice_for(language, rules.voices, rules.default_voice)
+    )
+    reading, phonemes, segments = await loaded.synthesizer.phonemize(text, language, voice)
     return JSONResponse(
         {
-            "language": language_of(text),
-            "g2p": synthesizer.g2p.name,
+            "language": reading.language.name,
+            "voice": voice,
+            "g2p": reading.g2p.name,
             "phonemes": phonemes,
             "segments": list(segments),
         }

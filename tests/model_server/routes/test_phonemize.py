@@ -17,14 +17,23 @@ async def test_phonemes_and_segments_of_a_text_nothing_voiced(
     async with httpx.AsyncClient(base_url=fake_server.http_url) as http:
         english = await http.post("/phonemize", json={"text": "Hello there. How are you?"})
         japanese = await http.post("/phonemize", json={"text": "こんにちは。元気ですか？"})
+        spanish = await http.post("/phonemize", json={"text": "Hola.", "language": "e"})
+        voiced = await http.post("/phonemize", json={"text": "Hola.", "voice": "jf_alpha"})
+        asked = await http.post("/phonemize", json={"text": "Hai.", "language": "ja"})
     assert english.status_code == 200
     assert english.json() == {
-        "language": "en",
+        "language": "en-us",
+        "voice": "af_test",
         "g2p": "identity",
         "phonemes": "Hello there. How are you?",
         "segments": ["Hello there.", "How are you?"],
     }
     assert japanese.json()["language"] == "ja"  # by its script
+    # asked for: by its ISO name in the answer; no Spanish voice here, so the default's
+    assert (spanish.json()["language"], spanish.json()["voice"]) == ("es", "af_test")
+    # a Japanese voice reads Latin text in English; Japanese asked with no voice: its voice
+    assert (voiced.json()["language"], voiced.json()["voice"]) == ("en-us", "jf_alpha")
+    assert (asked.json()["language"], asked.json()["voice"]) == ("ja", "jf_alpha")
     assert fake_engine.calls == []  # nothing voiced
 
 
@@ -37,6 +46,9 @@ async def test_phonemes_and_segments_of_a_text_nothing_voiced(
         (b'{"text": "   "}', "empty_text"),
         (b'{"text": 5}', "invalid_field"),
         (b'{"text": "' + b"a" * 6000 + b'"}', "text_too_long"),
+        (b'{"text": "Hi.", "language": "klingon"}', "unknown_language"),
+        (b'{"text": "Hi.", "language": 3}', "invalid_field"),
+        (b'{"text": "Hi.", "voice": "nobody"}', "unknown_voice"),
     ],
 )
 async def test_a_bad_body_is_a_clear_400(

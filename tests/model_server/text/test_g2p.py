@@ -1,9 +1,11 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import pytest
 
+from kokoro_contract import languages
 from model_server.text import g2p
 from model_server.text.g2p import EspeakG2P, english_g2p
 
@@ -95,28 +97,74 @@ class _Named:
 
 
 @pytest.mark.parametrize(
-    ("text", "language"),
+    ("language", "voice", "text", "read_in"),
     [
-        ("Hello there.", "en"),
-        ("こんにちは。", "ja"),
-        ("東京タワー", "ja"),
-        ("你好！", "ja"),  # Chinese has no G2P of its own here: the Japanese readings
-        ("Your order from 東京 shipped today.", "en"),  # mostly English
-        ("Tokyo は東京です。", "ja"),  # mostly Japanese
-        ("3.14 — 100%", "en"),  # no letters at all
+        # no language asked: the script, then the voice
+        (None, "jf_alpha", "Hello there.", "en-us"),  # a Japanese voice reads English text
+        (None, "jf_alpha", "こんにちは。", "ja"),
+        (None, "af_heart", "東京タワー", "ja"),
+        (None, "af_heart", "你好！", "ja"),  # CJK with a voice not Mandarin's: Japanese
+        (None, "zf_xiaobei", "你好！", "zh"),  # the same with a Mandarin voice
+        (None, "zf_xiaobei", "Hello there.", "en-us"),
+        (None, "af_heart", "Your order from 東京 shipped today.", "en-us"),  # mostly English
+        (None, "af_heart", "Tokyo は東京です。", "ja"),  # mostly Japanese
+        (None, "af_heart", "3.14 — 100%", "en-us"),  # no letters at all
+        (None, "bf_emma", "Hello there.", "en-gb"),
+        (None, "ef_dora", "Hola, ¿qué tal?", "es"),
+        (None, "pm_santa", "Olá, tudo bem?", "pt-br"),
+        (None, "someone", "Hello there.", "en-us"),  # a name with no language in it
+        # asked: whatever the voice or the script
+        ("fr", "jf_alpha", "Bonjour.", "fr"),
+        ("en-gb", "af_heart", "Hello there.", "en-gb"),
+        ("zh", "jf_alpha", "東京", "zh"),
+        ("ja", "af_heart", "Hello", "ja"),
     ],
 )
-def test_the_texts_script_chooses_the_g2p(text: str, language: str) -> None:
-    english, made = _Named("en"), []
+def test_the_language_asked_else_the_script_and_voice_choose_the_g2p(
+    language: str | None, voice: str, text: str, read_in: str
+) -> None:
+    made: list[str] = []
 
-    def japanese() -> _Named:
-        made.append(_Named("ja"))
-        return made[-1]
+    def maker(name: str) -> Callable[[], _Named]:
+        def make() -> _Named:
+            made.append(name)
+            return _Named(name)
 
-    chooser = g2p.ScriptG2P(english, japanese)
-    assert chooser(text) == language
-    assert chooser(text) == language
-    assert len(made) == (language == "ja")  # made once, when first needed, never for English
+        return make
+
+    names = [lang.name for lang in languages.LANGUAGES if lang.name != "en-us"]
+    chooser = g2p.LanguageG2P(_Named("en-us"), {name: maker(name) for name in names})
+    for _ in range(2):
+        chosen, reader = chooser.choose(language, voice, text)
+        assert (chosen.name, reader(text)) == (read_in, read_in)
+    assert made == ([] if read_in == "en-us" else [read_in])  # made once, when first needed
+    assert chooser(text) == g2p.choose_language(None, "", text).name  # called as a G2P
+
+
+@pytest.mark.parametrize(
+    ("language", "text", "phonemes"),
+    [
+        # espeak-ng's own rules for each: numbers read in the language, never English words
+        ("es", "Tengo 25 euros.", "tˈɛŋɡo βˌAntiθˈinko ˈeʊɾos."),
+        ("fr", "Bonjour, comment allez-vous ?", "bɔ̃ʒˈuʁ, kɔmˌɑ̃ alˈevˈu ?"),
+        ("it", "Ciao, come stai?", "ʧˈao, kˌome stˈaj?"),
+        ("pt-br", "Olá, tudo bem?", "olˈa, tˈudʊ bˈAŋ?"),
+        ("hi", "नमस्ते", "nəmˈʌsteː"),
+        ("en-gb", "Hello there.", "həlˈQ ðˈAə."),  # misaki's British symbols
+        # misaki's Mandarin: tones as arrows, numerals as words
+        ("zh", "你好，我们三点见面。", "ni↓xau↓, wo↓mən sa→ntjɛ↓n ʨjɛ↘nmjɛ↘n."),
+        # its Latin words by the English G2P, never spelled as letters
+        ("zh", "我用iPhone打电话。", "wo↓jʊ↘ŋ ˈI fˈOn ta↓tjɛ↘nxwa↘."),
+    ],
+)
+def test_each_language_is_read_by_its_own_g2p(language: str, text: str, phonemes: str) -> None:
+    chosen, reader = _REAL.choose(language, "af_heart", text)
+    assert chosen.name == language
+    assert reader(text) == phonemes
+    assert reader.name.endswith("-gb") == (language == "en-gb")  # said apart in /phonemize
+
+
+_REAL = g2p.default_g2p()
 
 
 def test_the_japanese_share_counts_a_kanji_as_the_chunker_does() -> None:
