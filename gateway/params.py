@@ -8,9 +8,11 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from gateway.errors import BadRequest
-from kokoro_contract import formats, limits
+from kokoro_contract import formats, languages, limits
+from kokoro_contract.errors import InvalidRequest
 from kokoro_contract.formats import AudioFormat
 
 
@@ -44,6 +46,20 @@ def _default_voice(value: Any) -> Any:
     return None if value == "" else value
 
 
+def _language(value: Any) -> str | None:
+    """A language as the model server names it (`kokoro_contract.languages`: Kokoro's letter
+    or an ISO name; none or "": the voice's); an unknown one is `unknown_language`, before
+    anything is voiced."""
+    try:
+        return languages.check_language(value)
+    except InvalidRequest as exc:
+        raise PydanticCustomError(exc.code, exc.message) from None
+
+
+# errors a field's validator names itself, reported under their own code (else invalid_field)
+_OWN_CODES = frozenset({"unknown_language"})
+
+
 class SpeakParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -54,6 +70,7 @@ class SpeakParams(BaseModel):
     sample_rate: int | None = None  # pcm and wav: one of formats.PCM_RATES (None: 24000)
     voice: str | None = None
     speed: float = _speed()
+    language: str | None = None  # the text's (None: its voice's and script's)
     echo_tps: float = Field(0.0, ge=0.0, le=1000.0)  # 0: unpaced; else at least 1 token/s
     echo_first_ms: float = Field(0.0, ge=0.0, le=10_000.0)
     timestamps: bool = False  # `words` events: word timings before the audio they describe
@@ -68,6 +85,7 @@ class SpeakParams(BaseModel):
         _no_bool
     )
     _voice = field_validator("voice", mode="before")(_default_voice)
+    _language = field_validator("language", mode="before")(_language)
 
     @field_validator("format")
     @classmethod
@@ -125,9 +143,11 @@ class OpenAISpeechParams(BaseModel):
     speed: float = _speed()
     stream_format: Literal["audio", "sse"] = "audio"
     instructions: str | None = None
+    language: str | None = None  # not OpenAI's: the input's (None: its voice's and script's)
 
     _numbers = field_validator("speed", "sample_rate", mode="before")(_no_bool)
     _voice = field_validator("voice", mode="before")(_default_voice)
+    _language = field_validator("language", mode="before")(_language)
 
     @field_validator("response_format")
     @classmethod
@@ -159,4 +179,6 @@ def parse[M: BaseModel](model: type[M], data: Any) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise BadRequest(_describe(exc), code="invalid_field") from exc
+        kinds = {err["type"] for err in exc.errors()}
+        code = kinds.pop() if len(kinds) == 1 and kinds <= _OWN_CODES else "invalid_field"
+        raise BadRequest(_describe(exc), code=code) from exc

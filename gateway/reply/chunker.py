@@ -21,6 +21,7 @@ or a lower-case word is not), so the chunks never depend on how the text was spl
   at `、，；：` (and their full-width and half-width forms), with no space needed after them;
   its lengths count each CJK character as 2.5 letters of English (`spoken_len`), so the same
   limits hold about as much speech. Where it has no mark at all it is cut at `max_chars`.
+- Hindi ends its sentences at `।` (and `॥`), followed by a space as English's are.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 
 from kokoro_contract.scripts import CJK_CHAR_WEIGHT, is_cjk
 
-TERMINALS = ".!?…"
+TERMINALS = ".!?…।॥"  # with Hindi's danda and double danda
 CLOSERS = "\"')]}»”’"
 CLAUSE_MARKS = ",;:—–"
 # Japanese and Chinese (and their full-width forms): sentences and clauses end with no space

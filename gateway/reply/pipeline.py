@@ -76,6 +76,7 @@ class ReplySpec:
     voice: str | None
     speed: float
     timestamps: bool = False  # word timings from the TTS (for heard_text)
+    language: str | None = None  # the text's (None: its voice's and script's)
     words_events: bool = False  # and `words` events before the audio they describe
 
 
@@ -259,7 +260,9 @@ class Reply:
 
     async def _bidi(self) -> None:
         spec = self.spec
-        async with self.bidi.open(spec.voice, spec.speed, self._completed, spec.timestamps) as tts:
+        async with self.bidi.open(
+            spec.voice, spec.speed, self._completed, spec.timestamps, spec.language
+        ) as tts:
             deltas: _Items[str | FlushMark] = self._queue(QUEUE_DELTAS)
             pieces: _Items[Piece] = self._queue(QUEUE_PIECES)
             self._pieces = pieces
@@ -284,7 +287,9 @@ class Reply:
         self._chunk_released(len(text))
         spec = self.spec
         pieces: _Items[Piece] = self._queue(QUEUE_PIECES)
-        synthesis = self.batch.synthesize(text, spec.voice, spec.speed, spec.timestamps)
+        synthesis = self.batch.synthesize(
+            text, spec.voice, spec.speed, spec.timestamps, spec.language
+        )
         async with aclosing(synthesis) as audio, asyncio.TaskGroup() as tg:
             tg.create_task(self._receive(audio, pieces))
             tg.create_task(self._play(pieces, hold=False))

@@ -34,7 +34,13 @@ async def speech(request: Request) -> Response:
     service = service_of(request)
     params = parse(OpenAISpeechParams, await json_body(request))
     # OpenAI's voice names through the voice table, the model servers' own by name (`speak`)
-    asked = SpeakParams(text=params.input, mode=Mode.BIDI, voice=params.voice, speed=params.speed)
+    asked = SpeakParams(
+        text=params.input,
+        mode=Mode.BIDI,
+        voice=params.voice,
+        speed=params.speed,
+        language=params.language,
+    )
     fmt = params.audio_format
     timeout = service.settings.send_timeout_s
     async with contextlib.AsyncExitStack() as stack:

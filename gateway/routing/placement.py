@@ -225,14 +225,19 @@ class PooledTransport(FramedSessions):
         raise error or TTSError("no model server is reachable", retryable=True)
 
     async def synthesize(
-        self, text: str, voice: str | None, speed: float, timestamps: bool = False
+        self,
+        text: str,
+        voice: str | None,
+        speed: float,
+        timestamps: bool = False,
+        language: str | None = None,
     ) -> AsyncGenerator[Piece]:
         error: TTSError | None = None
         for upstream in self._order():
             started = False  # this server has given something: it is the one now
             try:
                 async with contextlib.aclosing(
-                    upstream.transport.synthesize(text, voice, speed, timestamps)
+                    upstream.transport.synthesize(text, voice, speed, timestamps, language)
                 ) as pcm:
                     async for chunk in pcm:
                         if not started:

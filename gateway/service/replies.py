@@ -165,6 +165,7 @@ class ReplyFactory:
             format=audio_format or params.audio_format,
             voice=params.voice or self.settings.default_voice or None,
             speed=params.speed,
+            language=params.language,
             # timings from the TTS when asked for, and for LLM answers: what a listener who
             # interrupts has heard is what the conversation keeps
             timestamps=params.timestamps or params.prompt is not None,

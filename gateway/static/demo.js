@@ -149,6 +149,24 @@ function newSpeaker(transport) {
   return speaker;
 }
 
+// A sentence in each language, offered when the language is picked over the text shown before
+const SAMPLES = {
+  "en-us": "Your order shipped yesterday from our warehouse in Portland. It should arrive by Thursday.",
+  "en-gb": "Your parcel left our Manchester warehouse yesterday. It should arrive by Thursday.",
+  ja: "ご注文の品は昨日、倉庫から発送されました。木曜日の午後に届く予定です。",
+  zh: "您的订单昨天已经发货了。预计星期四下午送到。",
+  es: "Su pedido salió ayer de nuestro almacén. Debería llegar el jueves por la tarde.",
+  fr: "Votre commande est partie hier de notre entrepôt. Elle devrait arriver jeudi après-midi.",
+  hi: "आपका ऑर्डर कल हमारे गोदाम से भेजा गया। यह गुरुवार दोपहर तक पहुँच जाना चाहिए।",
+  it: "Il suo ordine è partito ieri dal nostro magazzino. Dovrebbe arrivare giovedì pomeriggio.",
+  "pt-br": "Seu pedido saiu ontem do nosso armazém. Deve chegar na quinta-feira à tarde.",
+};
+let offered = $("text").value; // the text the page last put there
+$("language").addEventListener("change", () => {
+  const sample = SAMPLES[$("language").value];
+  if (sample && $("text").value === offered) $("text").value = offered = sample; // never over the listener's own
+});
+
 $("form").addEventListener("submit", async (event) => {
   event.preventDefault();
   reset();
@@ -158,6 +176,7 @@ $("form").addEventListener("submit", async (event) => {
     mode: $("mode").value,
     format: $("format").value,
     voice: $("voice").value || undefined,
+    language: $("language").value || undefined,
     timestamps: true, // captions
   };
   params[input] = $("text").value;

@@ -66,8 +66,10 @@ class BidiTransport(Protocol):
         speed: float,
         on_complete: OnComplete | None = None,
         timestamps: bool = False,
+        language: str | None = None,
     ) -> AbstractAsyncContextManager[TTSStream]:
-        """Open a stream; leaving the context early (cancel, disconnect) aborts its work."""
+        """Open a stream (`language`: the model server's name for it; None: the voice's);
+        leaving the context early (cancel, disconnect) aborts its work."""
         ...
 
 
@@ -83,7 +85,12 @@ class SessionTransport(BidiTransport, Protocol):
 
 class BatchTransport(Protocol):
     def synthesize(
-        self, text: str, voice: str | None, speed: float, timestamps: bool = False
+        self,
+        text: str,
+        voice: str | None,
+        speed: float,
+        timestamps: bool = False,
+        language: str | None = None,
     ) -> AsyncGenerator[Piece]:
         """PCM of the whole text, streamed (with timestamps: its word timings first, then the
         audio); closing the generator aborts the request."""

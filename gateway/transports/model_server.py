@@ -131,9 +131,14 @@ class ModelServerTransport(FramedSessions):
             await cancel_and_wait(reader)
 
     async def synthesize(
-        self, text: str, voice: str | None, speed: float, timestamps: bool = False
+        self,
+        text: str,
+        voice: str | None,
+        speed: float,
+        timestamps: bool = False,
+        language: str | None = None,
     ) -> AsyncGenerator[Piece]:
-        body = invocation_body(text, voice, speed, timestamps)
+        body = invocation_body(text, voice, speed, timestamps, language)
         try:
             async with self._client.stream(
                 "POST", self.base_url + "/invocations", json=body, timeout=httpx.Timeout(60.0)

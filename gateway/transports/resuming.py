@@ -55,20 +55,32 @@ class ResumingTransport:
         speed: float,
         on_complete: OnComplete | None = None,
         timestamps: bool = False,
+        language: str | None = None,
     ) -> FramedTTSStream:
         resumption = Resumption(self.bidi.connect, self.budget, self.resume_after_audio)
         return FramedTTSStream(
-            None, voice, speed, on_complete, timestamps=timestamps, resumption=resumption
+            None,
+            voice,
+            speed,
+            on_complete,
+            timestamps=timestamps,
+            resumption=resumption,
+            language=language,
         )
 
     async def synthesize(
-        self, text: str, voice: str | None, speed: float, timestamps: bool = False
+        self,
+        text: str,
+        voice: str | None,
+        speed: float,
+        timestamps: bool = False,
+        language: str | None = None,
     ) -> AsyncGenerator[Piece]:
         budget = self.budget
         while True:
             try:
                 async with contextlib.aclosing(
-                    self.batch.synthesize(text, voice, speed, timestamps)
+                    self.batch.synthesize(text, voice, speed, timestamps, language)
                 ) as pieces:
                     async for piece in pieces:
                         budget.started = budget.started or isinstance(piece, bytes)

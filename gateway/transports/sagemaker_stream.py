@@ -28,9 +28,14 @@ class SageMakerStreamTransport:
         self.endpoint_name = endpoint_name
 
     async def synthesize(
-        self, text: str, voice: str | None, speed: float, timestamps: bool = False
+        self,
+        text: str,
+        voice: str | None,
+        speed: float,
+        timestamps: bool = False,
+        language: str | None = None,
     ) -> AsyncGenerator[Piece]:
-        body = invocation_body(text, voice, speed, timestamps)
+        body = invocation_body(text, voice, speed, timestamps, language)
         try:
             response = await self._client.invoke_endpoint_with_response_stream(
                 EndpointName=self.endpoint_name,

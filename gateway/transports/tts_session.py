@@ -124,11 +124,14 @@ class TTSSession:
         timestamps: bool = False,
         clock: Clock | None = None,
         prefix: str | None = None,
+        language: str | None = None,
     ) -> None:
         """`clock` times first audio (required once a chunk's audio arrives); `prefix`
-        starts every request id (a random one by default)."""
+        starts every request id (a random one by default); `language`: every chunk's (None:
+        the voice's)."""
         self.voice = voice
         self.speed = speed
+        self.language = language
         self.timestamps = timestamps
         self.prefix = prefix or uuid.uuid4().hex[:12]
         self._clock = clock
@@ -316,7 +319,7 @@ class TTSSession:
         self._by_id[rid] = chunk
         return SendRequest(
             protocol.synthesize_message(
-                chunk.text, rid, self.voice, self.speed, deadline_ms, self.timestamps
+                chunk.text, rid, self.voice, self.speed, deadline_ms, self.timestamps, self.language
             )
         )
 

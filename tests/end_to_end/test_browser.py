@@ -621,3 +621,28 @@ async def test_a_fetch_sse_stream_that_ends_before_the_reply_did_is_an_error(
     assert (proof["error"], proof["bytes"] > 0) == (None, True)
     assert console.errors == []
     await page.close()
+
+
+async def test_the_language_picker_offers_a_sample_and_asks_for_the_language(
+    browser: Browser, gateway_on_fake: RunningServer, fake_engine: FakeEngine
+) -> None:
+    page, console = await open_demo(browser, gateway_on_fake.http_url)
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(r.url) if "/v1/speak/sse" in r.url else None)
+    await page.select_option("#language", "es")
+    sample = await page.input_value("#text")
+    assert sample.startswith("Su pedido salió ayer")  # offered over the page's own text
+    await page.fill("#text", "Hola, buenos días.")
+    await page.select_option("#language", "fr")
+    assert await page.input_value("#text") == "Hola, buenos días."  # never over the listener's
+    await page.select_option("#language", "es")
+    fake_engine.reset()
+    await page.select_option("#transport", "sse")
+    await page.select_option("#format", "pcm")
+    await page.click("#speak")
+    await wait_for_state(page, "done")
+    assert len(requests) == 1
+    assert "language=es" in requests[0]
+    assert "".join(fake_engine.calls).replace(" ", "") == "Hola,buenosdías."
+    assert console.errors == []
+    await page.close()

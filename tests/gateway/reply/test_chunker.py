@@ -114,6 +114,17 @@ def test_japanese_and_chinese_end_at_their_own_marks(text: str, chunks: list[str
         assert streamed(split_every(text, n)) == chunks
 
 
+HI_LATER = "आपका ऑर्डर कल पोर्टलैंड के गोदाम से भेजा गया था।"
+
+
+def test_hindi_sentences_end_at_the_danda() -> None:
+    text = f"नमस्ते। {HI_LATER} धन्यवाद॥ {HI_LATER}"
+    chunks = ["नमस्ते।", HI_LATER, f"धन्यवाद॥ {HI_LATER}"]  # a short later one waits
+    assert one_shot(text) == chunks
+    for n in (1, 2, 3):
+        assert streamed(split_every(text, n)) == chunks
+
+
 def test_cjk_text_is_as_long_as_its_speech() -> None:
     from gateway.reply.chunker import spoken_len
 

@@ -79,11 +79,17 @@ class MemoryTransport:
         speed: float,
         on_complete: OnComplete | None = None,
         timestamps: bool = False,
+        language: str | None = None,
     ) -> AsyncIterator[MemoryStream]:
         yield self.stream
 
     async def synthesize(
-        self, text: str, voice: str | None, speed: float, timestamps: bool = False
+        self,
+        text: str,
+        voice: str | None,
+        speed: float,
+        timestamps: bool = False,
+        language: str | None = None,
     ) -> AsyncGenerator[bytes]:
         self.batch_calls.append((text, self.source is not None and self.source.gate.is_set()))
         yield PCM_PER_CHUNK
@@ -246,6 +252,7 @@ class StreamTransport[S](MemoryTransport):
         speed: float,
         on_complete: OnComplete | None = None,
         timestamps: bool = False,
+        language: str | None = None,
     ) -> AsyncIterator[S]:
         assert on_complete is not None
         self.opened = self.make(on_complete)
@@ -315,6 +322,7 @@ class PiecedTransport(MemoryTransport):
         speed: float,
         on_complete: OnComplete | None = None,
         timestamps: bool = False,
+        language: str | None = None,
     ) -> AsyncIterator[PiecedStream]:
         yield self.pieced
 

@@ -194,11 +194,17 @@ class ScriptedTransport:
         speed: float,
         on_complete: OnComplete | None = None,
         timestamps: bool = False,
+        language: str | None = None,
     ) -> AbstractAsyncContextManager[FramedTTSStream]:
         return open_stream(self.connect, voice, speed, on_complete, timestamps)
 
     async def synthesize(
-        self, text: str, voice: str | None, speed: float, timestamps: bool = False
+        self,
+        text: str,
+        voice: str | None,
+        speed: float,
+        timestamps: bool = False,
+        language: str | None = None,
     ) -> AsyncGenerator[bytes]:
         attempt = self.attempts[len(self.opened)]
         self.opened.append(attempt)
