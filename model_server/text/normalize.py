@@ -1,8 +1,11 @@
-"""English text normalisation before G2P, pure: currency, times, percentages, ordinals, years,
-decimals and common abbreviations become words, so they read naturally and leave no stray
-periods that would look like sentence ends. Numbers longer than anyone reads as an amount are
-read digit by digit, so any number reads (num2words names nothing from 10**306 on, and `int()`
-refuses more than 4,300 digits)."""
+"""English text normalisation before G2P, pure: what an agent's answers are full of becomes
+words, read as a person would read it aloud: e-mail addresses and web addresses ("jane dot doe at
+example dot com"), phone numbers (E.164 and national forms, digit by digit in their groups),
+dates, order codes and reference numbers (letters and digits one by one), units, money in several
+currencies (by symbol or ISO code), times, percentages, ordinals, years, decimals and common
+abbreviations; and they leave no stray periods that would look like sentence ends. Numbers
+longer than anyone reads as an amount are read digit by digit, so any number reads (num2words
+names nothing from 10**306 on, and `int()` refuses more than 4,300 digits)."""
 
 from __future__ import annotations
 
@@ -47,15 +50,142 @@ _ABBR_RE = re.compile(
 _INITIALISM_RE = re.compile(r"(?<![\w.])((?:[A-Za-z]\.){2,})(?=\W|$)")
 _NO_NUMBER_RE = re.compile(r"\bNo\.\s?(?=\d)")
 
-_CURRENCIES = {
+Money = tuple[str, str, str | None, str | None]  # one, many, and the hundredth's (if any)
+_CURRENCIES: dict[str, Money] = {
     "$": ("dollar", "dollars", "cent", "cents"),
     "€": ("euro", "euros", "cent", "cents"),
     "£": ("pound", "pounds", "penny", "pence"),
+    "¥": ("yen", "yen", None, None),
+    "₹": ("rupee", "rupees", "paisa", "paise"),
+    "₩": ("won", "won", None, None),
+}
+_CODES: dict[str, Money] = {
+    "USD": ("US dollar", "US dollars", "cent", "cents"),
+    "EUR": _CURRENCIES["€"],
+    "GBP": _CURRENCIES["£"],
+    "JPY": _CURRENCIES["¥"],
+    "INR": _CURRENCIES["₹"],
+    "CAD": ("Canadian dollar", "Canadian dollars", "cent", "cents"),
+    "AUD": ("Australian dollar", "Australian dollars", "cent", "cents"),
+    "CHF": ("Swiss franc", "Swiss francs", "centime", "centimes"),
+    "CNY": ("yuan", "yuan", "fen", "fen"),
+    "MXN": ("Mexican peso", "Mexican pesos", "centavo", "centavos"),
 }
 _SCALES = r"thousand|million|billion|trillion"
 _GROUPED = r"\d{1,3}(?:,\d{3})+"  # "1,234,567"
-_CURRENCY_RE = re.compile(
-    r"([$€£])\s?(" + _GROUPED + r"|\d+)(?:\.(\d{1,2}))?(?:\s?(" + _SCALES + r"|[kKmMbB])\b)?"
+_AMOUNT = r"(" + _GROUPED + r"|\d+)(?:\.(\d{1,2}))?(?:\s?(" + _SCALES + r"|[kKmMbB])\b)?"
+_CURRENCY_RE = re.compile(r"([$€£¥₹₩])\s?" + _AMOUNT)
+_CODE_NAMES = "|".join(_CODES)
+_CODE_BEFORE_RE = re.compile(r"\b(" + _CODE_NAMES + r")\s?" + _AMOUNT)
+_CODE_AFTER_RE = re.compile(
+    r"(?<![\d.,])(" + _GROUPED + r"|\d+)(?:\.(\d{1,2}))?\s?(" + _CODE_NAMES + r")\b"
+)
+
+# web and e-mail addresses: the top-level domains a bare one ("example.com") is known by; with
+# a scheme any host is one
+_TLDS = (
+    "com|org|net|edu|gov|io|ai|dev|app|co|us|uk|de|fr|es|it|nl|jp|cn|in|ca|au|br|mx|ch|se|no|"
+    "info|biz|me|tv|ly|shop|store|cloud|tech"
+)
+_EMAIL_RE = re.compile(r"(?<![\w.+-])([\w.+-]+)@([A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+)(?<!\.)")
+_URL_RE = re.compile(
+    r"(?<![\w@./-])(?:(https?://)([A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*)"
+    r"|((?:www\.)?[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.(?:" + _TLDS + r")))"
+    r"(?![\w-])(:\d+)?((?:/[\w\-.~%?=&#+]*[\w~%=#+])*/?)"
+)
+_URL_SYMBOLS = {
+    ".": "dot",
+    "/": "slash",
+    "-": "dash",
+    "_": "underscore",
+    "?": "question mark",
+    "=": "equals",
+    "&": "and",
+    "#": "hash",
+    "%": "percent",
+    "~": "tilde",
+    "+": "plus",
+    ":": "colon",
+    "@": "at",
+}
+# phone numbers: "+" and a country code then groups, or three or more groups joined by "-" or
+# "." or after a bracketed area code, or a local "555-0199" (spaces alone join amounts as often:
+# "between 100 200"); 7 to 15 digits in all
+_PHONE_RE = re.compile(
+    r"(?<![\w+.,-])(?:\+\d{1,3}(?:[ .-]?\(?\d{1,4}\)?)(?:[ .-]?\d{2,4}){1,4}|\+\d{7,15}"
+    r"|\(\d{2,4}\)[ .-]?\d{2,4}(?:[ .-]\d{2,4}){0,3}|\d{1,4}(?:[.-]\d{2,4}){2,4}|\d{3}-\d{4})"
+    r"(?![\w-]|[.,]\d)"
+)
+# dates: ISO (2025-03-07), American (3/7/2025, 03-07-2025), and a month's name with its day
+# (March 7)
+_MONTHS = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+]
+_ISO_DATE_RE = re.compile(r"(?<![\w-])(\d{4})-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])(?![\w-])")
+_SLASH_DATE_RE = re.compile(
+    r"(?<![\w/-])(0?[1-9]|1[0-2])([/-])(0?[1-9]|[12]\d|3[01])\2(\d{4}|\d{2})(?![\w/-])"
+)
+_MONTH_DAY_RE = re.compile(
+    r"\b(" + "|".join(_MONTHS) + r")\s+(0?[1-9]|[12]\d|3[01])(?:st|nd|rd|th)?\b(?![:.]\d)"
+)
+# order codes and references: capitals and digits mixed, five or more in all ("ORD-48213",
+# "7GH3K2"), and "#48213"
+_CODE_RE = re.compile(
+    r"(?<![\w-])(?=(?:[A-Z-]*\d){2})(?=[\d-]*[A-Z])(?=(?:-?[A-Z0-9]){5})"
+    r"[A-Z0-9]+(?:-[A-Z0-9]+)*(?![\w-])"
+)
+_HASH_NUMBER_RE = re.compile(r"(?<![\w&])#(\d+)\b")
+# units after a number: the abbreviation and its words, one and many
+_UNITS: dict[str, tuple[str, str]] = {
+    "km/h": ("kilometer per hour", "kilometers per hour"),
+    "mph": ("mile per hour", "miles per hour"),
+    "kWh": ("kilowatt hour", "kilowatt hours"),
+    "km": ("kilometer", "kilometers"),
+    "cm": ("centimeter", "centimeters"),
+    "mm": ("millimeter", "millimeters"),
+    "kg": ("kilogram", "kilograms"),
+    "mg": ("milligram", "milligrams"),
+    "lbs": ("pound", "pounds"),
+    "lb": ("pound", "pounds"),
+    "oz": ("ounce", "ounces"),
+    "mi": ("mile", "miles"),
+    "ft": ("foot", "feet"),
+    "ml": ("milliliter", "milliliters"),
+    "mL": ("milliliter", "milliliters"),
+    "TB": ("terabyte", "terabytes"),
+    "GB": ("gigabyte", "gigabytes"),
+    "MB": ("megabyte", "megabytes"),
+    "KB": ("kilobyte", "kilobytes"),
+    "GHz": ("gigahertz", "gigahertz"),
+    "MHz": ("megahertz", "megahertz"),
+    "kW": ("kilowatt", "kilowatts"),
+    "ms": ("millisecond", "milliseconds"),
+    "hrs": ("hour", "hours"),
+    "hr": ("hour", "hours"),
+    "mins": ("minute", "minutes"),
+    "min": ("minute", "minutes"),
+    "secs": ("second", "seconds"),
+    "sec": ("second", "seconds"),
+    "°C": ("degree Celsius", "degrees Celsius"),
+    "°F": ("degree Fahrenheit", "degrees Fahrenheit"),
+}
+_UNIT_RE = re.compile(
+    r"(?<![\w.,])("
+    + _GROUPED
+    + r"|\d+)(?:\.(\d+))?\s?("
+    + "|".join(re.escape(u) for u in sorted(_UNITS, key=len, reverse=True))
+    + r")(?![\w/])"
 )
 _SCALE_LETTERS = {"k": "thousand", "m": "million", "b": "billion"}
 _TIME_RE = re.compile(r"\b([01]?\d|2[0-3]):([0-5]\d)(?:\s?([AaPp])(\.[Mm]\.|[Mm])(?=\W|$))?")
@@ -91,7 +221,7 @@ def _ends_sentence(m: re.Match[str]) -> bool:
 
 
 def _initialism(m: re.Match[str]) -> str:
-    spoken = " ".join(m.group(1).replace(".", ""))
+    spoken = _letters(m.group(1).replace(".", "").upper())
     return spoken + "." if _ends_sentence(m) else spoken
 
 
@@ -133,13 +263,28 @@ def _point(whole: str, frac: str) -> str:
 
 
 def _currency(m: re.Match[str]) -> str:
-    one, many, sub_one, sub_many = _CURRENCIES[m.group(1)]
-    whole, frac, scale = m.group(2), m.group(3), m.group(4)
-    if scale:
+    return _money(_CURRENCIES[m.group(1)], m.group(2), m.group(3), m.group(4))
+
+
+def _code_before(m: re.Match[str]) -> str:
+    return _money(_CODES[m.group(1)], m.group(2), m.group(3), m.group(4))
+
+
+def _code_after(m: re.Match[str]) -> str:
+    return _money(_CODES[m.group(3)], m.group(1), m.group(2), None)
+
+
+def _money(names: Money, whole: str, frac: str | None, scale: str | None) -> str:
+    """An amount in words: "29.99" dollars is "twenty-nine dollars and ninety-nine cents", a
+    currency with no hundredths says its fraction as a decimal ("1.5" yen)."""
+    one, many, sub_one, sub_many = names
+    if frac and sub_one is None:
+        scale = scale or ""
+    if scale is not None:
         scale_word = _SCALE_LETTERS.get(scale.lower(), scale.lower())
         frac = (frac or "").rstrip("0")  # "$2.50 million": two point five
         number = _point(whole, frac) if frac else _cardinal(whole)
-        return f"{number} {scale_word} {many}"
+        return " ".join(w for w in (number, scale_word, many) if w)
     units = _digits(whole).lstrip("0")  # "" for none
     parts = []
     if units or not frac:
@@ -149,6 +294,86 @@ def _currency(m: re.Match[str]) -> str:
         if cents:
             parts.append(f"{_words(cents)} {sub_one if cents == 1 else sub_many}")
     return " and ".join(parts)
+
+
+def _spoken_symbols(text: str) -> str:
+    """An address's pieces: its words as words, its digits one by one, its symbols by name
+    ("orders/1042?x=1": "orders slash one zero four two question mark x equals one")."""
+    words = []
+    for piece in re.findall(r"[A-Za-z]+|\d|[^\sA-Za-z\d]", text):
+        if piece.isdigit():
+            words.append(_DIGIT_NAMES[int(piece)])
+        elif piece.isalpha():
+            words.append(piece)
+        elif piece in _URL_SYMBOLS:
+            words.append(_URL_SYMBOLS[piece])
+    return " ".join(words)
+
+
+def _email(m: re.Match[str]) -> str:
+    return f"{_spoken_symbols(m.group(1))} at {_spoken_symbols(m.group(2))}"
+
+
+def _url(m: re.Match[str]) -> str:
+    """A web address as read aloud: no scheme, "w w w dot" kept, the rest piece by piece (a
+    lone trailing slash unsaid)."""
+    host = m.group(2) or m.group(3)
+    spoken = host.replace("www.", "w w w.", 1) if host.startswith("www.") else host
+    port, path = m.group(4) or "", m.group(5).rstrip("/")
+    return _spoken_symbols(spoken + port + path)
+
+
+def _phone(m: re.Match[str]) -> str:
+    """Digit by digit, a pause between its groups: "+1 (415) 555-0123" is "plus one, four one
+    five, five five five, zero one two three"."""
+    raw = m.group(0)
+    digits = sum(c.isdigit() for c in raw)
+    if not 7 <= digits <= 15:
+        return raw
+    groups = re.findall(r"\d+", raw)
+    if raw.startswith("+") and len(groups) == 1:  # "+14155550123": the digits alone
+        return "plus " + _spell(groups[0])
+    spoken = ", ".join(_spell(g) for g in groups)
+    return "plus " + spoken if raw.startswith("+") else spoken
+
+
+def _date(month: int, day: int, year: str | None) -> str:
+    spoken = f"{_MONTHS[month - 1]} {_words(day, to='ordinal')}"
+    if year is None:
+        return spoken
+    return f"{spoken}, {_words(int(year), to='year') if len(year) == 4 else _words(int(year))}"
+
+
+def _iso_date(m: re.Match[str]) -> str:
+    return _date(int(m.group(2)), int(m.group(3)), m.group(1))
+
+
+def _slash_date(m: re.Match[str]) -> str:
+    return _date(int(m.group(1)), int(m.group(3)), m.group(4))
+
+
+def _month_day(m: re.Match[str]) -> str:
+    return _date(_MONTHS.index(m.group(1)) + 1, int(m.group(2)), None)
+
+
+def _letters(text: str) -> str:
+    """Capitals said one by one, "A" as the letter (a lone "A" reads as the article)."""
+    return " ".join("eh" if c == "A" else c for c in text)
+
+
+def _code(m: re.Match[str]) -> str:
+    """A reference, letters and digits one by one: "ORD-4821" is "O R D four eight two one"."""
+    words = []
+    for piece in re.findall(r"[A-Z]+|\d", m.group(0)):
+        words.append(_DIGIT_NAMES[int(piece)] if piece.isdigit() else _letters(piece))
+    return " ".join(words)
+
+
+def _unit(m: re.Match[str]) -> str:
+    one, many = _UNITS[m.group(3)]
+    whole, frac = m.group(1), m.group(2)
+    number = _point(whole, frac) if frac else _cardinal(whole)
+    return f"{number} {one if not frac and _digits(whole) == '1' else many}"
 
 
 def _time(m: re.Match[str]) -> str:
@@ -183,11 +408,22 @@ def _number(m: re.Match[str]) -> str:
 
 
 _RULES: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]] = [
+    (_EMAIL_RE, _email),
+    (_URL_RE, _url),
+    (_ISO_DATE_RE, _iso_date),
+    (_SLASH_DATE_RE, _slash_date),
+    (_PHONE_RE, _phone),
+    (_HASH_NUMBER_RE, lambda m: f"number {_spell(m.group(1))}"),
+    (_CODE_RE, _code),
     (_NO_NUMBER_RE, "number "),
     (_ABBR_RE, _abbreviation),
+    (_MONTH_DAY_RE, _month_day),
     (_TIME_RE, _time),
     (_INITIALISM_RE, _initialism),
     (_CURRENCY_RE, _currency),
+    (_CODE_BEFORE_RE, _code_before),
+    (_CODE_AFTER_RE, _code_after),
+    (_UNIT_RE, _unit),
     (_PERCENT_RE, lambda m: f"{m.group(1)} percent"),
     (_ORDINAL_RE, lambda m: _ordinal(m.group(1))),
     (_VERSION_RE, _version),

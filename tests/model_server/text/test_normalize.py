@@ -186,3 +186,127 @@ def test_every_number_form_reads_as_words(digits: str, form: str) -> None:
 @given(digit_runs(16, 600))
 def test_long_digit_runs_are_read_digit_by_digit(digits: str) -> None:
     assert normalize(digits) == spelled(digits)
+
+
+# --- what an agent's answers are full of, read as a person would read it aloud ---------------
+
+AGENT_STRINGS = [
+    (
+        "Email me at jane.doe@example.com today.",
+        "Email me at jane dot doe at example dot com today.",
+    ),
+    (
+        "Write to support+orders@shop.example.co.uk.",
+        "Write to support plus orders at shop dot example dot co dot uk.",
+    ),
+    (
+        "Reach us at help_desk@acme-corp.io.",
+        "Reach us at help underscore desk at acme dash corp dot io.",
+    ),
+    (
+        "Visit https://www.example.com/orders/1042 for details.",
+        "Visit w w w dot example dot com slash orders slash one zero four two for details.",
+    ),
+    ("Go to example.com/help.", "Go to example dot com slash help."),
+    ("See www.acme.io.", "See w w w dot acme dot io."),
+    (
+        "The docs are at https://docs.acme.dev/api/v2?lang=en#auth.",
+        "The docs are at docs dot acme dot dev slash api slash v two question mark lang equals "
+        "en hash auth.",
+    ),
+    (
+        "Open http://localhost:8080/status now.",
+        "Open localhost colon eight zero eight zero slash status now.",
+    ),
+    ("Check status.acme.com, then retry.", "Check status dot acme dot com, then retry."),
+    ("Call +1 415 555 0123.", "Call plus one, four one five, five five five, zero one two three."),
+    (
+        "Call (415) 555-0123 before noon.",
+        "Call four one five, five five five, zero one two three before noon.",
+    ),
+    (
+        "Dial 415-555-0123 or 415.555.0199.",
+        "Dial four one five, five five five, zero one two three or four one five, five five "
+        "five, zero one nine nine.",
+    ),
+    (
+        "Our London office is +44 20 7946 0958.",
+        "Our London office is plus four four, two zero, seven nine four six, zero nine five eight.",
+    ),
+    (
+        "Text +14155550123 anytime.",
+        "Text plus one four one five five five five zero one two three anytime.",
+    ),
+    (
+        "In Germany call +49 30 901820.",
+        "In Germany call plus four nine, three zero, nine zero one eight two zero.",
+    ),
+    ("Your order ORD-48213 has shipped.", "Your order O R D four eight two one three has shipped."),
+    ("Reference 7GH3K2 is valid.", "Reference seven G H three K two is valid."),
+    ("Ticket #48213 is closed.", "Ticket number four eight two one three is closed."),
+    ("Use code SAVE20 at checkout.", "Use code S eh V E two zero at checkout."),
+    ("Booking AB12CD34 is confirmed.", "Booking eh B one two C D three four is confirmed."),
+    (
+        "Flight UA-1234 leaves at 5:45 pm.",
+        "Flight U eh one two three four leaves at five forty-five PM.",
+    ),
+    ("It arrives on 2025-03-07.", "It arrives on March seventh, twenty twenty-five."),
+    ("It ships 12/24/2025.", "It ships December twenty-fourth, twenty twenty-five."),
+    ("Pay by 3/7/25.", "Pay by March seventh, twenty-five."),
+    ("The sale ends March 3rd.", "The sale ends March third."),
+    ("The sale ends March 3.", "The sale ends March third."),
+    ("See you on Jan. 15, 2026.", "See you on January fifteenth, twenty twenty-six."),
+    ("Delivery by May 1, 2025.", "Delivery by May first, twenty twenty-five."),
+    ("The total is ¥5000.", "The total is five thousand yen."),
+    ("That is ₹1,250.50.", "That is one thousand, two hundred and fifty rupees and fifty paise."),
+    ("It costs €12.5.", "It costs twelve euros and fifty cents."),
+    ("It is 20 USD.", "It is twenty US dollars."),
+    ("The price is USD 14.99.", "The price is fourteen US dollars and ninety-nine cents."),
+    ("That comes to 100 EUR.", "That comes to one hundred euros."),
+    ("It is 50 CHF.", "It is fifty Swiss francs."),
+    ("The fee is CAD 7.25.", "The fee is seven Canadian dollars and twenty-five cents."),
+    ("A ₩10,000 voucher.", "A ten thousand won voucher."),
+    ("The run is 5 km.", "The run is five kilometers."),
+    ("It weighs 2.5 kg.", "It weighs two point five kilograms."),
+    ("Drive 60 mph.", "Drive sixty miles per hour."),
+    ("Only 1 km left.", "Only one kilometer left."),
+    ("Get 20 GB of data.", "Get twenty gigabytes of data."),
+    ("Speeds up to 3.2 GHz.", "Speeds up to three point two gigahertz."),
+    ("It is 72°F outside.", "It is seventy-two degrees Fahrenheit outside."),
+    ("Set it to 21 °C.", "Set it to twenty-one degrees Celsius."),
+    ("Wait 30 min please.", "Wait thirty minutes please."),
+    ("It uses 1.5 kWh a day.", "It uses one point five kilowatt hours a day."),
+    ("Latency is 120 ms.", "Latency is one hundred and twenty milliseconds."),
+    ("A 12 oz cup.", "A twelve ounces cup."),
+    ("He is 6 ft tall.", "He is six feet tall."),
+    ("That is 1 lb.", "That is one pound."),
+    ("Use 250 ml of water.", "Use two hundred and fifty milliliters of water."),
+    ("The A.I. team won.", "The eh I team won."),
+    ("Meet at 10:30 a.m.", "Meet at ten thirty AM."),
+    (
+        "Your balance is $1,234.56.",
+        "Your balance is one thousand, two hundred and thirty-four dollars and fifty-six cents.",
+    ),
+    (
+        "Call 1-800-555-0199 now.",
+        "Call one, eight zero zero, five five five, zero one nine nine now.",
+    ),
+    ("Due 03-07-2025.", "Due March seventh, twenty twenty-five."),
+    (
+        "The server is 192.168.1.10.",
+        "The server is one hundred and ninety-two point one hundred and sixty-eight point one "
+        "point ten.",
+    ),
+    ("Read report.pdf and Node.js docs.", "Read report.pdf and Node.js docs."),
+    ("Wait 5 mins.", "Wait five minutes."),
+    ("Call me at 555-0199.", "Call me at five five five, zero one nine nine."),
+    ("Room 101 is free.", "Room one hundred and one is free."),
+    ("It took 2 hours.", "It took two hours."),
+    ("Pages 10-20 are missing.", "Pages ten-twenty are missing."),
+]
+
+
+@pytest.mark.parametrize(("text", "spoken"), AGENT_STRINGS)
+def test_agent_strings_read_as_a_person_would(text: str, spoken: str) -> None:
+    assert normalize(text) == spoken
+    assert normalize(spoken) == spoken  # nothing left to read again
