@@ -29,6 +29,9 @@ class Buffering(StrEnum):
     CLIENT = "client"  # the client: what came before each flush, as one chunk
 
 
+Normalize = Literal["auto", "on", "off"]  # kokoro_contract.protocol.NORMALIZE
+
+
 def _speed() -> Any:
     return Field(limits.DEFAULT_SPEED, ge=limits.MIN_SPEED, le=limits.MAX_SPEED)
 
@@ -71,6 +74,7 @@ class SpeakParams(BaseModel):
     voice: str | None = None
     speed: float = _speed()
     language: str | None = None  # the text's (None: its voice's and script's)
+    normalize: Normalize = "auto"  # numbers, addresses ... as words first (English)
     echo_tps: float = Field(0.0, ge=0.0, le=1000.0)  # 0: unpaced; else at least 1 token/s
     echo_first_ms: float = Field(0.0, ge=0.0, le=10_000.0)
     timestamps: bool = False  # `words` events: word timings before the audio they describe
@@ -144,6 +148,7 @@ class OpenAISpeechParams(BaseModel):
     stream_format: Literal["audio", "sse"] = "audio"
     instructions: str | None = None
     language: str | None = None  # not OpenAI's: the input's (None: its voice's and script's)
+    normalize: Normalize = "auto"  # not OpenAI's: numbers, addresses ... as words first
 
     _numbers = field_validator("speed", "sample_rate", mode="before")(_no_bool)
     _voice = field_validator("voice", mode="before")(_default_voice)

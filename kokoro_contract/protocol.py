@@ -6,7 +6,8 @@ client -> server, one JSON object per message, in a text *or binary* frame (Sage
 every client message as a binary frame unless the caller asked for UTF-8):
 
     {"text": "...", "voice"?: "...", "speed"?: 1.0, "request_id"?: "...",
-     "deadline_ms"?: 800, "timestamps"?: true, "language"?: "es"}           synthesize
+     "deadline_ms"?: 800, "timestamps"?: true, "language"?: "es",
+     "normalize"?: "auto"|"on"|"off"}                                        synthesize
     {"type": "cancel", "request_id"?: "..."}                                 drop one (or all)
     {"type": "close"}                                                        end the session
 
@@ -71,6 +72,42 @@ class SynthesisRequest:
     timestamps: bool = False  # word timings before each segment's audio
     # the language to read `text` in (`languages.BY_NAME`); None: as its voice and script say
     language: str | None = None
+    normalize: str = "auto"  # NORMALIZE: whether numbers, addresses ... are read as words first
+
+
+# how a request's text is normalised before G2P: "auto" as its language does (English: numbers,
+# money, addresses ... as words; the other languages by their readers' own rules), "on" the
+# same, "off" English read as written
+NORMALIZE = ("auto", "on", "off")
+
+
+def check_normalize(value: object) -> str:
+    if value is None:
+        return "auto"
+    if value not in NORMALIZE:
+        raise InvalidRequest(
+            f"field 'normalize' must be one of {', '.join(NORMALIZE)}", code="invalid_field"
+        )
+    return str(value)
+
+
+@dataclass(frozen=True)
+class TextOptions:
+    """How a client asks for its text to be read, beyond voice and speed: what the gateway
+    passes on with every chunk of a reply."""
+
+    language: str | None = None  # `languages.check_language`'s name; None: the voice's
+    normalize: str = "auto"  # one of NORMALIZE
+
+    def fields(self) -> dict[str, Any]:
+        """The fields a synthesis message or body carries: only what differs from the
+        defaults, so a request with none is the same bytes as before they existed."""
+        fields: dict[str, Any] = {}
+        if self.language:
+            fields["language"] = self.language
+        if self.normalize != "auto":
+            fields["normalize"] = self.normalize
+        return fields
 
 
 @dataclass(frozen=True)
@@ -166,6 +203,7 @@ def validate_synthesis(
             deadline_ms=limits.check_deadline_ms(obj.get("deadline_ms")),
             timestamps=limits.check_flag(obj.get("timestamps"), "timestamps"),
             language=language,
+            normalize=check_normalize(obj.get("normalize")),
         )
     except InvalidRequest as exc:
         return ProtocolError(exc.code, exc.message, request_id)
@@ -178,15 +216,15 @@ def synthesize_message(
     speed: float | None = None,
     deadline_ms: float | None = None,
     timestamps: bool = False,
-    language: str | None = None,
+    options: TextOptions | None = None,
 ) -> str:
-    """A client's synthesis request; without voice, speed or language the server's defaults
-    apply."""
+    """A client's synthesis request; without voice, speed or text options the server's
+    defaults apply."""
     message: dict[str, Any] = {"text": text, "request_id": request_id}
     if timestamps:
         message["timestamps"] = True
-    if language:
-        message["language"] = language
+    if options is not None:
+        message.update(options.fields())
     if voice:
         message["voice"] = voice
     if speed is not None:
@@ -211,15 +249,15 @@ def invocation_body(
     voice: str | None,
     speed: float,
     timestamps: bool = False,
-    language: str | None = None,
+    options: TextOptions | None = None,
 ) -> dict[str, Any]:
     """A `POST /invocations` body asking for streamed PCM (what both batch transports send);
     with `timestamps`, one JSON answer instead: base64 PCM beside its word timings."""
     body: dict[str, Any] = {"text": text, "speed": speed, "format": "pcm", "stream": True}
     if timestamps:
         body.update(stream=False, timestamps=True)
-    if language:
-        body["language"] = language
+    if options is not None:
+        body.update(options.fields())
     if voice:
         body["voice"] = voice
     return body

@@ -15,12 +15,20 @@ from kokoro_contract import formats, languages, limits
 from kokoro_contract.audio import SAMPLE_RATE
 from kokoro_contract.openapi import JSON
 from kokoro_contract.openapi import error_response as _error
+from kokoro_contract.protocol import NORMALIZE as NORMALIZE_CHOICES
 
 LANGUAGE: dict[str, Any] = {
     "type": "string",
     "description": "the text's language: Kokoro's letter or an ISO name ("
     + languages.known()
     + "); none: its script's and its voice's",
+}
+NORMALIZE: dict[str, Any] = {
+    "type": "string",
+    "enum": list(NORMALIZE_CHOICES),
+    "description": "auto (the default) and on: English numbers, money, addresses, phones, dates "
+    "and codes read as words first; off: English read as written (the other languages' readers "
+    "keep their own rules)",
 }
 INVOCATION_BODY: dict[str, Any] = {
     "type": "object",
@@ -30,6 +38,7 @@ INVOCATION_BODY: dict[str, Any] = {
         "voice": {"type": "string", "description": "a loaded voice (GET /voices)"},
         "speed": {"type": "number", "minimum": limits.MIN_SPEED, "maximum": limits.MAX_SPEED},
         "language": LANGUAGE,
+        "normalize": NORMALIZE,
         "format": {"type": "string", "enum": list(formats.MODEL_SERVER_FORMATS)},
         "stream": {"type": "boolean"},
         "request_id": {
@@ -123,6 +132,7 @@ PHONEMIZE_REQUEST: dict[str, Any] = {
                         "text": {"type": "string", "minLength": 1},
                         "language": LANGUAGE,
                         "voice": {"type": "string", "description": "a loaded voice"},
+                        "normalize": NORMALIZE,
                     },
                 }
             }

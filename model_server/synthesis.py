@@ -111,6 +111,7 @@ class Synthesizer:
             request.voice,
             request.text,
             request.timestamps,
+            request.normalize,
         )
         segments = split_phonemes(
             phonemes, self.engine.max_phonemes, pack=request.deadline_ms is not None
@@ -118,24 +119,26 @@ class Synthesizer:
         return SegmentPlan(tuple(segments), words)
 
     async def phonemize(
-        self, text: str, language: str | None, voice: str
+        self, text: str, language: str | None, voice: str, normalize: str = "auto"
     ) -> tuple[Reading, str, tuple[str, ...]]:
         """What `plan` makes of `text` for `voice`: how it is read, its phonemes and its
         segments (unpacked), nothing voiced (`POST /phonemize`). `UnreadableText` when it
         cannot be read."""
         loop = asyncio.get_running_loop()
         reading, phonemes, _ = await loop.run_in_executor(
-            self._g2p_pool, self._phonemes, language, voice, text, False
+            self._g2p_pool, self._phonemes, language, voice, text, False, normalize
         )
         return reading, phonemes, tuple(split_phonemes(phonemes, self.engine.max_phonemes))
 
-    def reader(self, language: str | None, voice: str, text: str) -> Reading:
+    def reader(
+        self, language: str | None, voice: str, text: str, normalize: str = "auto"
+    ) -> Reading:
         """The language `text` is read in for `voice` and the G2P that reads it: the request's
         language, else its voice's and script's (`LanguageG2P.choose`, which makes a language's
         G2P when first asked: in the G2P thread); a G2P that reads one language only (a
         test's) reads every text, whichever language it is said to be in."""
         if isinstance(self.g2p, LanguageG2P):
-            chosen, g2p = self.g2p.choose(language, voice, text)
+            chosen, g2p = self.g2p.choose(language, voice, text, normalize)
         else:
             chosen, g2p = choose_language(language, voice, text), self.g2p
         implied = languages.of_voice(voice)
@@ -146,12 +149,17 @@ class Synthesizer:
         return Reading(chosen, g2p)
 
     def _phonemes(
-        self, language: str | None, voice: str, text: str, timestamps: bool
+        self,
+        language: str | None,
+        voice: str,
+        text: str,
+        timestamps: bool,
+        normalize: str = "auto",
     ) -> tuple[Reading, str, WordMap | None]:
         """In the G2P thread: how `text` is read, its phonemes, and (with `timestamps`) its
         word map."""
         try:
-            reading = self.reader(language, voice, text)
+            reading = self.reader(language, voice, text, normalize)
             phonemes = reading.g2p(text)
         except Exception as exc:  # a bug for this text: it answers as one, not as a crash
             log.exception("text normalisation or G2P failed on %d characters", len(text))

@@ -62,7 +62,7 @@ from gateway.transports.base import (
 )
 from kokoro_contract.audio import pcm_duration_s
 from kokoro_contract.formats import AudioFormat
-from kokoro_contract.protocol import WordTiming
+from kokoro_contract.protocol import TextOptions, WordTiming
 from kokoro_contract.spoken import SpokenMeter
 
 log = logging.getLogger(__name__)
@@ -76,7 +76,7 @@ class ReplySpec:
     voice: str | None
     speed: float
     timestamps: bool = False  # word timings from the TTS (for heard_text)
-    language: str | None = None  # the text's (None: its voice's and script's)
+    options: TextOptions | None = None  # how its text is read (language, normalisation)
     words_events: bool = False  # and `words` events before the audio they describe
 
 
@@ -261,7 +261,7 @@ class Reply:
     async def _bidi(self) -> None:
         spec = self.spec
         async with self.bidi.open(
-            spec.voice, spec.speed, self._completed, spec.timestamps, spec.language
+            spec.voice, spec.speed, self._completed, spec.timestamps, spec.options
         ) as tts:
             deltas: _Items[str | FlushMark] = self._queue(QUEUE_DELTAS)
             pieces: _Items[Piece] = self._queue(QUEUE_PIECES)
@@ -288,7 +288,7 @@ class Reply:
         spec = self.spec
         pieces: _Items[Piece] = self._queue(QUEUE_PIECES)
         synthesis = self.batch.synthesize(
-            text, spec.voice, spec.speed, spec.timestamps, spec.language
+            text, spec.voice, spec.speed, spec.timestamps, spec.options
         )
         async with aclosing(synthesis) as audio, asyncio.TaskGroup() as tg:
             tg.create_task(self._receive(audio, pieces))

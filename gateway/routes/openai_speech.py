@@ -40,6 +40,7 @@ async def speech(request: Request) -> Response:
         voice=params.voice,
         speed=params.speed,
         language=params.language,
+        normalize=params.normalize,
     )
     fmt = params.audio_format
     timeout = service.settings.send_timeout_s

@@ -25,6 +25,7 @@ from gateway.transports.base import Piece
 from gateway.transports.framed_stream import FrameCarrier, FramedSessions
 from gateway.transports.model_server import ModelServerTransport
 from kokoro_contract.asks import Ask
+from kokoro_contract.protocol import TextOptions
 
 
 @dataclass
@@ -230,14 +231,14 @@ class PooledTransport(FramedSessions):
         voice: str | None,
         speed: float,
         timestamps: bool = False,
-        language: str | None = None,
+        options: TextOptions | None = None,
     ) -> AsyncGenerator[Piece]:
         error: TTSError | None = None
         for upstream in self._order():
             started = False  # this server has given something: it is the one now
             try:
                 async with contextlib.aclosing(
-                    upstream.transport.synthesize(text, voice, speed, timestamps, language)
+                    upstream.transport.synthesize(text, voice, speed, timestamps, options)
                 ) as pcm:
                     async for chunk in pcm:
                         if not started:

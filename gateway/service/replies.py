@@ -29,6 +29,7 @@ from gateway.transports.resuming import ResumingTransport
 from kokoro_contract import limits
 from kokoro_contract.formats import AudioFormat
 from kokoro_contract.listen import is_loopback
+from kokoro_contract.protocol import TextOptions
 from kokoro_contract.speed import SpeedModel
 from kokoro_contract.spoken import spoken_s
 
@@ -165,7 +166,7 @@ class ReplyFactory:
             format=audio_format or params.audio_format,
             voice=params.voice or self.settings.default_voice or None,
             speed=params.speed,
-            language=params.language,
+            options=TextOptions(params.language, params.normalize),
             # timings from the TTS when asked for, and for LLM answers: what a listener who
             # interrupts has heard is what the conversation keeps
             timestamps=params.timestamps or params.prompt is not None,

@@ -8,7 +8,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from kokoro_contract.protocol import WordTiming
+from kokoro_contract.protocol import TextOptions, WordTiming
 
 if TYPE_CHECKING:
     from gateway.transports.framed_stream import FrameCarrier
@@ -66,9 +66,9 @@ class BidiTransport(Protocol):
         speed: float,
         on_complete: OnComplete | None = None,
         timestamps: bool = False,
-        language: str | None = None,
+        options: TextOptions | None = None,
     ) -> AbstractAsyncContextManager[TTSStream]:
-        """Open a stream (`language`: the model server's name for it; None: the voice's);
+        """Open a stream (`options`: how its text is read; None: the model server's way);
         leaving the context early (cancel, disconnect) aborts its work."""
         ...
 
@@ -90,7 +90,7 @@ class BatchTransport(Protocol):
         voice: str | None,
         speed: float,
         timestamps: bool = False,
-        language: str | None = None,
+        options: TextOptions | None = None,
     ) -> AsyncGenerator[Piece]:
         """PCM of the whole text, streamed (with timestamps: its word timings first, then the
         audio); closing the generator aborts the request."""

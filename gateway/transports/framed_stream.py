@@ -45,6 +45,7 @@ from gateway.transports.tts_session import (
     TTSSession,
 )
 from kokoro_contract import protocol
+from kokoro_contract.protocol import TextOptions
 
 INBOX_FRAMES = 32  # frames read ahead of the reply: past this the reader waits, so a client
 # that stops reading stops the model server's stream too (TCP backpressure), not gateway memory
@@ -109,14 +110,14 @@ class FramedTTSStream:
         timestamps: bool = False,
         clock: Callable[[], float] | None = None,
         resumption: Resumption | None = None,
-        language: str | None = None,
+        options: TextOptions | None = None,
     ) -> None:
         """Over one session: `send_frame` sends its frames (a `FrameCarrier` given whole), and
         its reader gives what comes back to `received`/`failed`. With `resumption` (no
         session given), over sessions it opens itself, as an async context manager.
         `tts_timeout_s`: see `FrameCarrier`; `clock` times each chunk's first audio (the
         running loop's by default)."""
-        self._core = TTSSession(voice, speed, timestamps, clock or loop_time, language=language)
+        self._core = TTSSession(voice, speed, timestamps, clock or loop_time, options=options)
         self._on_complete = on_complete
         self._resumption = resumption
         self._carrier: FrameCarrier | None
@@ -135,10 +136,10 @@ class FramedTTSStream:
         speed: float,
         on_complete: OnComplete | None = None,
         timestamps: bool = False,
-        language: str | None = None,
+        options: TextOptions | None = None,
     ) -> FramedTTSStream:
         """A stream over the one session `carrier`."""
-        return cls(carrier, voice, speed, on_complete, timestamps=timestamps, language=language)
+        return cls(carrier, voice, speed, on_complete, timestamps=timestamps, options=options)
 
     @property
     def session(self) -> TTSSession:
@@ -317,12 +318,12 @@ async def open_stream(
     speed: float,
     on_complete: OnComplete | None = None,
     timestamps: bool = False,
-    language: str | None = None,
+    options: TextOptions | None = None,
 ) -> AsyncIterator[FramedTTSStream]:
     """A stream over one session `connect` opens (`BidiTransport.open` for the transports
     whose sessions carry model-server frames); it closes with the stream."""
     async with connect() as carrier:
-        yield FramedTTSStream.on(carrier, voice, speed, on_complete, timestamps, language)
+        yield FramedTTSStream.on(carrier, voice, speed, on_complete, timestamps, options)
 
 
 class FramedSessions:
@@ -339,6 +340,6 @@ class FramedSessions:
         speed: float,
         on_complete: OnComplete | None = None,
         timestamps: bool = False,
-        language: str | None = None,
+        options: TextOptions | None = None,
     ) -> AbstractAsyncContextManager[FramedTTSStream]:
-        return open_stream(self.connect, voice, speed, on_complete, timestamps, language)
+        return open_stream(self.connect, voice, speed, on_complete, timestamps, options)

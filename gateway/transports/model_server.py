@@ -22,7 +22,7 @@ from gateway.transports.framed_stream import FrameCarrier, FramedSessions
 from kokoro_contract import protocol
 from kokoro_contract.errors import brief
 from kokoro_contract.load import LoadReport, MalformedLoadReport
-from kokoro_contract.protocol import invocation_body
+from kokoro_contract.protocol import TextOptions, invocation_body
 
 STALL_TIMEOUT_S = 2.0
 OPEN_TIMEOUT_S = 5.0  # a model server accepts within 250 ms (SageMaker's rule); a frozen one never
@@ -136,9 +136,9 @@ class ModelServerTransport(FramedSessions):
         voice: str | None,
         speed: float,
         timestamps: bool = False,
-        language: str | None = None,
+        options: TextOptions | None = None,
     ) -> AsyncGenerator[Piece]:
-        body = invocation_body(text, voice, speed, timestamps, language)
+        body = invocation_body(text, voice, speed, timestamps, options)
         try:
             async with self._client.stream(
                 "POST", self.base_url + "/invocations", json=body, timeout=httpx.Timeout(60.0)

@@ -31,6 +31,7 @@ from gateway.errors import TTSError
 from gateway.retry import RetryBudget
 from gateway.transports.base import BatchTransport, OnComplete, Piece, SessionTransport
 from gateway.transports.framed_stream import FramedTTSStream, Resumption
+from kokoro_contract.protocol import TextOptions
 
 
 class ResumingTransport:
@@ -55,7 +56,7 @@ class ResumingTransport:
         speed: float,
         on_complete: OnComplete | None = None,
         timestamps: bool = False,
-        language: str | None = None,
+        options: TextOptions | None = None,
     ) -> FramedTTSStream:
         resumption = Resumption(self.bidi.connect, self.budget, self.resume_after_audio)
         return FramedTTSStream(
@@ -65,7 +66,7 @@ class ResumingTransport:
             on_complete,
             timestamps=timestamps,
             resumption=resumption,
-            language=language,
+            options=options,
         )
 
     async def synthesize(
@@ -74,13 +75,13 @@ class ResumingTransport:
         voice: str | None,
         speed: float,
         timestamps: bool = False,
-        language: str | None = None,
+        options: TextOptions | None = None,
     ) -> AsyncGenerator[Piece]:
         budget = self.budget
         while True:
             try:
                 async with contextlib.aclosing(
-                    self.batch.synthesize(text, voice, speed, timestamps, language)
+                    self.batch.synthesize(text, voice, speed, timestamps, options)
                 ) as pieces:
                     async for piece in pieces:
                         budget.started = budget.started or isinstance(piece, bytes)

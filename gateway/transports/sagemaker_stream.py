@@ -19,7 +19,7 @@ from gateway.aws_errors import sagemaker_error
 from gateway.errors import TTSError
 from gateway.transports.base import Piece
 from gateway.transports.captioned import captioned_pieces
-from kokoro_contract.protocol import invocation_body
+from kokoro_contract.protocol import TextOptions, invocation_body
 
 
 class SageMakerStreamTransport:
@@ -33,9 +33,9 @@ class SageMakerStreamTransport:
         voice: str | None,
         speed: float,
         timestamps: bool = False,
-        language: str | None = None,
+        options: TextOptions | None = None,
     ) -> AsyncGenerator[Piece]:
-        body = invocation_body(text, voice, speed, timestamps, language)
+        body = invocation_body(text, voice, speed, timestamps, options)
         try:
             response = await self._client.invoke_endpoint_with_response_stream(
                 EndpointName=self.endpoint_name,

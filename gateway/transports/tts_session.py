@@ -61,6 +61,7 @@ from kokoro_contract.protocol import (
     CompleteMsg,
     ErrorMsg,
     StartMsg,
+    TextOptions,
     WordTiming,
     WordTimingsMsg,
 )
@@ -124,14 +125,14 @@ class TTSSession:
         timestamps: bool = False,
         clock: Clock | None = None,
         prefix: str | None = None,
-        language: str | None = None,
+        options: TextOptions | None = None,
     ) -> None:
         """`clock` times first audio (required once a chunk's audio arrives); `prefix`
-        starts every request id (a random one by default); `language`: every chunk's (None:
-        the voice's)."""
+        starts every request id (a random one by default); `options`: how every chunk's text
+        is read (None: the model server's way)."""
         self.voice = voice
         self.speed = speed
-        self.language = language
+        self.options = options
         self.timestamps = timestamps
         self.prefix = prefix or uuid.uuid4().hex[:12]
         self._clock = clock
@@ -319,7 +320,7 @@ class TTSSession:
         self._by_id[rid] = chunk
         return SendRequest(
             protocol.synthesize_message(
-                chunk.text, rid, self.voice, self.speed, deadline_ms, self.timestamps, self.language
+                chunk.text, rid, self.voice, self.speed, deadline_ms, self.timestamps, self.options
             )
         )
 

@@ -25,6 +25,7 @@ from kokoro_contract.openapi import JSON
 from kokoro_contract.protocol import (
     ProtocolError,
     WordTimingsMsg,
+    check_normalize,
     decode_frame,
     validate_synthesis,
 )
@@ -147,7 +148,10 @@ async def phonemize(request: Request) -> JSONResponse:
     voice = check_voice(
         obj.get("voice"), rules.voices, voice_for(language, rules.voices, rules.default_voice)
     )
-    reading, phonemes, segments = await loaded.synthesizer.phonemize(text, language, voice)
+    normalize = check_normalize(obj.get("normalize"))
+    reading, phonemes, segments = await loaded.synthesizer.phonemize(
+        text, language, voice, normalize
+    )
     return JSONResponse(
         {
             "language": reading.language.name,

@@ -70,15 +70,16 @@ class EspeakG2P:
 
     name = "misaki-espeak"
 
-    def __init__(self, british: bool = False) -> None:
+    def __init__(self, british: bool = False, normalizing: bool = True) -> None:
         from misaki.espeak import EspeakFallback  # sets espeak-ng's library and data paths
 
         self._espeak = EspeakFallback(british=british)
-        self.name = "misaki-espeak-gb" if british else "misaki-espeak"
+        self._normalize = normalize if normalizing else str.strip
+        self.name = _english_name("misaki-espeak", british, normalizing)
 
     def __call__(self, text: str) -> str:
         with _ESPEAK:
-            phonemes, _ = self._espeak(_Token(normalize(text)))
+            phonemes, _ = self._espeak(_Token(self._normalize(text)))
         return str(phonemes or "").strip()
 
 
@@ -87,16 +88,17 @@ class LexiconG2P:
 
     name = "misaki-lexicon"
 
-    def __init__(self, british: bool = False) -> None:
+    def __init__(self, british: bool = False, normalizing: bool = True) -> None:
         from misaki import en
         from misaki.espeak import EspeakFallback
 
         self._g2p = en.G2P(trf=False, british=british, fallback=EspeakFallback(british=british))
-        self.name = "misaki-lexicon-gb" if british else "misaki-lexicon"
+        self._normalize = normalize if normalizing else str.strip
+        self.name = _english_name("misaki-lexicon", british, normalizing)
 
     def __call__(self, text: str) -> str:
         with _ESPEAK:  # its fallback calls espeak-ng
-            phonemes, _ = self._g2p(normalize(text))
+            phonemes, _ = self._g2p(self._normalize(text))
         return str(phonemes).strip()
 
 
@@ -107,13 +109,21 @@ def spacy_model_installed(name: str = "en_core_web_sm") -> bool:
     )
 
 
-def english_g2p(british: bool = False) -> G2P:
+def _english_name(g2p: str, british: bool, normalizing: bool) -> str:
+    """ "misaki-espeak", "-gb" for British, "(as written)" without normalisation."""
+    return g2p + ("-gb" if british else "") + ("" if normalizing else " (as written)")
+
+
+def english_g2p(british: bool = False, normalizing: bool = True) -> G2P:
+    """English as Kokoro reads it: misaki's lexicon when spaCy's model is installed, else its
+    espeak-ng path; `normalizing`: numbers, money, addresses ... read as words first
+    (`normalize`), else as written."""
     if spacy_model_installed():
         try:
-            return LexiconG2P(british=british)
+            return LexiconG2P(british=british, normalizing=normalizing)
         except Exception as exc:  # a broken optional install must not stop the server
             log.warning("misaki lexicon G2P unavailable (%s); using espeak-ng", exc)
-    return EspeakG2P(british=british)
+    return EspeakG2P(british=british, normalizing=normalizing)
 
 
 class JapaneseG2P:
@@ -229,19 +239,30 @@ class LanguageG2P:
     def __call__(self, text: str) -> str:
         return self.choose(None, "", text)[1](text)
 
-    def choose(self, language: str | None, voice: str, text: str) -> tuple[Language, G2P]:
-        """The language `text` is read in (`choose_language`) and its G2P."""
+    def choose(
+        self, language: str | None, voice: str, text: str, normalize: str = "auto"
+    ) -> tuple[Language, G2P]:
+        """The language `text` is read in (`choose_language`) and its G2P: with `normalize`
+        "off", English read as written (the other languages' readers keep their own rules)."""
         chosen = choose_language(language, voice, text)
+        key = chosen.name
+        if normalize == "off" and key + AS_WRITTEN in self._makers:
+            key += AS_WRITTEN
         with self._lock:
-            made = self._made.get(chosen.name)
+            made = self._made.get(key)
             if made is None:
-                made = self._made[chosen.name] = self._makers[chosen.name]()
+                made = self._made[key] = self._makers[key]()
                 log.info("%s G2P loaded (%s)", chosen.label, made.name)
         return chosen, made
 
 
+AS_WRITTEN = ":as-written"  # a language's G2P that does not normalise first, by its key
+
+
 def _makers(english: G2P) -> dict[str, Callable[[], G2P]]:
     makers: dict[str, Callable[[], G2P]] = {
+        "en-us" + AS_WRITTEN: lambda: english_g2p(normalizing=False),
+        "en-gb" + AS_WRITTEN: lambda: english_g2p(british=True, normalizing=False),
         "en-gb": lambda: english_g2p(british=True),
         "ja": JapaneseG2P,
         "zh": lambda: MandarinG2P(english),

@@ -19,7 +19,7 @@ from gateway.app import create_app as create_gateway
 from gateway.config import Settings as GatewaySettings
 from kokoro_contract import languages
 from model_server.app import create_app as create_model_server
-from model_server.text.g2p import LanguageG2P
+from model_server.text.g2p import AS_WRITTEN, LanguageG2P
 from tests.support.fakes import FAKE_SETTINGS, FakeEngine, IdentityG2P
 from tests.support.gateway_client import sse_get, sse_post, ws_events, ws_reply_audio
 from tests.support.servers import RunningServer, serve
@@ -43,7 +43,9 @@ def _marking_g2p() -> LanguageG2P:
         return lambda: _Marking(name)
 
     others = [lang.name for lang in languages.LANGUAGES if lang is not languages.ENGLISH]
-    return LanguageG2P(IdentityG2P(), {name: maker(name) for name in others})
+    makers = {name: maker(name) for name in others}
+    makers["en-us" + AS_WRITTEN] = maker("as-written")  # English with normalize off
+    return LanguageG2P(IdentityG2P(), makers)
 
 
 @pytest.fixture(scope="module")
@@ -107,14 +109,23 @@ ROUTES = {
 @pytest.mark.parametrize("route", ROUTES)
 @pytest.mark.parametrize(
     ("asked", "mark"),
-    [("e", "<es>"), ("pt-br", "<pt-br>"), ("zh", "<zh>"), (None, "")],
+    [
+        ({"language": "e"}, "<es>"),
+        ({"language": "pt-br"}, "<pt-br>"),
+        ({"language": "zh"}, "<zh>"),
+        ({}, ""),
+        ({"normalize": "off"}, "<as-written>"),
+        ({"normalize": "on"}, ""),
+        ({"language": "es", "normalize": "off"}, "<es>"),  # its reader keeps its own rules
+    ],
+    ids=str,
 )
-async def test_each_route_reads_the_text_in_the_language_asked(
-    stack: tuple[RunningServer, FakeEngine], route: str, asked: str | None, mark: str
+async def test_each_route_reads_the_text_as_asked(
+    stack: tuple[RunningServer, FakeEngine], route: str, asked: dict[str, str], mark: str
 ) -> None:
     gateway, engine = stack
     engine.reset()
-    params = {} if asked is None else {"language": asked}
+    params = dict(asked)
     if route == "openai":
         params["voice"] = ""  # the model server's default, not OpenAI's alloy mapped
     await ROUTES[route](gateway, **params)
@@ -127,7 +138,7 @@ async def test_each_route_reads_the_text_in_the_language_asked(
     )
 
 
-async def test_an_unknown_language_is_refused_on_every_route_before_any_audio(
+async def test_an_unknown_language_or_normalisation_is_refused_before_any_audio(
     stack: tuple[RunningServer, FakeEngine],
 ) -> None:
     gateway, engine = stack
@@ -138,11 +149,15 @@ async def test_an_unknown_language_is_refused_on_every_route_before_any_audio(
             "/v1/audio/speech", json={"input": TEXT, "language": "klingon", "voice": ""}
         )
         agentcore = await http.post("/invocations", json={"text": TEXT, "language": "xx"})
+        maybe = await http.post("/v1/speak", json={"text": TEXT, "normalize": "maybe"})
     for response in (sse, openai, agentcore):
         assert response.status_code == 400, response.text
         error = response.json()["error"]
         assert error["code"] == "unknown_language"
         assert "en-us (a)" in error["message"]  # it names those there are
+    assert maybe.status_code == 400
+    assert maybe.json()["error"]["code"] == "invalid_field"
+    assert "'auto', 'on' or 'off'" in maybe.json()["error"]["message"]
     async with connect(gateway.ws_url + "/v1/speak/ws") as ws:
         await ws.send(orjson.dumps({"type": "speak", "text": TEXT, "language": 5}).decode())
         refusal = orjson.loads(await ws.recv())

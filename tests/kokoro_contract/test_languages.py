@@ -9,6 +9,7 @@ from kokoro_contract.protocol import (
     ProtocolError,
     RequestRules,
     SynthesisRequest,
+    TextOptions,
     invocation_body,
     synthesize_message,
     validate_synthesis,
@@ -110,9 +111,32 @@ def test_an_unknown_language_is_a_protocol_error_with_its_code() -> None:
     assert (error.code, error.request_id) == ("unknown_language", "r1")
 
 
-def test_the_clients_messages_carry_the_language_only_when_asked() -> None:
-    with_it = orjson.loads(synthesize_message("Hola.", "r1", language="es"))
+def test_the_clients_messages_carry_the_text_options_only_when_asked() -> None:
+    spanish = TextOptions(language="es")
+    with_it = orjson.loads(synthesize_message("Hola.", "r1", options=spanish))
     assert with_it == {"text": "Hola.", "request_id": "r1", "language": "es"}
-    assert "language" not in orjson.loads(synthesize_message("Hi.", "r1"))
-    assert invocation_body("Hola.", None, 1.0, language="es")["language"] == "es"
+    raw = orjson.loads(synthesize_message("Hi.", "r1", options=TextOptions(normalize="off")))
+    assert raw == {"text": "Hi.", "request_id": "r1", "normalize": "off"}
+    plain = {"text": "Hi.", "request_id": "r1"}  # the same bytes as before the options were
+    assert orjson.loads(synthesize_message("Hi.", "r1", options=TextOptions())) == plain
+    assert orjson.loads(synthesize_message("Hi.", "r1")) == plain
+    assert invocation_body("Hola.", None, 1.0, options=spanish)["language"] == "es"
     assert "language" not in invocation_body("Hi.", None, 1.0)
+
+
+@pytest.mark.parametrize(("asked", "normalize"), [(None, "auto"), ("on", "on"), ("off", "off")])
+def test_a_synthesis_request_says_how_its_text_is_normalised(
+    asked: str | None, normalize: str
+) -> None:
+    body = {"text": "Hi."} if asked is None else {"text": "Hi.", "normalize": asked}
+    request = validate_synthesis(body, RULES)
+    assert isinstance(request, SynthesisRequest)
+    assert request.normalize == normalize
+
+
+@pytest.mark.parametrize("asked", ["yes", True, 1, "OFF"])
+def test_a_bad_normalize_is_refused(asked: object) -> None:
+    error = validate_synthesis({"text": "Hi.", "normalize": asked}, RULES)
+    assert isinstance(error, ProtocolError)
+    assert error.code == "invalid_field"
+    assert "auto, on, off" in error.message

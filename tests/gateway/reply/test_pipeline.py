@@ -23,6 +23,7 @@ from gateway.sources.base import FlushMark
 from gateway.sources.client import ClientTextSource
 from gateway.transports.base import Completed, OnComplete
 from kokoro_contract.formats import FORMATS
+from kokoro_contract.protocol import TextOptions
 from kokoro_contract.speed import SpeedModel
 from tests.support.steps import until
 
@@ -79,7 +80,7 @@ class MemoryTransport:
         speed: float,
         on_complete: OnComplete | None = None,
         timestamps: bool = False,
-        language: str | None = None,
+        options: TextOptions | None = None,
     ) -> AsyncIterator[MemoryStream]:
         yield self.stream
 
@@ -89,7 +90,7 @@ class MemoryTransport:
         voice: str | None,
         speed: float,
         timestamps: bool = False,
-        language: str | None = None,
+        options: TextOptions | None = None,
     ) -> AsyncGenerator[bytes]:
         self.batch_calls.append((text, self.source is not None and self.source.gate.is_set()))
         yield PCM_PER_CHUNK
@@ -252,7 +253,7 @@ class StreamTransport[S](MemoryTransport):
         speed: float,
         on_complete: OnComplete | None = None,
         timestamps: bool = False,
-        language: str | None = None,
+        options: TextOptions | None = None,
     ) -> AsyncIterator[S]:
         assert on_complete is not None
         self.opened = self.make(on_complete)
@@ -322,7 +323,7 @@ class PiecedTransport(MemoryTransport):
         speed: float,
         on_complete: OnComplete | None = None,
         timestamps: bool = False,
-        language: str | None = None,
+        options: TextOptions | None = None,
     ) -> AsyncIterator[PiecedStream]:
         yield self.pieced
 

@@ -22,7 +22,7 @@ from gateway.transports.framed_stream import FrameCarrier, FramedTTSStream, open
 from gateway.transports.resuming import ResumingTransport
 from kokoro_contract import protocol
 from kokoro_contract.audio import pcm_duration_s
-from kokoro_contract.protocol import WordTiming
+from kokoro_contract.protocol import TextOptions, WordTiming
 
 FAST = RetryPolicy(attempts=4, base_s=0.0, max_s=0.0)  # no waiting in unit tests
 
@@ -194,7 +194,7 @@ class ScriptedTransport:
         speed: float,
         on_complete: OnComplete | None = None,
         timestamps: bool = False,
-        language: str | None = None,
+        options: TextOptions | None = None,
     ) -> AbstractAsyncContextManager[FramedTTSStream]:
         return open_stream(self.connect, voice, speed, on_complete, timestamps)
 
@@ -204,7 +204,7 @@ class ScriptedTransport:
         voice: str | None,
         speed: float,
         timestamps: bool = False,
-        language: str | None = None,
+        options: TextOptions | None = None,
     ) -> AsyncGenerator[bytes]:
         attempt = self.attempts[len(self.opened)]
         self.opened.append(attempt)

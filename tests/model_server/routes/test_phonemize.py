@@ -49,6 +49,7 @@ async def test_phonemes_and_segments_of_a_text_nothing_voiced(
         (b'{"text": "Hi.", "language": "klingon"}', "unknown_language"),
         (b'{"text": "Hi.", "language": 3}', "invalid_field"),
         (b'{"text": "Hi.", "voice": "nobody"}', "unknown_voice"),
+        (b'{"text": "Hi.", "normalize": "maybe"}', "invalid_field"),
     ],
 )
 async def test_a_bad_body_is_a_clear_400(

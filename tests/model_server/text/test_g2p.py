@@ -167,6 +167,23 @@ def test_each_language_is_read_by_its_own_g2p(language: str, text: str, phonemes
 _REAL = g2p.default_g2p()
 
 
+@pytest.mark.parametrize("language", ["en-us", "en-gb"])
+def test_normalize_off_reads_english_as_written(language: str) -> None:
+    text = "Call 415-555-0123, it costs $29.99."
+    _, normalized = _REAL.choose(language, "af_heart", text)
+    _, written = _REAL.choose(language, "af_heart", text, normalize="off")
+    assert written.name == normalized.name + " (as written)"
+    # espeak-ng's own reading, "four hundred fifteen dash ...", not a phone number's digits
+    assert "hˈʌndɹɪd" in written(text)
+    assert "hˈʌndɹɪd" not in normalized(text)
+    assert normalized(text) == normalized(
+        "Call four one five, five five five, zero one two "
+        "three, it costs twenty-nine dollars and ninety-nine cents."
+    )
+    # the other languages keep their readers' own rules either way
+    assert _REAL.choose("es", "", text, normalize="off")[1] is _REAL.choose("es", "", text)[1]
+
+
 def test_the_japanese_share_counts_a_kanji_as_the_chunker_does() -> None:
     assert g2p.japanese_share("ab東") == pytest.approx(2.5 / 4.5)  # CJK_CHAR_WEIGHT letters
     assert g2p.japanese_share("abc") == 0.0
