@@ -153,8 +153,50 @@ TOKENS: Responses = {
     **_POSTED,
 }
 VOICES: Responses = {
-    200: {"description": "the model server's voices", "content": {JSON: {}}},
+    200: {
+        "description": "the model server's voices, and the client's saved blends",
+        "content": {JSON: {}},
+    },
     401: _REFUSALS[401],
     403: _REFUSALS[403],
     502: error_response("the model server failed"),
+}
+SAVE_BLEND: Responses = {
+    201: {"description": "saved: its name and canonical blend", "content": {JSON: {}}},
+    400: error_response(
+        "invalid_field (the name or the blend), invalid_voice, unknown_voice, too_many_blends"
+    ),
+    401: _REFUSALS[401],
+    403: error_response("origin_not_allowed, or token_not_for_route: a token cannot save"),
+    **_POSTED,
+}
+SAVE_BLEND_REQUEST = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            JSON: {
+                "schema": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["name", "blend"],
+                    "properties": {
+                        "name": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,39}$"},
+                        "blend": {
+                            "description": "'af_bella(2)+af_sky(1)', or its parts as a list",
+                            "oneOf": [
+                                {"type": "string"},
+                                {"type": "array", "items": {"type": "string"}},
+                            ],
+                        },
+                    },
+                }
+            }
+        },
+    }
+}
+DELETE_BLEND: Responses = {
+    204: {"description": "forgotten"},
+    401: _REFUSALS[401],
+    403: error_response("origin_not_allowed, or token_not_for_route: a token cannot delete"),
+    404: error_response("unknown_blend: the client has no saved blend of that name"),
 }

@@ -71,7 +71,7 @@ class SpeakParams(BaseModel):
     mode: Mode = Mode.BIDI
     format: str = "mp3"
     sample_rate: int | None = None  # pcm and wav: one of formats.PCM_RATES (None: 24000)
-    voice: str | None = None
+    voice: str | list[str] | None = None  # a voice, a blend ("a(2)+b(1)" or its parts), a name
     speed: float = _speed()
     language: str | None = None  # the text's (None: its voice's and script's)
     normalize: Normalize = "auto"  # numbers, addresses ... as words first (English)
@@ -140,7 +140,7 @@ class OpenAISpeechParams(BaseModel):
 
     model: str = "kokoro"
     input: str = Field(min_length=1)
-    voice: str | None = "alloy"  # "": the gateway's default voice
+    voice: str | list[str] | None = "alloy"  # "": the gateway's default voice; or a blend
     response_format: str = "mp3"
     # not OpenAI's: pcm and wav at one of formats.PCM_RATES (None: 24000)
     sample_rate: int | None = None

@@ -11,6 +11,7 @@ import math
 import re
 from collections.abc import Collection
 
+from kokoro_contract import blends
 from kokoro_contract.errors import InvalidRequest
 
 MIN_SPEED = 0.5
@@ -54,9 +55,17 @@ def check_speed(speed: object) -> float:
 
 
 def check_voice(voice: object, voices: Collection[str], default: str) -> str:
-    """A loaded voice; none (or "") means the default."""
+    """A loaded voice, or a blend of loaded voices (`blends.check_blend`: its canonical name);
+    none (or "") means the default."""
     if voice is None or voice == "":
         return default
+    if isinstance(voice, list) and not (voice and all(isinstance(p, str) for p in voice)):
+        raise InvalidRequest(
+            "field 'voice' must be a string, or a blend's voice names as a list",
+            code="invalid_field",
+        )
+    if blends.is_blend(voice):
+        return blends.check_blend(voice, voices)
     if not isinstance(voice, str):
         raise InvalidRequest("field 'voice' must be a string", code="invalid_field")
     if voice not in voices:

@@ -22,7 +22,7 @@ from gateway.reply.plan.protocol import Plan
 from gateway.reply.plan.rates import EarlyAudio, SpeechRate, chunk_speed
 from gateway.reply.plan.sentence_plan import SentencePlan, client_plan
 from gateway.service.runtime import Runtime
-from gateway.service.voices import VoiceCatalog, parse_table
+from gateway.service.voices import SavedBlends, VoiceCatalog, parse_table
 from gateway.sources.registry import Source, SourceRequest, Supplies, kind_for, llm_kind
 from gateway.speak_ws.session import new_utterance_id
 from gateway.transports.resuming import ResumingTransport
@@ -57,6 +57,7 @@ class ReplyFactory:
         self.metrics = metrics
         self.runtime = runtime
         self.voices = VoiceCatalog(runtime.voices, parse_table(settings.openai_voices))
+        self.saved = SavedBlends()  # each client's named blends
         self.chunker = chunker_config(settings)
         self.plan = plan_config(settings)
         # what every reply's plan learns and reads (they share the engine): seconds per chunk
@@ -160,6 +161,7 @@ class ReplyFactory:
         progressively), `on_end` is called as it ends (before `agent_end`),
         `audio_format` overrides the browser format `params` name (the OpenAI route's), and
         `buffering` says who cuts a client's text (`Buffering.CLIENT`: its flushes)."""
+        assert not isinstance(params.voice, list), "a blend's parts are resolved to its name"
         spec = ReplySpec(
             utterance_id=utterance_id or params.utterance_id or new_utterance_id(),
             mode=params.mode,

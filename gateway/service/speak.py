@@ -188,7 +188,8 @@ async def speak(
     replies = service.replies
     source = replies.source_for(params, history, client_text=client_text)
     # a voice no model server has: 400 before anything is streamed
-    params = params.model_copy(update={"voice": await replies.voices.resolve(params.voice)})
+    voice = await replies.voices.resolve(params.voice, replies.saved.of(client.name))
+    params = params.model_copy(update={"voice": voice})
     uid = utterance_id or params.utterance_id or new_utterance_id()
     async with service.gate.start(
         client,

@@ -9,11 +9,16 @@ name is `400 unknown_voice`, naming the voices there are, before a reply is admi
 `GET /v1/voices` (a page's picker) is the same answer: the last one the servers gave, so a
 server slow to answer for a moment does not empty the picker; of it, the names and sources
 only, never a path on the servers' machines (`public_listing`).
+
+A blend (`af_bella(2)+af_sky(1)`, `kokoro_contract.blends`) is checked against the same voices
+and sent on by its canonical name; a client may save one under a name of its own
+(`SavedBlends`, `POST /v1/voices`), which then names that blend in its requests.
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -21,6 +26,8 @@ from pathlib import PurePosixPath, PureWindowsPath
 from typing import Any
 
 from gateway.errors import BadRequest, UpstreamError
+from kokoro_contract import blends
+from kokoro_contract.errors import InvalidRequest
 
 # OpenAI's text-to-speech voices, as its API lists them
 OPENAI_VOICES = (
@@ -88,6 +95,58 @@ def _without_path(source: str) -> str:
     return source
 
 
+def _checked_blend(blend: str | list[object], known: frozenset[str] | None) -> str:
+    """A blend's canonical name, each part one of the servers' voices when they are known
+    (else the model server checks them); its refusal as a 400 with the contract's code."""
+    try:
+        if known is None:
+            return blends.parse_blend(blend).name
+        return blends.check_blend(blend, known)
+    except InvalidRequest as exc:
+        raise BadRequest(exc.message, code=exc.code) from None
+
+
+# a saved blend's name: what a voice's name looks like, never a blend's spelling
+_SAVED_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
+
+
+class SavedBlends:
+    """Each client's named blends (`POST /v1/voices`), at most `per_client` each, in this
+    gateway's memory: a name the client then asks for as a voice speaks that blend."""
+
+    def __init__(self, per_client: int = 50) -> None:
+        self.per_client = per_client
+        self._by_client: dict[str, dict[str, str]] = {}
+
+    def of(self, client: str) -> dict[str, str]:
+        """The client's saved blends, name -> canonical blend."""
+        return dict(self._by_client.get(client, {}))
+
+    def save(self, client: str, name: object, blend: str, known: frozenset[str] | None) -> None:
+        """Saved (again, if the name was the client's already); `invalid_field` for a name
+        that is not 1-40 of `a-z 0-9 _ -` or is a voice's or OpenAI's, `too_many_blends` past
+        `per_client`."""
+        if not isinstance(name, str) or not _SAVED_NAME.fullmatch(name):
+            raise BadRequest(
+                "field 'name': 1-40 characters of a-z, 0-9, '_' and '-', starting with a letter "
+                "or digit",
+                code="invalid_field",
+            )
+        if name in OPENAI_VOICES or (known is not None and name in known):
+            raise BadRequest(f"field 'name': {name!r} is a voice's name", code="invalid_field")
+        saved = self._by_client.setdefault(client, {})
+        if name not in saved and len(saved) >= self.per_client:
+            raise BadRequest(
+                f"this client has {len(saved)} saved blends, the most it may keep; delete one",
+                code="too_many_blends",
+            )
+        saved[name] = blend
+
+    def delete(self, client: str, name: str) -> bool:
+        """Whether the client had a blend of that name (it has none now)."""
+        return self._by_client.get(client, {}).pop(name, None) is not None
+
+
 @dataclass
 class VoiceCatalog:
     fetch: Callable[[], Awaitable[dict[str, Any]]]  # the model servers' GET /voices
@@ -132,11 +191,20 @@ class VoiceCatalog:
         self._listing = body
         return body
 
-    async def resolve(self, requested: str | None) -> str | None:
-        """The voice to ask the model server for (None: its default)."""
+    async def resolve(
+        self, requested: str | list[str] | None, saved: Mapping[str, str] | None = None
+    ) -> str | None:
+        """The voice to ask the model server for (None: its default): a voice, a blend by its
+        canonical name, or the blend a client `saved` under the name asked for."""
         if requested is None:
             return None
+        if isinstance(requested, str) and saved is not None and requested in saved:
+            requested = saved[requested]
         known = await self.known()
+        if isinstance(requested, list) or blends.is_blend(requested):
+            return _checked_blend(
+                list(requested) if isinstance(requested, list) else requested, known
+            )
         if known is not None and requested in known:
             return requested
         if requested in OPENAI_VOICES:

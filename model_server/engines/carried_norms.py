@@ -154,6 +154,21 @@ def carried_in[S: Sums](prior: S | None, seen: S | None, after: int) -> S | None
     return scaled if seen is None else scaled.plus(seen)
 
 
+def blended_stats(parts: list[tuple[NormStats, float]]) -> NormStats:
+    """A voice blend's prior from its voices' (each with its share, the shares summing to 1),
+    for the windows decoder: their sums pooled as if each had given its share of the frames,
+    weighing what the first weighs (every prior of one engine weighs the same). The sums do not
+    say over how many steps each norm summed (its layer's rate), so the streamed decoder's rule
+    (`streamed.blended`: each mean and variance weighted, from its statistics) cannot be read
+    from them; pooled, the windows decoder's blend was heard as its loaded voices' were
+    (docs/measured.md, "Voice blends")."""
+    frames = parts[0][0].frames
+    pooled = parts[0][0].scaled(frames * parts[0][1])
+    for stats, share in parts[1:]:
+        pooled = pooled.plus(stats.scaled(frames * share))
+    return pooled
+
+
 def voice_prior(
     directory: Path,
     voice: str,

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from kokoro_contract import blends
 from model_server.cuda_compat import DRIVER_FILE
 from model_server.engines import checkpoint
 from model_server.engines import voices as voice_packs
@@ -60,6 +61,8 @@ from model_server.engines.base import (
 from model_server.engines.carried_norms import (
     CALIBRATION_PHONEMES,
     PRIOR_FRAMES,
+    NormStats,
+    blended_stats,
     carried_in,
     prepare_voice,
     voice_prior,
@@ -178,7 +181,8 @@ class TorchEngine:
 
         cuda = [self._device.index or 0] if self._device.type == "cuda" else []
         self._source: SeededSource = seed_source(self._model.decoder.generator, cuda)
-        self._priors: dict[str, Carried] = {}
+        self._priors: dict[str, NormStats] = {}
+        self._carried: dict[str, Carried] = {}  # each loaded voice's prior, on the device
         self._prior_lock = threading.Lock()  # one calibration at a time
         self._prior_dir = (options.cache_dir or default_cache_dir()) / "norm-priors"
         stat = files.weights.stat()
@@ -201,10 +205,12 @@ class TorchEngine:
         self.frame_samples = frame_samples(config)
 
         packs, self._origin = voice_packs.load_voices(files.voices_dir, options.voices_dir)
-        self._packs: dict[str, Any] = {  # name -> (N, 1, 256) tensor on the device
-            name: torch.from_numpy(np.ascontiguousarray(pack)).to(self._device)
-            for name, pack in packs.items()
-        }
+        self._packs = voice_packs.Packs(  # name -> (N, 1, 256) tensor on the device; blends
+            {
+                name: torch.from_numpy(np.ascontiguousarray(pack)).to(self._device)
+                for name, pack in packs.items()
+            }
+        )
         self._streams = threading.local()
         log.info(
             "torch engine: %s on %s (torch %s), progressive decoder %s, voices %s",
@@ -493,10 +499,26 @@ class TorchEngine:
 
     def _prior(self, voice: str) -> Carried:
         """The voice's instance-norm statistics over the reference text, weighing
-        `PRIOR_FRAMES`: from memory, the cache directory, or computed (once per voice: one
-        decoder pass over each sentence of the reference text)."""
+        `PRIOR_FRAMES`, on the device (`_prior_stats`)."""
         from model_server.engines.torch_norms import Carried
 
+        known = self._carried.get(voice)
+        if known is not None:
+            return known
+        prior = Carried.from_stats(self._prior_stats(voice), self._device)
+        if self._device.type == "cuda":  # copied in before any stream's kernels read it
+            self._torch.cuda.synchronize(self._device)
+        if not blends.is_blend(voice):  # a blend's is made again: there is no end to them
+            self._carried[voice] = prior
+        return prior
+
+    def _prior_stats(self, voice: str) -> NormStats:
+        """`_prior`'s statistics: from memory, the cache directory, or computed (once per
+        voice: one decoder pass over each sentence of the reference text); a blend's, its
+        voices' (`blended_stats`)."""
+        if blends.is_blend(voice):
+            parts = blends.parse_blend(voice).shares
+            return blended_stats([(self._prior_stats(name), share) for name, share in parts])
         with self._prior_lock:
             known = self._priors.get(voice)
             if known is not None:
@@ -509,9 +531,7 @@ class TorchEngine:
                 self._norms,
                 lambda: self._calibrate(voice).to_stats(),
             )
-            prior = Carried.from_stats(stats.scaled(PRIOR_FRAMES), self._device)
-            if self._device.type == "cuda":  # copied in before any stream's kernels read it
-                self._torch.cuda.synchronize(self._device)
+            prior = stats.scaled(PRIOR_FRAMES)
             self._priors[voice] = prior
             return prior
 

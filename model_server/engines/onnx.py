@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnxruntime as ort
 
+from kokoro_contract import blends
 from model_server.engines import hub_voices
 from model_server.engines import voices as voice_packs
 from model_server.engines.base import (
@@ -44,6 +45,7 @@ from model_server.engines.carried_norms import (
     CALIBRATION_PHONEMES,
     PRIOR_FRAMES,
     NormStats,
+    blended_stats,
     carried_in,
     prepare_voice,
     voice_prior,
@@ -187,9 +189,10 @@ class OnnxEngine:
         self._vocab = load_vocab()
         english = hub_voices.english_voices(options.english_voices)
         self.voice_note = english.summary
-        self._packs, self._origin = voice_packs.load_voices(
+        packs, self._origin = voice_packs.load_voices(
             options.voices_dir, extra=(english.source, english.packs)
         )
+        self._packs = voice_packs.Packs(packs)  # and blends of them
         self.threads = (alone, shared)
         log.info(
             "onnx engine: %s, %d threads per call (%d beside another), %s, voices %s; %s",
@@ -347,7 +350,11 @@ class OnnxEngine:
     def _prior(self, voice: str) -> NormStats:
         """The voice's instance-norm statistics over the reference text, weighing
         `PRIOR_FRAMES`: from memory, the cache directory, or computed (once per voice, in a
-        few seconds: one decoder pass over about 11 s of speech)."""
+        few seconds: one decoder pass over about 11 s of speech); a blend's, its voices'
+        (`blended_stats`)."""
+        if blends.is_blend(voice):
+            parts = blends.parse_blend(voice).shares
+            return blended_stats([(self._prior(name), share) for name, share in parts])
         with self._prior_lock:
             known = self._priors.get(voice)
             if known is not None:

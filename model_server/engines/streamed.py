@@ -51,6 +51,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from kokoro_contract import blends
 from model_server.engines.base import CancelToken, FloatAudio, Front, Pause, check_window
 from model_server.engines.carried_norms import CALIBRATION_PHONEMES, NormStats, voice_prior
 from model_server.engines.int8 import Int8Convs
@@ -139,6 +140,28 @@ def pooled(
     mean = (weight_a * a[0] + weight_b * b[0]) / (weight_a + weight_b)
     second = (weight_a * (a[1] + a[0] ** 2) + weight_b * (b[1] + b[0] ** 2)) / (weight_a + weight_b)
     return mean, second - mean**2
+
+
+def blended(parts: list[tuple[LengthPrior, float]]) -> LengthPrior:
+    """A voice blend's prior from its voices' (each with its share, the shares summing to 1):
+    point by point (the same calibration lengths, in the same order), the frames, and each
+    norm's mean and variance, weighted by the shares: a blend speaks as one voice between them,
+    not as a crowd of them (pooling them as a mixture, with the spread between the voices in the
+    variance, was heard further from the blend's one call: docs/measured.md, "Voice blends").
+    `carried_norms.blended_stats` is the same rule for the windows decoder."""
+    points = []
+    for k in range(len(parts[0][0].points)):
+        frames = sum(prior.points[k][0] * share for prior, share in parts)
+        names = parts[0][0].points[k][1]
+        stats = {
+            name: (
+                sum(prior.points[k][1][name][0] * share for prior, share in parts),
+                sum(prior.points[k][1][name][1] * share for prior, share in parts),
+            )
+            for name in names
+        }
+        points.append((frames, stats))
+    return LengthPrior(tuple(points))
 
 
 class _PerThread:
@@ -399,6 +422,9 @@ class StreamPriors:
         return True
 
     def _prior(self, voice: str, pause: Callable[[], None] | None) -> LengthPrior:
+        if blends.is_blend(voice):  # its voices' (made again each time: no end to blends)
+            parts = blends.parse_blend(voice).shares
+            return blended([(self._prior(name, pause), share) for name, share in parts])
         with self._lock:
             known = self._known.get(voice)
             if known is not None:

@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import io
 import pickle
+import threading
 import zipfile
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from kokoro_contract import blends
 from model_server.engines.base import VoicePack
 from model_server.engines.weights import packaged_voices_file
 
@@ -192,3 +194,52 @@ def load_voices(
         packs.update(loaded)
         origin.update(dict.fromkeys(loaded, source))
     return packs, origin
+
+
+class Packs(Mapping[str, Any]):
+    """An engine's packs by voice name, and blends of them (`kokoro_contract.blends`: a
+    blend's canonical name, as the request's check made it), mixed when first asked for with
+    the shares as weights and kept among the `BLENDS_KEPT` most recently asked. Iterating,
+    `len` and `in` see the loaded voices only. A pack: a numpy array or a torch tensor
+    (anything that multiplies by a float and adds)."""
+
+    BLENDS_KEPT = 32
+
+    def __init__(self, packs: Mapping[str, Any]) -> None:
+        self._packs = dict(packs)
+        self._blends: OrderedDict[str, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __getitem__(self, voice: str) -> Any:
+        pack = self._packs.get(voice)
+        if pack is not None:
+            return pack
+        if not blends.is_blend(voice):
+            raise KeyError(voice)
+        with self._lock:
+            mixed = self._blends.get(voice)
+            if mixed is None:
+                mixed = self.mix(voice)
+                self._blends[voice] = mixed
+                while len(self._blends) > self.BLENDS_KEPT:
+                    self._blends.popitem(last=False)
+            self._blends.move_to_end(voice)
+            return mixed
+
+    def mix(self, voice: str) -> Any:
+        """The blend `voice` names, mixed: each part's pack times its share, summed (KeyError
+        for a part that is not loaded)."""
+        parts = [(self._packs[name], share) for name, share in blends.parse_blend(voice).shares]
+        mixed = parts[0][0] * parts[0][1]
+        for pack, share in parts[1:]:
+            mixed = mixed + pack * share
+        return mixed
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._packs)
+
+    def __len__(self) -> int:
+        return len(self._packs)
+
+    def __contains__(self, voice: object) -> bool:
+        return voice in self._packs

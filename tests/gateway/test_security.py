@@ -216,6 +216,38 @@ async def test_a_token_is_bound_to_its_routes_and_lifetime(fake_server: RunningS
         assert await metric(gw, "gateway_errors_total", code="token_not_for_route") == 2
 
 
+async def test_a_saved_blend_is_its_keys_and_a_token_cannot_change_it(
+    fake_server: RunningServer,
+) -> None:
+    blend = {"name": "warm", "blend": "jf_alpha(1)+af_test(2)"}
+    with gateway(fake_server, api_keys=KEYS) as gw:
+        async with httpx.AsyncClient(base_url=gw.http_url, timeout=15) as http:
+            assert (await http.post("/v1/voices", json=blend)).status_code == 401
+            saved = await http.post("/v1/voices", json=blend, headers=auth())
+            assert saved.status_code == 201
+            token = (await http.post("/v1/tokens", json={}, headers=auth())).json()["token"]
+            # the key's visitor lists and speaks it, never changes it
+            listed = (await http.get("/v1/voices", params={"token": token})).json()["blends"]
+            assert listed == [{"name": "warm", "blend": "af_test(2)+jf_alpha(1)"}]
+            async with http.stream(
+                "GET", "/v1/speak/sse", params={**HI, "voice": "warm", "token": token}
+            ) as r:
+                reply = await read_sse(r)
+            assert len(b"".join(reply.audio_chunks())) > 0
+            by_token = await http.post("/v1/voices", json=blend, headers=auth(token))
+            assert code_of(by_token) == (403, "token_not_for_route")
+            deleted = await http.delete("/v1/voices/warm", headers=auth(token))
+            assert code_of(deleted) == (403, "token_not_for_route")
+            # another key neither sees nor speaks it
+            other = (await http.get("/v1/voices", headers=auth(OTHER_KEY))).json()["blends"]
+            assert other == []
+            refused = await http.get(
+                "/v1/speak/sse", params={**HI, "voice": "warm"}, headers=auth(OTHER_KEY)
+            )
+            assert code_of(refused) == (400, "unknown_voice")
+            assert (await http.delete("/v1/voices/warm", headers=auth())).status_code == 204
+
+
 async def test_tokens_need_keys(gateway_on_fake: RunningServer) -> None:
     async with httpx.AsyncClient(base_url=gateway_on_fake.http_url) as http:
         r = await http.post("/v1/tokens", json={})

@@ -22,7 +22,7 @@ from model_server.engines.carried_norms import CALIBRATION_PHONEMES, PRIOR_FRAME
 from model_server.engines.onnx import OnnxEngine
 from model_server.errors import SynthesisFailed
 from model_server.windows import Joiner, Schedule, Speed, Window, plan_windows
-from quality import judges, seams
+from quality import closeness, judges, seams
 
 pytestmark = pytest.mark.real_model
 
@@ -256,10 +256,12 @@ SEAM_HF = 2.0
 SEAM_LEVEL = 2.0
 
 
-def _progressive(engine: OnnxEngine, phonemes: str) -> tuple[np.ndarray, list[int]]:
+def _progressive(
+    engine: OnnxEngine, phonemes: str, voice: str = VOICE
+) -> tuple[np.ndarray, list[int]]:
     """The segment's audio as the server makes it, window by window, and where its seams are."""
     cancel = CancelToken()
-    front = engine.front(phonemes, VOICE, 1.0, cancel)
+    front = engine.front(phonemes, voice, 1.0, cancel)
     schedule = Schedule()
     if engine.exact_windows:  # as the synthesizer asks it: no context, no crossfade
         schedule = dataclasses.replace(schedule, context=0, body_context=0, crossfade=0)
@@ -271,25 +273,6 @@ def _progressive(engine: OnnxEngine, phonemes: str) -> tuple[np.ndarray, list[in
     for window in windows:
         pieces.append(joiner.push(window, engine.decode(front, window, cancel)))
     return np.concatenate(pieces), [w.start * front.frame_samples for w in windows[1:]]
-
-
-def _frames_db(audio: np.ndarray) -> np.ndarray:
-    frames = audio[: audio.size // 600 * 600].reshape(-1, 600).astype(np.float64)
-    return 20 * np.log10(np.sqrt(np.mean(frames**2, axis=1)) + 1e-5)
-
-
-def _spectrum_db(audio: np.ndarray) -> np.ndarray:
-    """Magnitudes in dB of 25 ms Hann frames, hop 12.5 ms."""
-    starts = range(0, audio.size - 600 + 1, 300)
-    frames = np.stack([audio[s : s + 600] for s in starts]) * np.hanning(600)
-    magnitude: np.ndarray = 20 * np.log10(np.abs(np.fft.rfft(frames, axis=1)) + 1e-4)
-    return magnitude
-
-
-def _mos(mos_judge: judges.MosJudge, audio: np.ndarray) -> float:
-    """DistillMOS of float audio at 24 kHz, as 16-bit PCM (what the server sends)."""
-    pcm = (np.clip(audio, -1, 1) * 32767).round().astype("<i2").tobytes()
-    return mos_judge.score(judges.decode(pcm, "pcm"))
 
 
 class OneCalls:
@@ -304,7 +287,7 @@ class OneCalls:
     def __call__(self, engine: OnnxEngine, phonemes: str) -> tuple[np.ndarray, float]:
         if phonemes not in self._known:
             whole = engine.infer(phonemes, VOICE, 1.0, CancelToken())
-            self._known[phonemes] = (whole, _mos(self._mos_judge, whole))
+            self._known[phonemes] = (whole, closeness.mos(self._mos_judge, whole))
         return self._known[phonemes]
 
 
@@ -324,19 +307,19 @@ def test_progressive_audio_is_the_whole_calls_within_tolerance_and_its_seams_are
     assert len(at) >= 2  # seams to judge
     assert progressive.size == whole.size
     # the level, frame by frame, where there is speech
-    level = _frames_db(whole)
+    level = closeness.frames_db(whole)
     loud = level > level.max() - 30
-    envelope = np.abs(_frames_db(progressive) - _frames_db(whole))[loud]
+    envelope = np.abs(closeness.frames_db(progressive) - closeness.frames_db(whole))[loud]
     bound = STREAM_ENVELOPE_DB if engine.exact_windows else ENVELOPE_DB
     assert envelope.mean() < bound, envelope.mean()
     # the spectrum (int8 decodings of different lengths quantize differently: the waveforms
     # differ in fine phase, not in what is heard)
-    reference = _spectrum_db(whole)
+    reference = closeness.spectrum_db(whole)
     heard = reference > reference.max() - 60
-    spectrum = np.abs(_spectrum_db(progressive) - reference)[heard].mean()
+    spectrum = np.abs(closeness.spectrum_db(progressive) - reference)[heard].mean()
     assert spectrum < SPECTRUM_DB, spectrum
     # the judge
-    scores = {"whole": whole_mos, "progressive": _mos(mos_judge, progressive)}
+    scores = {"whole": whole_mos, "progressive": closeness.mos(mos_judge, progressive)}
     assert scores["progressive"] >= scores["whole"] - MOS_MARGIN, scores
     if engine.exact_windows:
         # no seams: its samples do not depend on its windows
@@ -347,6 +330,51 @@ def test_progressive_audio_is_the_whole_calls_within_tolerance_and_its_seams_are
     assert report.worst_jump < SEAM_STEP, report
     assert report.worst_hf < SEAM_HF, report
     assert report.worst_level_db < SEAM_LEVEL, report
+
+
+# a blend of the registry's two voices, as a request's check spells it
+BLEND = "jf_alpha(1)+jm_kumo(1)"
+
+
+def test_a_blend_is_synthesized_with_the_mixed_style(stream_engine: OnnxEngine) -> None:
+    """One call of a blend is one call of a pack that is its voices' packs mixed by their
+    shares (here put among the loaded voices by hand), and differs from each voice's."""
+    packs = stream_engine._packs  # the loaded packs, and blends of them
+    blend = stream_engine.infer(FOX, BLEND, 1.0, CancelToken())
+    mixed = packs["jf_alpha"] * np.float32(0.5) + packs["jm_kumo"] * np.float32(0.5)
+    packs._packs["test_mixed"] = mixed
+    try:
+        by_hand = stream_engine.infer(FOX, "test_mixed", 1.0, CancelToken())
+    finally:
+        del packs._packs["test_mixed"]
+    np.testing.assert_array_equal(blend, by_hand)
+    for voice in ("jf_alpha", "jm_kumo"):
+        alone = stream_engine.infer(FOX, voice, 1.0, CancelToken())
+        n = min(alone.size, blend.size)
+        assert not np.allclose(alone[:n], blend[:n], atol=1e-3), voice
+    assert "test_mixed" not in packs
+    assert BLEND not in packs  # `in`: the loaded voices only
+    assert list(packs) == list(stream_engine.voices())
+
+
+def test_a_blend_streams_as_its_one_call_within_the_same_tolerances(
+    either: OnnxEngine, mos_judge: judges.MosJudge
+) -> None:
+    """A blend's prior is its voices' pooled (no calibration of its own): its stream is held
+    to what a loaded voice's is, against the blend's one call."""
+    engine = either
+    whole = engine.infer(FOX, BLEND, 1.0, CancelToken())
+    progressive, _ = _progressive(engine, FOX, BLEND)
+    assert progressive.size == whole.size
+    envelope = closeness.envelope_db(progressive, whole)
+    assert envelope < (STREAM_ENVELOPE_DB if engine.exact_windows else ENVELOPE_DB), envelope
+    spectrum = closeness.spectrum_difference_db(progressive, whole)
+    assert spectrum < SPECTRUM_DB, spectrum
+    scores = {
+        "whole": closeness.mos(mos_judge, whole),
+        "progressive": closeness.mos(mos_judge, progressive),
+    }
+    assert scores["progressive"] >= scores["whole"] - MOS_MARGIN, scores
 
 
 async def test_word_timings_progressive_are_the_whole_calls(either: OnnxEngine) -> None:

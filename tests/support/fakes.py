@@ -65,6 +65,7 @@ class FakeEngine:
         self.cancelled: list[str] = []
         self.cancel_seen = threading.Event()
         self.calls: list[str] = []
+        self.voices_called: list[str] = []  # each call's voice (a blend: its canonical name)
 
     def voices(self) -> dict[str, str]:
         return {"jf_alpha": "fake", "af_test": "fake"}
@@ -74,6 +75,7 @@ class FakeEngine:
 
     def infer_timed(self, phonemes: str, voice: str, speed: float, cancel: CancelToken) -> Timed:
         self.calls.append(phonemes)
+        self.voices_called.append(voice)
         if self.hold or (self.hold_after is not None and len(self.calls) > self.hold_after):
             cancel.on_cancel(self.gate.set)
             self.entered.set()

@@ -14,6 +14,7 @@ from websockets.asyncio.client import connect
 
 from gateway.errors import BadRequest, TTSError
 from gateway.service.voices import NAMESAKES, OPENAI_VOICES, VoiceCatalog, parse_table
+from tests.support.fakes import FakeEngine
 from tests.support.gateway_client import ws_reply_audio
 from tests.support.servers import RunningServer
 
@@ -142,3 +143,100 @@ async def test_speak_routes_refuse_an_unknown_voice_before_streaming(
         audio, end = await ws_reply_audio(ws)  # the session goes on
         assert len(audio) > 0
         assert end["type"] == "agent_end"
+
+
+# --- blends ---------------------------------------------------------------------------------
+
+
+async def test_a_blend_resolves_to_its_canonical_name_against_the_servers_voices() -> None:
+    catalog = VoiceCatalog(Voices(LOADED), parse_table(""), clock=lambda: 0.0)
+    assert await catalog.resolve("jm_kumo(2)+af_alloy(1)") == "af_alloy(1)+jm_kumo(2)"
+    assert await catalog.resolve(["jm_kumo", "af_alloy"]) == "af_alloy(1)+jm_kumo(1)"
+    saved = {"warm": "af_alloy(1)+jm_kumo(2)"}
+    assert await catalog.resolve("warm", saved) == "af_alloy(1)+jm_kumo(2)"  # a saved name
+    for bad, code in [
+        ("jm_kumo+af_nope", "unknown_voice"),
+        ("jm_kumo(0)+af_alloy", "invalid_voice"),
+    ]:
+        with pytest.raises(BadRequest) as refused:
+            await catalog.resolve(bad)
+        assert (refused.value.code, refused.value.status) == (code, 400)
+    unknown = VoiceCatalog(Voices(None), parse_table(""))  # the servers cannot be asked
+    assert await unknown.resolve("x_a(1)+x_b(3)") == "x_a(1)+x_b(3)"  # their check, then
+
+
+async def test_a_saved_blend_speaks_on_every_route_for_its_client_only(
+    gateway_on_fake: RunningServer, fake_engine: FakeEngine
+) -> None:
+    async with httpx.AsyncClient(base_url=gateway_on_fake.http_url) as http:
+        saved = await http.post(
+            "/v1/voices", json={"name": "warm-1", "blend": "jf_alpha(1)+af_test(2)"}
+        )
+        assert saved.status_code == 201, saved.text
+        assert saved.json() == {"name": "warm-1", "blend": "af_test(2)+jf_alpha(1)"}
+        listing = (await http.get("/v1/voices")).json()
+        assert {"name": "warm-1", "blend": "af_test(2)+jf_alpha(1)"} in listing["blends"]
+        try:
+            fake_engine.reset()
+            sse = await http.get("/v1/speak/sse", params={"text": "Hi.", "voice": "warm-1"})
+            assert "event: audio_chunk" in sse.text
+            speech = await http.post(
+                "/v1/audio/speech",
+                json={"input": "Hi.", "voice": "warm-1", "response_format": "pcm"},
+            )
+            assert speech.status_code == 200
+            assert len(speech.content) > 0
+            listed = await http.post(
+                "/v1/speak",
+                json={"text": "Hi.", "voice": ["af_test(2)", "jf_alpha"], "format": "pcm"},
+            )
+            assert "event: audio_chunk" in listed.text
+            # every call the model server made was in the blend, by its canonical name
+            assert fake_engine.voices_called
+            assert set(fake_engine.voices_called) == {"af_test(2)+jf_alpha(1)"}
+        finally:
+            deleted = await http.delete("/v1/voices/warm-1")
+        assert deleted.status_code == 204
+        assert (await http.delete("/v1/voices/warm-1")).status_code == 404
+        gone = await http.get("/v1/speak/sse", params={"text": "Hi.", "voice": "warm-1"})
+        assert gone.status_code == 400
+        assert gone.json()["error"]["code"] == "unknown_voice"
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        ({"name": "Warm", "blend": "jf_alpha+af_test"}, "invalid_field"),  # capitals
+        ({"name": "jf_alpha", "blend": "jf_alpha+af_test"}, "invalid_field"),  # a voice's name
+        ({"name": "alloy", "blend": "jf_alpha+af_test"}, "invalid_field"),  # OpenAI's
+        ({"name": "w", "blend": "jf_alpha"}, "invalid_field"),  # one voice is no blend
+        ({"name": "w", "blend": ""}, "invalid_field"),
+        ({"name": "w", "blend": "jf_alpha+nobody"}, "unknown_voice"),
+        ({"name": "w", "blend": "jf_alpha(0)+af_test"}, "invalid_voice"),
+        ({"name": "w", "blend": "jf_alpha+af_test", "extra": 1}, "invalid_field"),
+    ],
+)
+async def test_a_bad_blend_to_save_is_refused(
+    gateway_on_fake: RunningServer, body: dict[str, Any], code: str
+) -> None:
+    async with httpx.AsyncClient(base_url=gateway_on_fake.http_url) as http:
+        refused = await http.post("/v1/voices", json=body)
+        assert refused.status_code == 400
+        assert refused.json()["error"]["code"] == code
+        assert body.get("name") not in {
+            b["name"] for b in (await http.get("/v1/voices")).json()["blends"]
+        }
+
+
+async def test_a_blend_with_an_unknown_part_is_refused_on_every_route(
+    gateway_on_fake: RunningServer,
+) -> None:
+    async with httpx.AsyncClient(base_url=gateway_on_fake.http_url) as http:
+        sse = await http.get("/v1/speak/sse", params={"text": "Hi.", "voice": "jf_alpha+nobody"})
+        speech = await http.post(
+            "/v1/audio/speech", json={"input": "Hi.", "voice": "x(1)+jf_alpha"}
+        )
+        for refused in (sse, speech):
+            assert refused.status_code == 400
+            assert refused.json()["error"]["code"] == "unknown_voice"
+            assert "nobody" in refused.text or "'x'" in refused.text

@@ -467,7 +467,7 @@ def test_the_prior_is_the_voices_over_the_reference_text_computed_once_and_kept(
     with ThreadPoolExecutor(3) as pool:
         segments = list(pool.map(first_segment, range(3)))
     assert calls == [VOICE]
-    prior = fresh._priors[VOICE]
+    prior = fresh._carried[VOICE]
     for segment in segments:
         assert isinstance(segment.features, Features)
         assert segment.features.carry.prior is prior  # each segment starts from it

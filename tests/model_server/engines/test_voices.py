@@ -6,7 +6,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from model_server.engines.voices import VoicePackError, load_dir, load_file
+from kokoro_contract.limits import check_voice
+from model_server.engines.voices import Packs, VoicePackError, load_dir, load_file
 
 
 def _pack(seed: int) -> np.ndarray:
@@ -104,3 +105,23 @@ def test_pt_that_is_not_a_tensor_is_refused(tmp_path: Path) -> None:
     torch.save(_Boom(), tmp_path / "code.pt")  # a pickle that would call print()
     with pytest.raises(VoicePackError, match=r"code\.pt: not a saved tensor \(it names .*print\)"):
         load_file(tmp_path / "code.pt")
+
+
+def test_packs_mix_a_blend_by_its_shares_and_keep_the_latest() -> None:
+    a, b = np.full((4, 1, 2), 1.0, np.float32), np.full((4, 1, 2), 4.0, np.float32)
+    packs = Packs({"af_a": a, "af_b": b})
+    name = check_voice("af_a(2)+af_b(1)", {"af_a", "af_b"}, "af_a")
+    np.testing.assert_allclose(packs[name], np.full((4, 1, 2), 2.0), rtol=1e-6)  # 2/3 + 4/3
+    assert packs[name] is packs[name]  # mixed once, kept
+    assert list(packs) == ["af_a", "af_b"]
+    assert len(packs) == 2
+    assert name not in packs  # `in`: the loaded voices
+    with pytest.raises(KeyError):
+        packs["af_c"]
+    with pytest.raises(KeyError):
+        packs["af_a(1)+af_c(1)"]  # a part not loaded
+    first = packs[name]
+    for k in range(Packs.BLENDS_KEPT):  # as many others: the first is let go, made again
+        packs[f"af_a({k + 3})+af_b(1)"]
+    assert packs[name] is not first
+    np.testing.assert_array_equal(packs[name], first)

@@ -35,7 +35,7 @@ from schemathesis.specs.openapi.checks import (
 from websockets.exceptions import ConnectionClosedOK
 from websockets.sync.client import ClientConnection, connect
 
-from kokoro_contract import formats
+from kokoro_contract import blends, formats
 from kokoro_contract.protocol import parse_words
 from model_server.app import create_app
 from model_server.config import Settings
@@ -58,7 +58,9 @@ ERROR_CODES = frozenset(
         "empty_text",
         "text_too_long",
         "unknown_voice",
+        "invalid_voice",
         "invalid_speed",
+        "unknown_language",
         "invalid_field",
         "unknown_type",
         "duplicate_request_id",
@@ -244,8 +246,21 @@ BAD_REQUESTS = st.one_of(
     _refused("text", st.text(alphabet=" \t\n\r\u2028", max_size=5), "empty_text"),
     _refused("text", HUGE_TEXT, "text_too_long"),
     _refused("text", NOT_STRINGS, "invalid_field"),
-    _refused("voice", st.text(min_size=1).filter(lambda v: v not in VOICES), "unknown_voice"),
-    _refused("voice", NOT_STRINGS, "invalid_field"),
+    _refused(
+        "voice",
+        st.text(min_size=1).filter(lambda v: v not in VOICES and not blends.is_blend(v)),
+        "unknown_voice",
+    ),
+    # a blend of a voice not loaded, as a string or a list
+    _refused("voice", st.sampled_from(["nobody(2)+jf_alpha", ["af_test", "x"]]), "unknown_voice"),
+    _refused("voice", st.sampled_from(["jf_alpha(0)+af_test", "a++b"]), "invalid_voice"),
+    _refused(
+        "voice",
+        NOT_STRINGS.filter(
+            lambda v: not (isinstance(v, list) and v and all(isinstance(p, str) for p in v))
+        ),
+        "invalid_field",
+    ),
     _refused(
         "speed", FINITE_VALUES.filter(lambda v: v is not None and not _is_speed(v)), "invalid_speed"
     ),

@@ -20,6 +20,7 @@ async def test_phonemes_and_segments_of_a_text_nothing_voiced(
         spanish = await http.post("/phonemize", json={"text": "Hola.", "language": "e"})
         voiced = await http.post("/phonemize", json={"text": "Hola.", "voice": "jf_alpha"})
         asked = await http.post("/phonemize", json={"text": "Hai.", "language": "ja"})
+        blend = await http.post("/phonemize", json={"text": "Hi.", "voice": "jf_alpha+af_test(2)"})
     assert english.status_code == 200
     assert english.json() == {
         "language": "en-us",
@@ -34,6 +35,8 @@ async def test_phonemes_and_segments_of_a_text_nothing_voiced(
     # a Japanese voice reads Latin text in English; Japanese asked with no voice: its voice
     assert (voiced.json()["language"], voiced.json()["voice"]) == ("en-us", "jf_alpha")
     assert (asked.json()["language"], asked.json()["voice"]) == ("ja", "jf_alpha")
+    # a blend, by its canonical name
+    assert blend.json()["voice"] == "af_test(2)+jf_alpha(1)"
     assert fake_engine.calls == []  # nothing voiced
 
 
@@ -50,6 +53,8 @@ async def test_phonemes_and_segments_of_a_text_nothing_voiced(
         (b'{"text": "Hi.", "language": 3}', "invalid_field"),
         (b'{"text": "Hi.", "voice": "nobody"}', "unknown_voice"),
         (b'{"text": "Hi.", "normalize": "maybe"}', "invalid_field"),
+        (b'{"text": "Hi.", "voice": "jf_alpha+nobody"}', "unknown_voice"),
+        (b'{"text": "Hi.", "voice": "jf_alpha(0)+af_test"}', "invalid_voice"),
     ],
 )
 async def test_a_bad_body_is_a_clear_400(
