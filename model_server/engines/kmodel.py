@@ -183,6 +183,7 @@ class TorchEngine:
         self._source: SeededSource = seed_source(self._model.decoder.generator, cuda)
         self._priors: dict[str, NormStats] = {}
         self._carried: dict[str, Carried] = {}  # each loaded voice's prior, on the device
+        self._carried_lock = threading.Lock()
         self._prior_lock = threading.Lock()  # one calibration at a time
         self._prior_dir = (options.cache_dir or default_cache_dir()) / "norm-priors"
         stat = files.weights.stat()
@@ -502,14 +503,19 @@ class TorchEngine:
         `PRIOR_FRAMES`, on the device (`_prior_stats`)."""
         from model_server.engines.torch_norms import Carried
 
-        known = self._carried.get(voice)
-        if known is not None:
+        if blends.is_blend(voice):  # made again each time: there is no end to blends
+            return self._on_device(Carried.from_stats(self._prior_stats(voice), self._device))
+        with self._carried_lock:  # one copy per voice, whichever segment asks first
+            known = self._carried.get(voice)
+            if known is None:
+                known = self._carried[voice] = self._on_device(
+                    Carried.from_stats(self._prior_stats(voice), self._device)
+                )
             return known
-        prior = Carried.from_stats(self._prior_stats(voice), self._device)
+
+    def _on_device(self, prior: Carried) -> Carried:
         if self._device.type == "cuda":  # copied in before any stream's kernels read it
             self._torch.cuda.synchronize(self._device)
-        if not blends.is_blend(voice):  # a blend's is made again: there is no end to them
-            self._carried[voice] = prior
         return prior
 
     def _prior_stats(self, voice: str) -> NormStats:

@@ -594,6 +594,38 @@ def test_a_streamed_segment_is_the_same_bytes_whatever_its_windows_and_however_o
     assert np.sqrt(np.mean(one**2)) > 0.01  # heard, not silence
 
 
+def test_a_blend_is_the_mixed_pack_and_streams_from_its_voices_priors(
+    streaming: TorchEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One call of a blend is one call of its packs mixed by hand; its stream's prior is its
+    voices' means and variances weighted by their shares, made with no calibration of its own."""
+    blend = f"jf_alpha(1)+{VOICE}(3)"
+    packs = streaming._packs
+    packs._packs["test_mixed"] = packs["jf_alpha"] * 0.25 + packs[VOICE] * 0.75
+    seed = seeded.segment_seed  # a segment's harmonic source is seeded by its voice's name too
+    monkeypatch.setattr(seeded, "segment_seed", lambda tokens, _, speed: seed(tokens, "", speed))
+    try:
+        by_hand = streaming.infer(FOX, "test_mixed", 1.0, CancelToken())
+        mixed = streaming.infer(FOX, blend, 1.0, CancelToken())
+    finally:
+        del packs._packs["test_mixed"]
+        monkeypatch.undo()
+    np.testing.assert_allclose(mixed, by_hand, atol=1e-6)
+
+    priors = streaming._stream_priors
+    assert priors is not None
+    front = streaming.front(FOX, blend, 1.0, CancelToken())
+    parts = [(priors("jf_alpha"), 0.25), (priors(VOICE), 0.75)]
+    for k, (frames, statistics) in enumerate(priors(blend).points):  # each calibration length
+        assert frames == pytest.approx(sum(p.points[k][0] * w for p, w in parts))
+        for name, (mean, variance) in statistics.items():
+            torch.testing.assert_close(mean, sum(p.points[k][1][name][0] * w for p, w in parts))
+            torch.testing.assert_close(variance, sum(p.points[k][1][name][1] * w for p, w in parts))
+    audio = _stream_whole(streaming, front)
+    assert audio.size == front.frames * SAMPLES_PER_FRAME
+    assert np.sqrt(np.mean(audio**2)) > 0.01  # heard, not silence
+
+
 def test_the_stream_prior_is_the_voices_at_the_segments_length_kept_in_the_cache(
     streaming: TorchEngine, checkpoint_dir: Path
 ) -> None:
