@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from gateway.access.keys import DEFAULT_TOKEN_ROUTES, TOKEN_ROUTES
 from gateway.params import CancelParams, OpenAISpeechParams, SpeakParams
 from kokoro_contract import formats
-from kokoro_contract.openapi import JSON, error_response
+from kokoro_contract.openapi import JSON, error_response, json_request
 
 Responses = dict[int | str, dict[str, Any]]
 
@@ -170,30 +170,20 @@ SAVE_BLEND: Responses = {
     403: error_response("origin_not_allowed, or token_not_for_route: a token cannot save"),
     **_POSTED,
 }
-SAVE_BLEND_REQUEST = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            JSON: {
-                "schema": {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "required": ["name", "blend"],
-                    "properties": {
-                        "name": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,39}$"},
-                        "blend": {
-                            "description": "'af_bella(2)+af_sky(1)', or its parts as a list",
-                            "oneOf": [
-                                {"type": "string"},
-                                {"type": "array", "items": {"type": "string"}},
-                            ],
-                        },
-                    },
-                }
-            }
+SAVE_BLEND_REQUEST = json_request(
+    {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["name", "blend"],
+        "properties": {
+            "name": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,39}$"},
+            "blend": {
+                "description": "'af_bella(2)+af_sky(1)', or its parts as a list",
+                "oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
+            },
         },
     }
-}
+)
 DELETE_BLEND: Responses = {
     204: {"description": "forgotten"},
     401: _REFUSALS[401],

@@ -1,5 +1,5 @@
 """OpenAPI pieces both services describe their routes with: the error body every route answers
-(`kokoro_contract.errors.error_body`) and a response carrying it."""
+(`kokoro_contract.errors.error_body`) and a response carrying it, and a JSON request body."""
 
 from __future__ import annotations
 
@@ -26,3 +26,8 @@ ERROR_BODY: dict[str, Any] = {
 
 def error_response(description: str) -> dict[str, Any]:
     return {"description": description, "content": {JSON: {"schema": ERROR_BODY}}}
+
+
+def json_request(schema: dict[str, Any], required: bool = True) -> dict[str, Any]:
+    """A route's `openapi_extra` for a JSON request body of `schema`."""
+    return {"requestBody": {"required": required, "content": {JSON: {"schema": schema}}}}

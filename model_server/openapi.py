@@ -13,7 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from kokoro_contract import formats, languages, limits
 from kokoro_contract.audio import SAMPLE_RATE
-from kokoro_contract.openapi import JSON
+from kokoro_contract.openapi import JSON, json_request
 from kokoro_contract.openapi import error_response as _error
 from kokoro_contract.protocol import NORMALIZE as NORMALIZE_CHOICES
 
@@ -120,25 +120,18 @@ PHONEMIZE: Responses = {
     422: _error("unreadable_text: the text could not be converted to speech sounds"),
     **NOT_READY,
 }
-PHONEMIZE_REQUEST: dict[str, Any] = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            JSON: {
-                "schema": {
-                    "type": "object",
-                    "required": ["text"],
-                    "properties": {
-                        "text": {"type": "string", "minLength": 1},
-                        "language": LANGUAGE,
-                        "voice": {"type": "string", "description": "a loaded voice"},
-                        "normalize": NORMALIZE,
-                    },
-                }
-            }
+PHONEMIZE_REQUEST = json_request(
+    {
+        "type": "object",
+        "required": ["text"],
+        "properties": {
+            "text": {"type": "string", "minLength": 1},
+            "language": LANGUAGE,
+            "voice": {"type": "string", "description": "a loaded voice, or a blend of them"},
+            "normalize": NORMALIZE,
         },
     }
-}
+)
 INVOCATIONS: Responses = {
     200: {
         "description": "the audio: whole, or streamed segment by segment with `stream`; with "
