@@ -111,12 +111,16 @@ _SAVED_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
 
 
 class SavedBlends:
-    """Each client's named blends (`POST /v1/voices`), at most `per_client` each, in this
-    gateway's memory: a name the client then asks for as a voice speaks that blend."""
+    """Each client's named blends (`POST /v1/voices`), at most `per_client` each and `total`
+    in all (anonymous clients are each address: without a bound, many addresses could fill
+    memory), in this gateway's memory: a name the client then asks for as a voice speaks that
+    blend."""
 
-    def __init__(self, per_client: int = 50) -> None:
+    def __init__(self, per_client: int = 50, total: int = 10_000) -> None:
         self.per_client = per_client
+        self.total = total
         self._by_client: dict[str, dict[str, str]] = {}
+        self._count = 0
 
     def of(self, client: str) -> dict[str, str]:
         """The client's saved blends, name -> canonical blend."""
@@ -134,17 +138,30 @@ class SavedBlends:
             )
         if name in OPENAI_VOICES or (known is not None and name in known):
             raise BadRequest(f"field 'name': {name!r} is a voice's name", code="invalid_field")
-        saved = self._by_client.setdefault(client, {})
-        if name not in saved and len(saved) >= self.per_client:
-            raise BadRequest(
-                f"this client has {len(saved)} saved blends, the most it may keep; delete one",
-                code="too_many_blends",
-            )
-        saved[name] = blend
+        saved = self._by_client.get(client, {})
+        if name not in saved:
+            if len(saved) >= self.per_client:
+                raise BadRequest(
+                    f"this client has {len(saved)} saved blends, the most it may keep; delete one",
+                    code="too_many_blends",
+                )
+            if self._count >= self.total:
+                raise BadRequest(
+                    "this gateway keeps as many saved blends as it may; delete one",
+                    code="too_many_blends",
+                )
+            self._count += 1
+        self._by_client.setdefault(client, {})[name] = blend
 
     def delete(self, client: str, name: str) -> bool:
         """Whether the client had a blend of that name (it has none now)."""
-        return self._by_client.get(client, {}).pop(name, None) is not None
+        saved = self._by_client.get(client, {})
+        if saved.pop(name, None) is None:
+            return False
+        self._count -= 1
+        if not saved:
+            del self._by_client[client]
+        return True
 
 
 @dataclass

@@ -13,7 +13,13 @@ import pytest
 from websockets.asyncio.client import connect
 
 from gateway.errors import BadRequest, TTSError
-from gateway.service.voices import NAMESAKES, OPENAI_VOICES, VoiceCatalog, parse_table
+from gateway.service.voices import (
+    NAMESAKES,
+    OPENAI_VOICES,
+    SavedBlends,
+    VoiceCatalog,
+    parse_table,
+)
 from tests.support.fakes import FakeEngine
 from tests.support.gateway_client import ws_reply_audio
 from tests.support.servers import RunningServer
@@ -163,6 +169,25 @@ async def test_a_blend_resolves_to_its_canonical_name_against_the_servers_voices
         assert (refused.value.code, refused.value.status) == (code, 400)
     unknown = VoiceCatalog(Voices(None), parse_table(""))  # the servers cannot be asked
     assert await unknown.resolve("x_a(1)+x_b(3)") == "x_a(1)+x_b(3)"  # their check, then
+
+
+def test_saved_blends_are_bounded_per_client_and_in_all() -> None:
+    saved = SavedBlends(per_client=2, total=3)
+    saved.save("a", "one", "x(1)+y(1)", None)
+    saved.save("a", "two", "x(1)+y(2)", None)
+    saved.save("a", "two", "x(1)+y(3)", None)  # the same name again: replaced, not counted
+    with pytest.raises(BadRequest, match="this client has 2 saved blends") as per_client:
+        saved.save("a", "three", "x(1)+y(1)", None)
+    assert per_client.value.code == "too_many_blends"
+    saved.save("b", "one", "x(1)+y(1)", None)
+    with pytest.raises(BadRequest, match="this gateway keeps") as in_all:
+        saved.save("c", "one", "x(1)+y(1)", None)
+    assert in_all.value.code == "too_many_blends"
+    assert saved.delete("b", "one")
+    assert not saved.delete("b", "one")
+    saved.save("c", "one", "x(1)+y(1)", None)  # room again
+    assert saved.of("a") == {"one": "x(1)+y(1)", "two": "x(1)+y(3)"}
+    assert saved.of("b") == {}
 
 
 async def test_a_saved_blend_speaks_on_every_route_for_its_client_only(
