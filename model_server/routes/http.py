@@ -19,13 +19,12 @@ from kokoro_contract import formats
 from kokoro_contract.audio import SAMPLE_RATE, pcm_duration_s, wav_header
 from kokoro_contract.cut_stream import CutStreamingResponse, StreamCut
 from kokoro_contract.errors import InvalidRequest, ServiceError
-from kokoro_contract.languages import check_language, voice_for
-from kokoro_contract.limits import check_text, check_voice
 from kokoro_contract.openapi import JSON
 from kokoro_contract.protocol import (
     ProtocolError,
+    RequestRules,
+    SynthesisRequest,
     WordTimingsMsg,
-    check_normalize,
     decode_frame,
     validate_synthesis,
 )
@@ -131,6 +130,15 @@ async def _json_object(request: Request) -> dict[str, Any]:
     return obj
 
 
+def _synthesis(obj: dict[str, Any], rules: RequestRules) -> SynthesisRequest:
+    """A route body checked as a synthesis request (`validate_synthesis`), or 400 with its
+    code."""
+    synth = validate_synthesis(obj, rules)
+    if isinstance(synth, ProtocolError):
+        raise InvalidRequest(synth.message, code=synth.code)
+    return synth
+
+
 @router.post(
     "/phonemize",
     response_class=JSONResponse,
@@ -139,23 +147,17 @@ async def _json_object(request: Request) -> dict[str, Any]:
 )
 async def phonemize(request: Request) -> JSONResponse:
     """What the G2P makes of a text, nothing voiced: to check how a name or a language is
-    read before speaking it (`language` and `voice` as a synthesis request names them)."""
+    read before speaking it (its body checked as a synthesis request's: `text`, `language`,
+    `voice`, `normalize`)."""
     loaded = _service(request).get()
-    obj = await _json_object(request)
-    text = check_text(obj.get("text"), loaded.rules.max_text_chars)
-    language = check_language(obj.get("language"))
-    rules = loaded.rules
-    voice = check_voice(
-        obj.get("voice"), rules.voices, voice_for(language, rules.voices, rules.default_voice)
-    )
-    normalize = check_normalize(obj.get("normalize"))
+    asked = _synthesis(await _json_object(request), loaded.rules)
     reading, phonemes, segments = await loaded.synthesizer.phonemize(
-        text, language, voice, normalize
+        asked.text, asked.language, asked.voice, asked.normalize
     )
     return JSONResponse(
         {
             "language": reading.language.name,
-            "voice": voice,
+            "voice": asked.voice,
             "g2p": reading.g2p.name,
             "phonemes": phonemes,
             "segments": list(segments),
@@ -172,9 +174,7 @@ async def phonemize(request: Request) -> JSONResponse:
 async def invocations(request: Request) -> Response:
     loaded = _service(request).get()
     obj = await _json_object(request)
-    synth = validate_synthesis(obj, loaded.rules)
-    if isinstance(synth, ProtocolError):
-        raise InvalidRequest(synth.message, code=synth.code)
+    synth = _synthesis(obj, loaded.rules)
     try:
         fmt = formats.lookup(obj.get("format", "pcm"), formats.MODEL_SERVER_FORMATS)
     except formats.UnknownFormat as exc:
