@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import TypeGuard
 
@@ -37,23 +37,23 @@ class Blend:
         return tuple((voice, weight / total) for voice, weight in self.parts)
 
 
-def is_blend(voice: object) -> TypeGuard[str | list[object]]:
+def is_blend(voice: object) -> TypeGuard[str | Sequence[object]]:
     """Whether a request's `voice` asks for a blend (a list of parts, or a name with "+" or a
     weight in brackets) rather than one voice."""
     return isinstance(voice, list) or (isinstance(voice, str) and ("+" in voice or "(" in voice))
 
 
-def parse_blend(voice: str | list[object]) -> Blend:
+def parse_blend(voice: str | Sequence[object]) -> Blend:
     """The blend `voice` spells: parts joined by "+" (or given as a list), each a voice name
     with an optional positive weight in brackets (1 without). `invalid_voice` when it does not
     parse, names a voice twice, has more than `MAX_PARTS` parts or a weight that is not a
     positive number up to `MAX_WEIGHT`."""
-    if isinstance(voice, list):
+    if isinstance(voice, str):
+        pieces = voice.split("+")
+    else:
         if not voice or not all(isinstance(part, str) for part in voice):
             raise _invalid("a blend given as a list is a list of voice names")
         pieces = [str(part) for part in voice]
-    else:
-        pieces = voice.split("+")
     if len(pieces) > MAX_PARTS:
         raise _invalid(f"a blend has at most {MAX_PARTS} voices")
     weights: dict[str, float] = {}
@@ -73,7 +73,7 @@ def parse_blend(voice: str | list[object]) -> Blend:
     )
 
 
-def check_blend(voice: str | list[object], voices: Collection[str]) -> str:
+def check_blend(voice: str | Sequence[object], voices: Collection[str]) -> str:
     """A blend's canonical name, each part a loaded voice (`unknown_voice` naming the first
     that is not); a blend of one voice is that voice."""
     blend = parse_blend(voice)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import re
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath, PureWindowsPath
 from typing import Any
@@ -95,7 +95,7 @@ def _without_path(source: str) -> str:
     return source
 
 
-def _checked_blend(blend: str | list[object], known: frozenset[str] | None) -> str:
+def _checked_blend(blend: str | Sequence[object], known: frozenset[str] | None) -> str:
     """A blend's canonical name, each part one of the servers' voices when they are known
     (else the model server checks them); its refusal as a 400 with the contract's code."""
     try:
@@ -219,9 +219,7 @@ class VoiceCatalog:
             requested = saved[requested]
         known = await self.known()
         if isinstance(requested, list) or blends.is_blend(requested):
-            return _checked_blend(
-                list(requested) if isinstance(requested, list) else requested, known
-            )
+            return _checked_blend(requested, known)
         if known is not None and requested in known:
             return requested
         if requested in OPENAI_VOICES:

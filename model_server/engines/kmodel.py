@@ -501,19 +501,18 @@ class TorchEngine:
     def _prior(self, voice: str) -> Carried:
         """The voice's instance-norm statistics over the reference text, weighing
         `PRIOR_FRAMES`, on the device (`_prior_stats`)."""
-        from model_server.engines.torch_norms import Carried
-
         if blends.is_blend(voice):  # made again each time: there is no end to blends
-            return self._on_device(Carried.from_stats(self._prior_stats(voice), self._device))
+            return self._on_device(self._prior_stats(voice))
         with self._carried_lock:  # one copy per voice, whichever segment asks first
             known = self._carried.get(voice)
             if known is None:
-                known = self._carried[voice] = self._on_device(
-                    Carried.from_stats(self._prior_stats(voice), self._device)
-                )
+                known = self._carried[voice] = self._on_device(self._prior_stats(voice))
             return known
 
-    def _on_device(self, prior: Carried) -> Carried:
+    def _on_device(self, stats: NormStats) -> Carried:
+        from model_server.engines.torch_norms import Carried
+
+        prior = Carried.from_stats(stats, self._device)
         if self._device.type == "cuda":  # copied in before any stream's kernels read it
             self._torch.cuda.synchronize(self._device)
         return prior
