@@ -300,9 +300,9 @@ def _spoken_symbols(text: str) -> str:
     """An address's pieces: its words as words, its digits one by one, its symbols by name
     ("orders/1042?x=1": "orders slash one zero four two question mark x equals one")."""
     words = []
-    for piece in re.findall(r"[A-Za-z]+|\d|[^\sA-Za-z\d]", text):
+    for piece in re.findall(r"[A-Za-z]+|\d+|[^\sA-Za-z\d]", text):
         if piece.isdigit():
-            words.append(_DIGIT_NAMES[int(piece)])
+            words.append(_spell(piece))
         elif piece.isalpha():
             words.append(piece)
         elif piece in _URL_SYMBOLS:
@@ -363,10 +363,8 @@ def _letters(text: str) -> str:
 
 def _code(m: re.Match[str]) -> str:
     """A reference, letters and digits one by one: "ORD-4821" is "O R D four eight two one"."""
-    words = []
-    for piece in re.findall(r"[A-Z]+|\d", m.group(0)):
-        words.append(_DIGIT_NAMES[int(piece)] if piece.isdigit() else _letters(piece))
-    return " ".join(words)
+    pieces = re.findall(r"[A-Z]+|\d+", m.group(0))
+    return " ".join(_spell(p) if p.isdigit() else _letters(p) for p in pieces)
 
 
 def _unit(m: re.Match[str]) -> str:
