@@ -7,7 +7,7 @@ every client message as a binary frame unless the caller asked for UTF-8):
 
     {"text": "...", "voice"?: "...", "speed"?: 1.0, "request_id"?: "...",
      "deadline_ms"?: 800, "timestamps"?: true, "language"?: "es",
-     "normalize"?: "auto"|"on"|"off"}                                        synthesize
+     "normalize"?: "auto"|"on"|"off", "markup"?: "auto"|"strict"|"none"}     synthesize
     {"type": "cancel", "request_id"?: "..."}                                 drop one (or all)
     {"type": "close"}                                                        end the session
 
@@ -36,7 +36,7 @@ from typing import Any
 
 import orjson
 
-from kokoro_contract import languages, limits
+from kokoro_contract import languages, limits, markup
 from kokoro_contract.audio import pcm_duration_s
 from kokoro_contract.errors import InvalidRequest
 
@@ -73,6 +73,7 @@ class SynthesisRequest:
     # the language to read `text` in (`languages.BY_NAME`); None: as its voice and script say
     language: str | None = None
     normalize: str = "auto"  # NORMALIZE: whether numbers, addresses ... are read as words first
+    markup: str = "auto"  # markup.MARKUP: which constructs of `text` are read as markup
 
 
 # how a request's text is normalised before G2P: "auto" as its language does (English: numbers,
@@ -98,6 +99,7 @@ class TextOptions:
 
     language: str | None = None  # `languages.check_language`'s name; None: the voice's
     normalize: str = "auto"  # one of NORMALIZE
+    markup: str = "auto"  # one of markup.MARKUP
 
     def fields(self) -> dict[str, Any]:
         """The fields a synthesis message or body carries: only what differs from the
@@ -107,6 +109,8 @@ class TextOptions:
             fields["language"] = self.language
         if self.normalize != "auto":
             fields["normalize"] = self.normalize
+        if self.markup != "auto":
+            fields["markup"] = self.markup
         return fields
 
 
@@ -204,6 +208,7 @@ def validate_synthesis(
             timestamps=limits.check_flag(obj.get("timestamps"), "timestamps"),
             language=language,
             normalize=check_normalize(obj.get("normalize")),
+            markup=markup.check_markup(obj.get("markup")),
         )
     except InvalidRequest as exc:
         return ProtocolError(exc.code, exc.message, request_id)

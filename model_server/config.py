@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kokoro_contract import limits
+from kokoro_contract.markup import DEFAULT_MAX_PAUSE_S
 from kokoro_contract.settings import parse_dataclass
 from model_server.engines.checkpoint import SAGEMAKER_MODEL_DIR
 from model_server.engines.hub_voices import MODES as ENGLISH_VOICES_MODES
@@ -41,6 +42,7 @@ class Settings:
     decoder: str = "auto"  # progressive: stream (exact), windows, auto (stream with torch)
     threads: int = 0  # onnxruntime intra-op threads per call; 0: all cores
     max_text_chars: int = limits.MAX_TEXT_CHARS
+    max_pause_s: float = DEFAULT_MAX_PAUSE_S  # a markup pause longer: 400 pause_too_long
     max_pending: int = 32  # queued + running requests per WebSocket session
     max_body_bytes: int = 1_048_576  # an HTTP request's body: 413 body_too_large past it
     max_sessions: int = 256  # bidi WebSocket sessions at once (a gateway's --max-sessions)
@@ -104,6 +106,8 @@ _HELP = {
     "kokoro are installed, else windows (docs/measured.md)",
     "threads": "CPU threads per engine call (0: all cores for onnx, torch's default for torch)",
     "max_text_chars": "longest text accepted in one request",
+    "max_pause_s": "longest pause markup may ask for ([pause:1.5s], SSML <break time>): a longer "
+    "one is 400 pause_too_long",
     "max_pending": "requests queued or running per WebSocket session",
     "max_body_bytes": "largest HTTP request body (413 body_too_large)",
     "max_sessions": "bidirectional WebSocket sessions open at once; one more gets an error "

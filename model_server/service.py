@@ -107,7 +107,13 @@ class ModelService:
                 max_text_chars=self.settings.max_text_chars,
             )
             scheduler = Scheduler(self.settings.workers, self.settings.scheduling)
-            synthesizer = Synthesizer(engine, g2p, scheduler, progressive=self.settings.progressive)
+            synthesizer = Synthesizer(
+                engine,
+                g2p,
+                scheduler,
+                progressive=self.settings.progressive,
+                max_pause_s=self.settings.max_pause_s,
+            )
             if self.settings.warmup:
                 # the first call pays for what an engine sets up once; the second is one like
                 # any other, and the speed learned starts from it

@@ -27,17 +27,19 @@ from typing import cast
 import numpy as np
 import numpy.typing as npt
 
-from kokoro_contract import languages
+from kokoro_contract import languages, limits, markup
 from kokoro_contract.audio import SAMPLE_RATE, pcm_duration_s
 from kokoro_contract.languages import Language
 from kokoro_contract.protocol import SynthesisRequest, WordTiming
 from model_server.audio import StreamTrim, TrimPolicy, to_pcm16
 from model_server.engines.base import CancelToken, Engine, ProgressiveEngine, Timed
+from model_server.engines.weights import load_vocab
 from model_server.errors import UnreadableText
 from model_server.scheduler import Scheduler, Tally
+from model_server.text import marked
 from model_server.text.g2p import G2P, LanguageG2P, choose_language
 from model_server.text.split import split_phonemes
-from model_server.text.words import WordMap, map_words
+from model_server.text.words import WordMap
 from model_server.timings import WordClock
 from model_server.windows import EXACT_FIRST, Joiner, Schedule, Speed, plan_windows
 
@@ -51,6 +53,20 @@ class SegmentPlan:
 
     segments: tuple[str, ...]
     words: WordMap | None = None
+    # with markup: each segment's rate (times the request's speed; none: all 1), and the
+    # samples of silence before each segment and after the last (none: no silence)
+    rates: tuple[float, ...] = ()
+    silences: tuple[int, ...] = ()
+
+    def speed(self, index: int, speed: float) -> float:
+        """Segment `index`'s speed for a request at `speed`, within what the model takes."""
+        if not self.rates:
+            return speed
+        return min(max(speed * self.rates[index], limits.MIN_SPEED), limits.MAX_SPEED)
+
+    def silence(self, index: int) -> int:
+        """The samples of silence before segment `index` (after the last: `len(segments)`)."""
+        return self.silences[index] if self.silences else 0
 
 
 @dataclass(frozen=True)
@@ -78,9 +94,12 @@ class Synthesizer:
         trim: TrimPolicy | None = None,
         progressive: bool = True,
         schedule: Schedule | None = None,
+        max_pause_s: float = markup.DEFAULT_MAX_PAUSE_S,
     ) -> None:
         self.engine = engine
         self.g2p = g2p
+        self.max_pause_s = max_pause_s
+        self.symbols = frozenset(load_vocab())  # what IPA in markup may use
         self.scheduler = scheduler
         self.trim = trim or TrimPolicy()
         # progressive when asked and the engine can
@@ -100,35 +119,60 @@ class Synthesizer:
         self._spoken_by_others: set[str] = set()  # languages a voice not theirs was asked for
 
     async def plan(self, request: SynthesisRequest) -> SegmentPlan:
-        """The request's text as the engine's segments: normalised, phonemized and split (packed
-        when the request names a deadline); with `timestamps`, its word map too.
-        `UnreadableText` when its text cannot be read."""
+        """The request's text as the engine's segments: its markup read, normalised,
+        phonemized and split (packed when the request names a deadline); with `timestamps`,
+        its word map too. `UnreadableText` when its text cannot be read, `InvalidRequest` when
+        its markup cannot (`markup.parse`)."""
         loop = asyncio.get_running_loop()
-        _, phonemes, words = await loop.run_in_executor(
+        _, text = await loop.run_in_executor(
             self._g2p_pool,
-            self._phonemes,
+            self._read,
             request.language,
             request.voice,
             request.text,
             request.timestamps,
             request.normalize,
+            request.markup,
         )
-        segments = split_phonemes(
-            phonemes, self.engine.max_phonemes, pack=request.deadline_ms is not None
-        )
-        return SegmentPlan(tuple(segments), words)
+        return self._segments(text, pack=request.deadline_ms is not None)
 
     async def phonemize(
-        self, text: str, language: str | None, voice: str, normalize: str = "auto"
+        self,
+        text: str,
+        language: str | None,
+        voice: str,
+        normalize: str = "auto",
+        markup: str = "auto",
     ) -> tuple[Reading, str, tuple[str, ...]]:
         """What `plan` makes of `text` for `voice`: how it is read, its phonemes and its
         segments (unpacked), nothing voiced (`POST /phonemize`). `UnreadableText` when it
         cannot be read."""
         loop = asyncio.get_running_loop()
-        reading, phonemes, _ = await loop.run_in_executor(
-            self._g2p_pool, self._phonemes, language, voice, text, False, normalize
+        reading, read = await loop.run_in_executor(
+            self._g2p_pool, self._read, language, voice, text, False, normalize, markup
         )
-        return reading, phonemes, tuple(split_phonemes(phonemes, self.engine.max_phonemes))
+        return reading, read.phonemes, self._segments(read, pack=False).segments
+
+    def _segments(self, text: marked.Reading, pack: bool) -> SegmentPlan:
+        """A read text's parts as segments; the silence asked between parts less the margins
+        trimming keeps around speech (so that the quiet between the words is what was
+        asked)."""
+        segments: list[str] = []
+        rates: list[float] = []
+        silences: list[int] = []
+        margins = self.trim.lead_s + self.trim.tail_s
+        for part in text.parts:
+            pieces = split_phonemes(part.phonemes, self.engine.max_phonemes, pack=pack)
+            segments += pieces
+            rates += [part.rate] * len(pieces)
+            silences += [_samples(part.pause_s - margins)] + [0] * (len(pieces) - 1)
+        silences.append(_samples(text.pause_after_s - margins))
+        words = None
+        if text.parts and text.parts[0].words is not None:
+            words = marked.join_maps([part.words for part in text.parts])
+        if len(text.parts) == 1 and text.parts[0].rate == 1 and not any(silences):
+            return SegmentPlan(tuple(segments), words)  # plain text
+        return SegmentPlan(tuple(segments), words, tuple(rates), tuple(silences))
 
     def reader(
         self, language: str | None, voice: str, text: str, normalize: str = "auto"
@@ -148,29 +192,24 @@ class Synthesizer:
             log.info("no %s voice asked for or loaded: %s speaks it", chosen.label, voice)
         return Reading(chosen, g2p)
 
-    def _phonemes(
+    def _read(
         self,
         language: str | None,
         voice: str,
         text: str,
         timestamps: bool,
         normalize: str = "auto",
-    ) -> tuple[Reading, str, WordMap | None]:
-        """In the G2P thread: how `text` is read, its phonemes, and (with `timestamps`) its
-        word map."""
+        markup_mode: str = "auto",
+    ) -> tuple[Reading, marked.Reading]:
+        """In the G2P thread: how `text` is read, and what it reads as (with `timestamps`,
+        its word maps). `InvalidRequest` for markup that does not parse (`markup.parse`)."""
+        items = markup.parse(text, markup_mode, self.symbols, self.max_pause_s)
         try:
-            reading = self.reader(language, voice, text, normalize)
-            phonemes = reading.g2p(text)
+            reading = self.reader(language, voice, markup.spoken_text(items), normalize)
+            return reading, marked.read(items, reading.g2p, timestamps)
         except Exception as exc:  # a bug for this text: it answers as one, not as a crash
             log.exception("text normalisation or G2P failed on %d characters", len(text))
             raise UnreadableText("the text could not be converted to speech sounds") from exc
-        if not timestamps:
-            return reading, phonemes, None
-        try:
-            return reading, phonemes, map_words(text, phonemes, reading.g2p)
-        except Exception:  # timings are an aid: the audio goes out, with no words
-            log.exception("word map failed on %d characters", len(text))
-            return reading, phonemes, WordMap(phonemes, (), ())
 
     async def stream(
         self,
@@ -202,7 +241,14 @@ class Synthesizer:
             plan = await self.plan(request)
         clock = None if plan.words is None else WordClock(plan.words, plan.segments, self.trim)
         sent = 0  # samples
-        for index in range(len(plan.segments)):
+        for index in range(len(plan.segments) + 1):
+            silence = plan.silence(index)
+            if silence:  # a pause asked for: silence, exactly, before the next words
+                deadline += silence / SAMPLE_RATE
+                sent += silence
+                yield SegmentAudio(bytes(2 * silence))
+            if index == len(plan.segments):
+                break
             if self.progressive is not None:
                 pieces = self._windows(
                     self.progressive, request, key, index, clock, sent, deadline, explicit, plan
@@ -228,7 +274,7 @@ class Synthesizer:
         """One segment in one engine call."""
         segment = plan.segments[index]
         infer = self.engine.infer_timed if clock is not None else self._untimed
-        call = functools.partial(infer, segment, request.voice, request.speed)
+        call = functools.partial(infer, segment, request.voice, plan.speed(index, request.speed))
         timed = await self.scheduler.run(
             key, call, phonemes=len(segment), deadline=deadline, explicit=explicit
         )
@@ -258,7 +304,9 @@ class Synthesizer:
         estimate = self.scheduler.speed.estimate(len(segment))
         front = await self.scheduler.run(
             key,
-            functools.partial(engine.front, segment, request.voice, request.speed),
+            functools.partial(
+                engine.front, segment, request.voice, plan.speed(index, request.speed)
+            ),
             deadline=deadline,
             explicit=explicit,
             cost_s=estimate,
@@ -323,3 +371,7 @@ class Synthesizer:
 
 
 _NO_DURATIONS = np.zeros(0, np.int64)
+
+
+def _samples(seconds: float) -> int:
+    return max(0, round(seconds * SAMPLE_RATE))

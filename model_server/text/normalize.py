@@ -481,3 +481,25 @@ def _sub_spans(
     out.append(text[pos:])
     out_spans.extend(spans[pos:])
     return "".join(out), out_spans
+
+
+def say_as(kind: str, text: str) -> str:
+    """`text` read as SSML's `<say-as interpret-as=kind>` asks (`kokoro_contract.markup.SAY_AS`):
+    "characters"/"spell-out" letter by letter ("AB1" -> "eh B one"), "digits" digit by digit,
+    "cardinal" and "ordinal" as numbers, "telephone", "date" and "time" by this module's readers
+    for them; what it cannot read that way is normalised as any text is."""
+    raw = text.strip()
+    number = re.fullmatch(r"(" + _GROUPED + r"|\d+)(?:st|nd|rd|th)?", raw, re.IGNORECASE)
+    if kind in ("characters", "spell-out"):
+        return " ".join(
+            _spell(c) if c in "0123456789" else _letters(c.upper()) for c in raw if c.isalnum()
+        )
+    if kind == "digits" and any(c.isdigit() for c in raw):
+        return _spell(_digits("".join(c for c in raw if c.isdigit())))
+    if kind in ("cardinal", "ordinal") and number is not None:
+        return _cardinal(number.group(1)) if kind == "cardinal" else _ordinal(number.group(1))
+    if kind == "telephone" and sum(c.isdigit() for c in raw) >= 3:
+        groups = re.findall(r"\d+", raw)
+        spoken = ", ".join(_spell(g) for g in groups)
+        return "plus " + spoken if raw.startswith("+") else spoken
+    return normalize(raw)
