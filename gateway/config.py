@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from gateway.reply.plan.config import FIRST_SLACK_S
 from gateway.sources.registry import LLMS
 from kokoro_contract import connections, limits
+from kokoro_contract.markup import DEFAULT_MAX_PAUSE_S
 from kokoro_contract.settings import parse_dataclass
 
 ENV_PREFIX = "GATEWAY_"
@@ -39,6 +40,7 @@ class Settings:
     default_voice: str = ""  # empty: the model server's default
     openai_voices: str = ""  # OpenAI voice name=voice, over Kokoro's namesakes
     max_text_chars: int = limits.MAX_TEXT_CHARS
+    max_pause_s: float = DEFAULT_MAX_PAUSE_S  # a markup pause longer: 400 pause_too_long
     api_keys_file: str = ""  # one key per line, `name:key` or a bare key
     api_keys: str = ""  # the same, comma-separated (GATEWAY_API_KEYS)
     allow_anonymous: bool = False  # serve without keys beyond loopback
@@ -129,6 +131,9 @@ _HELP = {
     "Kokoro's namesakes (alloy=af_alloy, echo=am_echo, fable=bm_fable, nova=af_nova, "
     "onyx=am_onyx); one whose voice is not loaded speaks with the default voice",
     "max_text_chars": "longest text or prompt accepted",
+    "max_pause_s": "longest pause a given text's markup may ask for ([pause:1.5s], SSML <break "
+    "time>): a longer one is 400 pause_too_long before any audio (the model servers' "
+    "--max-pause-s checks an LLM's text as it comes: set both)",
     "api_keys_file": "file of API keys, one per line: name:key, or a bare key; with keys, "
     "every /v1 route needs 'Authorization: Bearer <key>' or a token from POST /v1/tokens",
     "api_keys": "API keys, comma-separated name:key or bare keys (use the environment: flags "

@@ -22,12 +22,17 @@ or a lower-case word is not), so the chunks never depend on how the text was spl
   its lengths count each CJK character as 2.5 letters of English (`spoken_len`), so the same
   limits hold about as much speech. Where it has no mark at all it is cut at `max_chars`.
 - Hindi ends its sentences at `।` (and `॥`), followed by a space as English's are.
+- Speech markup (`kokoro_contract.markup`) is never cut inside: a pronunciation
+  `[word](/IPA/)`, a `[pause:1s]`, and in a text that starts with `<speak>` a tag, an entity or
+  an inline element (`<sub>`, `<phoneme>`, `<say-as>`) with its words. One still arriving holds
+  the text from where it begins (`markup.HOLD_CHARS` at most: then it is text).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kokoro_contract import markup
 from kokoro_contract.scripts import CJK_CHAR_WEIGHT, is_cjk
 
 TERMINALS = ".!?…।॥"  # with Hindi's danda and double danda
@@ -145,6 +150,7 @@ class IncrementalSentenceChunker:
         self._buf = ""
         self._scan = 0  # every position before this one has been decided: no cut
         self.chunks_emitted = 0
+        self._ssml: bool | None = None  # whether the text is an SSML document, once known
 
     def push(self, text: str) -> list[str]:
         self._buf += text
@@ -160,25 +166,38 @@ class IncrementalSentenceChunker:
                 self.chunks_emitted += 1
 
     def flush(self) -> list[str]:
+        ssml = self.ssml
         rest, self._buf, self._scan = self._buf.strip(), "", 0
-        limit = self.config.max_chars
-        out = [rest[i : i + limit].strip() for i in range(0, len(rest), limit)]
-        out = [chunk for chunk in out if chunk]
+        out = split_text(rest, self.config.max_chars, ssml)
         self.chunks_emitted += len(out)
         return out
+
+    @property
+    def ssml(self) -> bool:
+        """Whether the text is an SSML document (it starts with `<speak`), as far as seen."""
+        if self._ssml is None:
+            head = self._buf.lstrip()[:6]
+            if len(head) < 6:
+                return bool(head) and "<speak".startswith(head)
+            self._ssml = head == "<speak"
+        return self._ssml
 
     # --- decisions ------------------------------------------------------------------------
 
     def _next_cut(self) -> int | None:
         """The end of the next chunk, or None until more text shows where it is."""
         buf = self._buf
+        spans, held = markup.protected(buf, self.ssml)
         while self._scan < len(buf):
             i = self._scan
-            decision = self._decide(i)
-            if decision == _NEED_MORE:
-                return None
-            if decision >= 0:
-                return decision
+            if held is not None and i >= held:
+                return None  # markup still arriving
+            if not markup.inside(spans, i):  # nothing inside a construct decides a cut
+                decision = self._decide(i)
+                if decision == _NEED_MORE:
+                    return None
+                if decision >= 0 and not markup.inside(spans, decision):
+                    return decision
             self._scan = i + 1
         return None
 
@@ -318,6 +337,9 @@ class IncrementalSentenceChunker:
                 cut = self._buf.rstrip().rfind(" ")
             if cut <= 0 or len(self._buf[:cut].split()) < self.config.first_min_words:
                 return None
+        spans, held = markup.protected(self._buf, self.ssml)
+        if markup.inside(spans, cut) or (held is not None and cut > held):
+            return None
         chunk, self._buf, self._scan = self._buf[:cut].strip(), self._buf[cut:], 0
         self.chunks_emitted += 1
         return chunk
@@ -347,13 +369,14 @@ class HeldText:
 
     def flush(self) -> list[str]:
         text, self._buf = self._buf, ""
-        return split_text(text, self.max_chars)
+        return split_text(text, self.max_chars, markup.is_ssml(text))
 
 
-def split_text(text: str, max_chars: int) -> list[str]:
+def split_text(text: str, max_chars: int, ssml: bool = False) -> list[str]:
     """`text` stripped, in pieces of at most `max_chars`: each cut after the last sentence end
     that fits, else after the last clause mark, else between the last two words, else
-    (one word longer than that) at `max_chars`. Nothing but white space: no piece."""
+    (one word longer than that) at `max_chars`; never inside markup (`ssml`: an SSML
+    document's), which may make a piece longer. Nothing but white space: no piece."""
     pieces: list[str] = []
     rest = text.strip()
     while len(rest) > max_chars:
@@ -364,11 +387,22 @@ def split_text(text: str, max_chars: int) -> list[str]:
         if cut is None:
             space = head.rfind(" ")
             cut = space if space > 0 else max_chars
+        cut = _outside(markup.protected(rest, ssml)[0], cut)
+        if cut >= len(rest):
+            break
         pieces.append(rest[:cut].strip())
         rest = rest[cut:].strip()
     if rest:
         pieces.append(rest)
     return pieces
+
+
+def _outside(spans: list[tuple[int, int]], cut: int) -> int:
+    """`cut`, or where the construct it falls inside begins (ends, when that is the start)."""
+    for start, end in spans:
+        if start < cut < end:
+            return start if start > 0 else end
+    return cut
 
 
 def _last_mark_before_space(head: str, marks: str) -> int | None:

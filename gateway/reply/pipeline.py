@@ -60,6 +60,7 @@ from gateway.transports.base import (
     TimedWords,
     TTSStream,
 )
+from kokoro_contract import markup
 from kokoro_contract.audio import pcm_duration_s
 from kokoro_contract.formats import AudioFormat
 from kokoro_contract.protocol import TextOptions, WordTiming
@@ -176,6 +177,9 @@ class Reply:
         # the client's flushes (protocol 2), answered once the audio up to each has been sent:
         # counted in pieces of the TTS stream, as they came back and as they were given on
         self._flushes = FlushAcks()
+        # an SSML reply's chunks, each made a document of its own; None until the first chunk
+        # shows whether the reply is one (False: it is not)
+        self._ssml: markup.SsmlFrames | bool | None = None
         self._received = 0
         self._emitted = 0
         self._pieces: Inbox[Any] | None = None  # `_play`'s inbox, poked when a flush comes
@@ -375,10 +379,20 @@ class Reply:
             for chunk in chunks:
                 self._chunk_released(len(chunk.text))
                 self._flushes.sent(spoken_chars(chunk.text))
-                await tts.send(chunk.text, chunk.deadline_ms)
+                await tts.send(self._framed(chunk.text), chunk.deadline_ms)
             if isinstance(delta, FlushMark) and self._pieces is not None:
                 self._pieces.poke()  # a flush with nothing left to wait for is answered now
         await tts.end_input()
+
+    def _framed(self, text: str) -> str:
+        """A chunk as the model server is sent it: an SSML reply's as a document of its own
+        (`markup.SsmlFrames`), any other as it is."""
+        if self._ssml is None:
+            mode = self.spec.options.markup if self.spec.options else "auto"
+            ssml = mode != "none" and markup.is_ssml(text)
+            self._ssml = markup.SsmlFrames() if ssml else False
+        frames = self._ssml
+        return frames.frame(text) if isinstance(frames, markup.SsmlFrames) else text
 
     def _chunk_released(self, chars: int) -> None:
         self.metrics.chunks_sent += 1

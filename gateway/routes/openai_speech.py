@@ -41,6 +41,7 @@ async def speech(request: Request) -> Response:
         speed=params.speed,
         language=params.language,
         normalize=params.normalize,
+        markup=params.markup,
     )
     fmt = params.audio_format
     timeout = service.settings.send_timeout_s

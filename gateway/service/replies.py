@@ -26,7 +26,8 @@ from gateway.service.voices import SavedBlends, VoiceCatalog, parse_table
 from gateway.sources.registry import Source, SourceRequest, Supplies, kind_for, llm_kind
 from gateway.speak_ws.session import new_utterance_id
 from gateway.transports.resuming import ResumingTransport
-from kokoro_contract import limits
+from kokoro_contract import limits, markup
+from kokoro_contract.errors import InvalidRequest
 from kokoro_contract.formats import AudioFormat
 from kokoro_contract.listen import is_loopback
 from kokoro_contract.protocol import TextOptions
@@ -113,7 +114,7 @@ class ReplyFactory:
         if kind.capabilities.takes_client_text and not client_text:
             raise BadRequest("give 'text' or 'prompt'", code="missing_text")
         if kind.capabilities.speaks_given_text:
-            self._check_spoken(said, params.speed)
+            self._check_spoken(self._marked(said, params.markup), params.speed)
         request = SourceRequest(said, history, params.echo_tps, params.echo_first_ms)
         return kind.build(request, self.supplies)
 
@@ -123,11 +124,21 @@ class ReplyFactory:
         `--echo-pacing` (demos and benchmarks)."""
         return self.settings.echo_pacing or is_loopback(self.settings.host)
 
-    def _check_spoken(self, text: str, speed: float) -> None:
+    def _marked(self, text: str, mode: str) -> tuple[markup.Item, ...]:
+        """A given text's markup (`markup.parse`; no IPA check: the model server knows its
+        phonemes). Raises `BadRequest`: `invalid_markup`, `invalid_ipa`, `pause_too_long`."""
+        try:
+            return markup.parse(text, mode, None, self.settings.max_pause_s)
+        except InvalidRequest as exc:
+            raise BadRequest(exc.message, code=exc.code) from None
+
+    def _check_spoken(self, items: tuple[markup.Item, ...], speed: float) -> None:
         """Raises `BadRequest` (`reply_too_long`) for text that would speak longer than
-        `--max-reply-audio-s` (estimated: `kokoro_contract.spoken`)."""
+        `--max-reply-audio-s` (estimated: `kokoro_contract.spoken`, and its pauses)."""
         limit = self.settings.max_reply_audio_s
-        if limit and (estimate := spoken_s(text, speed)) > limit:
+        pauses = sum(item.seconds for item in items if isinstance(item, markup.Pause))
+        estimate = spoken_s(markup.spoken_text(items), speed) + pauses
+        if limit and estimate > limit:
             raise BadRequest(
                 f"the text would speak about {estimate:.0f} s; the limit is {limit:.0f} s",
                 code="reply_too_long",
@@ -168,7 +179,7 @@ class ReplyFactory:
             format=audio_format or params.audio_format,
             voice=params.voice or self.settings.default_voice or None,
             speed=params.speed,
-            options=TextOptions(params.language, params.normalize),
+            options=TextOptions(params.language, params.normalize, params.markup),
             # timings from the TTS when asked for, and for LLM answers: what a listener who
             # interrupts has heard is what the conversation keeps
             timestamps=params.timestamps or params.prompt is not None,

@@ -3,7 +3,7 @@ frames. Two versions: protocol 1 (the default) and protocol 2 (`?protocol=2`).
 
 client -> server, protocol 1 (text frames, JSON):
     {"type": "speak", "text"|"prompt"?, "mode", "format", "voice", "speed", "language"?,
-     "normalize"?, "utterance_id"?}
+     "normalize"?, "markup"?, "utterance_id"?}
         without text or prompt, the client streams its own text:
     {"type": "text", "delta": "..."}    more text for the current utterance
     {"type": "flush"}                   no more text for it

@@ -60,6 +60,12 @@ ERROR_CODES = frozenset(
         "not_found",
         "method_not_allowed",
         "origin_not_allowed",
+        "invalid_markup",
+        "invalid_ipa",
+        "pause_too_long",
+        "tts_invalid_markup",
+        "tts_invalid_ipa",
+        "tts_pause_too_long",
     }
 )
 MAX_TEXT = 120
