@@ -21,6 +21,7 @@ from gateway.config import Settings
 from gateway.routes import (
     agentcore,
     health,
+    lexicons,
     openai_speech,
     pages,
     speak_sse,
@@ -58,6 +59,7 @@ def access_policy(settings: Settings, service: GatewayService) -> AccessPolicy:
         local_origins=loopback,
         hosts=frozenset() if hosts == ["*"] else frozenset(hosts),
         max_body_bytes=settings.max_body_bytes,
+        max_lexicon_bytes=settings.max_lexicon_bytes,
     )
 
 
@@ -101,7 +103,18 @@ def create_app(settings: Settings | None = None, sagemaker_http2_transport: Any 
         allow_headers=["Authorization", "Content-Type"],
         expose_headers=["X-Utterance-Id", "Retry-After"],
     )
-    for module in (speak_sse, speak_ws, twilio, openai_speech, tokens, health, pages, agentcore):
+    routers = (
+        speak_sse,
+        speak_ws,
+        twilio,
+        openai_speech,
+        tokens,
+        health,
+        pages,
+        lexicons,
+        agentcore,
+    )
+    for module in routers:
         app.include_router(module.router)
     app.state.conversations = agentcore.Conversations()  # AgentCore sessions' turns
     app.mount("/static", StaticFiles(directory=pages.STATIC_DIR), name="static")

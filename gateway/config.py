@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from gateway.reply.plan.config import FIRST_SLACK_S
 from gateway.sources.registry import LLMS
@@ -41,6 +42,7 @@ class Settings:
     openai_voices: str = ""  # OpenAI voice name=voice, over Kokoro's namesakes
     max_text_chars: int = limits.MAX_TEXT_CHARS
     max_pause_s: float = DEFAULT_MAX_PAUSE_S  # a markup pause longer: 400 pause_too_long
+    lexicon_file: Path | None = None  # the deployment's pronunciation lexicon (JSON)
     api_keys_file: str = ""  # one key per line, `name:key` or a bare key
     api_keys: str = ""  # the same, comma-separated (GATEWAY_API_KEYS)
     allow_anonymous: bool = False  # serve without keys beyond loopback
@@ -48,6 +50,7 @@ class Settings:
     allowed_origins: str = ""  # comma-separated; same-origin always allowed
     allowed_hosts: str = ""  # comma-separated Host names, or "*"; empty: loopback names only
     max_body_bytes: int = 65_536
+    max_lexicon_bytes: int = 1_048_576  # PUT /v1/lexicons/{name}'s body
     max_message_bytes: int = 65_536
     max_sessions: int = 256
     max_sessions_per_client: int = 8
@@ -131,6 +134,8 @@ _HELP = {
     "Kokoro's namesakes (alloy=af_alloy, echo=am_echo, fable=bm_fable, nova=af_nova, "
     "onyx=am_onyx); one whose voice is not loaded speaks with the default voice",
     "max_text_chars": "longest text or prompt accepted",
+    "lexicon_file": "a JSON object of word -> IPA between slashes ('/kˈOkəɹO/') or alias text, "
+    "read on every reply (a request's own lexicon's entries go on top); checked at start",
     "max_pause_s": "longest pause a given text's markup may ask for ([pause:1.5s], SSML <break "
     "time>): a longer one is 400 pause_too_long before any audio (the model servers' "
     "--max-pause-s checks an LLM's text as it comes: set both)",
@@ -146,6 +151,8 @@ _HELP = {
     "allowed_hosts": "Host header names served, comma-separated; '*': any (empty: loopback names, "
     "and beyond loopback the gateway refuses to start)",
     "max_body_bytes": "largest request body (413 body_too_large)",
+    "max_lexicon_bytes": "largest lexicon a PUT /v1/lexicons/{name} may send (413 "
+    "body_too_large): 1 MiB holds about 30,000 short entries; a lexicon has at most 10,000",
     "max_message_bytes": "largest WebSocket message (larger: closed with 1009)",
     "max_sessions": "sessions open at once (WebSockets and HTTP replies; 503 overloaded)",
     "max_sessions_per_client": "sessions open at once per API key, or per address when "

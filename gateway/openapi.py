@@ -184,6 +184,51 @@ SAVE_BLEND_REQUEST = json_request(
         },
     }
 )
+LEXICONS: Responses = {
+    200: {
+        "description": "the deployment's lexicon and the client's: name, version, entries",
+        "content": {JSON: {}},
+    },
+    401: _REFUSALS[401],
+    403: error_response("origin_not_allowed, or token_not_for_route: a key's holder only"),
+}
+LEXICON: Responses = {
+    200: {"description": "name, version and entries", "content": {JSON: {}}},
+    401: _REFUSALS[401],
+    403: LEXICONS[403],
+    404: error_response("unknown_lexicon: the client has no lexicon of that name"),
+}
+PUT_LEXICON: Responses = {
+    200: {"description": "saved: name, version, entries (a count)", "content": {JSON: {}}},
+    400: error_response(
+        "invalid_field (the name or the body), invalid_lexicon, invalid_ipa, "
+        "lexicon_too_large, too_many_lexicons"
+    ),
+    401: _REFUSALS[401],
+    403: LEXICONS[403],
+    **_POSTED,
+}
+PUT_LEXICON_REQUEST = json_request(
+    {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["entries"],
+        "properties": {
+            "entries": {
+                "description": "word or phrase -> IPA between slashes ('/kˈOkəɹO/') or alias "
+                "text; a key in lower case matches any case, one with a capital that spelling",
+                "type": "object",
+                "additionalProperties": {"type": "string"},
+            }
+        },
+    }
+)
+DELETE_LEXICON: Responses = {
+    204: {"description": "forgotten"},
+    401: _REFUSALS[401],
+    403: LEXICONS[403],
+    404: LEXICON[404],
+}
 DELETE_BLEND: Responses = {
     204: {"description": "forgotten"},
     401: _REFUSALS[401],

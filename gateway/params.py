@@ -77,6 +77,7 @@ class SpeakParams(BaseModel):
     language: str | None = None  # the text's (None: its voice's and script's)
     normalize: Normalize = "auto"  # numbers, addresses ... as words first (English)
     markup: Markup = "auto"  # [word](/IPA/), [pause:1s], SSML: read as markup or as text
+    lexicon: str | None = None  # one of the client's lexicons (PUT /v1/lexicons/{name})
     echo_tps: float = Field(0.0, ge=0.0, le=1000.0)  # 0: unpaced; else at least 1 token/s
     echo_first_ms: float = Field(0.0, ge=0.0, le=10_000.0)
     timestamps: bool = False  # `words` events: word timings before the audio they describe
@@ -152,6 +153,7 @@ class OpenAISpeechParams(BaseModel):
     language: str | None = None  # not OpenAI's: the input's (None: its voice's and script's)
     normalize: Normalize = "auto"  # not OpenAI's: numbers, addresses ... as words first
     markup: Markup = "auto"  # not OpenAI's: [word](/IPA/), [pause:1s], SSML
+    lexicon: str | None = None  # not OpenAI's: one of the client's lexicons
 
     _numbers = field_validator("speed", "sample_rate", mode="before")(_no_bool)
     _voice = field_validator("voice", mode="before")(_default_voice)

@@ -32,6 +32,13 @@ from xml.parsers import expat
 from kokoro_contract.errors import InvalidRequest
 
 MARKUP = ("auto", "strict", "none")
+# the symbols Kokoro-82M's vocabulary has (its config's `vocab`; the model server checks against
+# the one it loads, tests/kokoro_contract/test_markup.py that they are the same): what IPA in
+# markup or a lexicon may use
+PHONEMES = frozenset(
+    ' !"(),.:;?AIOQSTWYabcdefhijklmnopqrstuvwxyzæçðøŋœɐɑɒɔɕɖəɚɛɜɟɡɣɤɥɨɪɯɰɲɳɴɸɹɻɽɾʁʂʃʈʊʋʌʎʒʔ'
+    "ʝʣʤʥʦʧʨʰʲˈˌː\u0303βθχᵊᵝᵻ—“”…→↓↗↘ꭧ"
+)
 DEFAULT_MAX_PAUSE_S = 10.0
 # an inline construct or SSML tag still open this many characters after it began is not held
 # any longer: the chunker cuts as if it were text (and `strict` answers it as invalid)
@@ -194,18 +201,21 @@ def _construct(
     if not strict and (ipa.isascii() or _unknown(ipa, symbols) is not None):
         # a markdown link (or IPA the model cannot say): its text is what is read
         return end + 2, Words(written)
-    return end + 2, Said(written.strip(), ipa=_check_ipa(ipa, symbols, i))
+    where = f"the pronunciation at character {i}"
+    return end + 2, Said(written.strip(), ipa=check_ipa(ipa, symbols, where))
 
 
-def _check_ipa(ipa: str, symbols: Collection[str] | None, at: int) -> str:
+def check_ipa(ipa: str, symbols: Collection[str] | None, where: str) -> str:
+    """`ipa` stripped; `invalid_ipa` naming `where` when it is empty or has a symbol not in
+    `symbols` (None: any symbol)."""
     ipa = ipa.strip()
     if not ipa:
-        raise InvalidRequest(f"the pronunciation at character {at} is empty", code="invalid_ipa")
+        raise InvalidRequest(f"{where} is empty", code="invalid_ipa")
     unknown = _unknown(ipa, symbols)
     if unknown is not None:
         raise InvalidRequest(
-            f"the pronunciation at character {at} has {unknown!r} (U+{ord(unknown):04X}), "
-            "which is not one of the model's phonemes",
+            f"{where} has {unknown!r} (U+{ord(unknown):04X}), which is not one of the "
+            "model's phonemes",
             code="invalid_ipa",
         )
     return ipa
@@ -228,23 +238,23 @@ def _seconds(number: str, unit: str, max_pause_s: float) -> float:
 
 
 def _merge(items: Iterator[Item]) -> Iterator[Item]:
-    """Adjacent text of one rate as one `Words`; nothing empty."""
-    pending: Words | None = None
+    """Adjacent text of one rate as one `Words`; nothing empty. White space between constructs
+    stays (it says whether their words are apart); at either end it goes."""
+    out: list[Item] = []
     for item in items:
         if isinstance(item, Words):
-            if pending is not None and pending.rate == item.rate:
-                pending = Words(pending.text + item.text, item.rate)
-            else:
-                if pending is not None and pending.text.strip():
-                    yield pending
-                pending = item
-            continue
-        if pending is not None and pending.text.strip():
-            yield pending
-        pending = None
-        yield item
-    if pending is not None and pending.text.strip():
-        yield pending
+            if not item.text:
+                continue
+            last = out[-1] if out else None
+            if isinstance(last, Words) and last.rate == item.rate:
+                out[-1] = Words(last.text + item.text, item.rate)
+                continue
+        out.append(item)
+    while out and isinstance(out[0], Words) and not out[0].text.strip():
+        out.pop(0)
+    while out and isinstance(out[-1], Words) and not out[-1].text.strip():
+        out.pop()
+    yield from out
 
 
 # --- SSML ----------------------------------------------------------------------------------
@@ -376,7 +386,7 @@ class _Ssml:
             unknown = _unknown(ipa, self.symbols)
             if unknown is not None or not ipa.strip():
                 if self.strict:
-                    _check_ipa(ipa, self.symbols, self.parser.CurrentByteIndex)
+                    check_ipa(ipa, self.symbols, f"the <phoneme> at {self._where()}")
                 return {}
             return {"ipa": ipa.strip()}
         if name == "sub":

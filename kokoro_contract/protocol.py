@@ -7,7 +7,8 @@ every client message as a binary frame unless the caller asked for UTF-8):
 
     {"text": "...", "voice"?: "...", "speed"?: 1.0, "request_id"?: "...",
      "deadline_ms"?: 800, "timestamps"?: true, "language"?: "es",
-     "normalize"?: "auto"|"on"|"off", "markup"?: "auto"|"strict"|"none"}     synthesize
+     "normalize"?: "auto"|"on"|"off", "markup"?: "auto"|"strict"|"none",
+     "lexicon"?: {"word": "/IPA/" or "alias text", ...}}                     synthesize
     {"type": "cancel", "request_id"?: "..."}                                 drop one (or all)
     {"type": "close"}                                                        end the session
 
@@ -31,7 +32,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -39,6 +40,7 @@ import orjson
 from kokoro_contract import languages, limits, markup
 from kokoro_contract.audio import pcm_duration_s
 from kokoro_contract.errors import InvalidRequest
+from kokoro_contract.lexicon import MAX_REQUEST_ENTRIES, Lexicon, check_entries
 
 PATH = "/invocations-bidirectional-stream"
 
@@ -74,6 +76,8 @@ class SynthesisRequest:
     language: str | None = None
     normalize: str = "auto"  # NORMALIZE: whether numbers, addresses ... are read as words first
     markup: str = "auto"  # markup.MARKUP: which constructs of `text` are read as markup
+    # word -> "/IPA/" or alias text (`kokoro_contract.lexicon`), applied before G2P
+    lexicon: Mapping[str, str] = field(default_factory=dict)
 
 
 # how a request's text is normalised before G2P: "auto" as its language does (English: numbers,
@@ -100,11 +104,15 @@ class TextOptions:
     language: str | None = None  # `languages.check_language`'s name; None: the voice's
     normalize: str = "auto"  # one of NORMALIZE
     markup: str = "auto"  # one of markup.MARKUP
+    lexicon: Lexicon | None = None  # the reply's (one version from start to end)
 
-    def fields(self) -> dict[str, Any]:
-        """The fields a synthesis message or body carries: only what differs from the
-        defaults, so a request with none is the same bytes as before they existed."""
+    def fields(self, text: str) -> dict[str, Any]:
+        """The fields a synthesis message or body for `text` carries: only what differs from
+        the defaults, so a request with none is the same bytes as before they existed; of the
+        lexicon, the entries `text` uses."""
         fields: dict[str, Any] = {}
+        if self.lexicon is not None and (used := self.lexicon.used(text)):
+            fields["lexicon"] = used
         if self.language:
             fields["language"] = self.language
         if self.normalize != "auto":
@@ -209,9 +217,16 @@ def validate_synthesis(
             language=language,
             normalize=check_normalize(obj.get("normalize")),
             markup=markup.check_markup(obj.get("markup")),
+            lexicon=_lexicon(obj.get("lexicon")),
         )
     except InvalidRequest as exc:
         return ProtocolError(exc.code, exc.message, request_id)
+
+
+def _lexicon(obj: object) -> dict[str, str]:
+    if obj is None:
+        return {}
+    return check_entries(obj, MAX_REQUEST_ENTRIES)
 
 
 def synthesize_message(
@@ -229,7 +244,7 @@ def synthesize_message(
     if timestamps:
         message["timestamps"] = True
     if options is not None:
-        message.update(options.fields())
+        message.update(options.fields(text))
     if voice:
         message["voice"] = voice
     if speed is not None:
@@ -262,7 +277,7 @@ def invocation_body(
     if timestamps:
         body.update(stream=False, timestamps=True)
     if options is not None:
-        body.update(options.fields())
+        body.update(options.fields(text))
     if voice:
         body["voice"] = voice
     return body

@@ -19,7 +19,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Hashable
+from collections.abc import AsyncGenerator, AsyncIterator, Hashable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import cast
@@ -27,7 +27,7 @@ from typing import cast
 import numpy as np
 import numpy.typing as npt
 
-from kokoro_contract import languages, limits, markup
+from kokoro_contract import languages, lexicon, limits, markup
 from kokoro_contract.audio import SAMPLE_RATE, pcm_duration_s
 from kokoro_contract.languages import Language
 from kokoro_contract.protocol import SynthesisRequest, WordTiming
@@ -133,6 +133,7 @@ class Synthesizer:
             request.timestamps,
             request.normalize,
             request.markup,
+            request.lexicon,
         )
         return self._segments(text, pack=request.deadline_ms is not None)
 
@@ -143,13 +144,14 @@ class Synthesizer:
         voice: str,
         normalize: str = "auto",
         markup: str = "auto",
+        lexicon: Mapping[str, str] | None = None,
     ) -> tuple[Reading, str, tuple[str, ...]]:
         """What `plan` makes of `text` for `voice`: how it is read, its phonemes and its
         segments (unpacked), nothing voiced (`POST /phonemize`). `UnreadableText` when it
         cannot be read."""
         loop = asyncio.get_running_loop()
         reading, read = await loop.run_in_executor(
-            self._g2p_pool, self._read, language, voice, text, False, normalize, markup
+            self._g2p_pool, self._read, language, voice, text, False, normalize, markup, lexicon
         )
         return reading, read.phonemes, self._segments(read, pack=False).segments
 
@@ -200,10 +202,14 @@ class Synthesizer:
         timestamps: bool,
         normalize: str = "auto",
         markup_mode: str = "auto",
+        entries: Mapping[str, str] | None = None,
     ) -> tuple[Reading, marked.Reading]:
         """In the G2P thread: how `text` is read, and what it reads as (with `timestamps`,
-        its word maps). `InvalidRequest` for markup that does not parse (`markup.parse`)."""
+        its word maps): its markup, then the lexicon's `entries`. `InvalidRequest` for markup
+        that does not parse (`markup.parse`)."""
         items = markup.parse(text, markup_mode, self.symbols, self.max_pause_s)
+        if entries:
+            items = lexicon.apply(items, entries)
         try:
             reading = self.reader(language, voice, markup.spoken_text(items), normalize)
             return reading, marked.read(items, reading.g2p, timestamps)

@@ -83,7 +83,7 @@ class AccessMiddleware:
                 await deny(scope, receive, send, verdict)
                 return
             scope.setdefault("state", {})["client"] = verdict
-            if facts.method == "POST" and scope["type"] == "http":
+            if facts.method in ("POST", "PUT") and scope["type"] == "http":
                 receive = await self._read_body(scope, receive, send, status)
                 if status[0]:  # refused: too large
                     refused[0] = "body_too_large"
@@ -107,7 +107,7 @@ class AccessMiddleware:
     ) -> Receive:
         """The whole body, refused past the limit (a declared length was checked already;
         this counts what a chunked body really sends); the app then reads it from memory."""
-        limit = self.policy.max_body_bytes
+        limit = self.policy.body_limit(scope["path"])
         chunks: list[bytes] = []
         size = 0
         while True:

@@ -69,6 +69,11 @@ class AccessPolicy:
     local_origins: bool = True  # localhost origins allowed (listening on loopback)
     hosts: frozenset[str] = frozenset()  # Host names accepted; empty: any
     max_body_bytes: int = 65_536
+    max_lexicon_bytes: int = 1_048_576  # a lexicon's PUT: thousands of entries
+
+    def body_limit(self, path: str) -> int:
+        """The largest body a request to `path` may send."""
+        return self.max_lexicon_bytes if path.startswith("/v1/lexicons/") else self.max_body_bytes
 
     def check(self, request: RequestFacts, now: float) -> Client | Denial:
         host = request.headers.get("host", "")
@@ -83,8 +88,8 @@ class AccessPolicy:
         if origin is None and request.headers.get("sec-fetch-site") in CROSS_SITE:
             # an <img>, <script> or link from another site: browsers send no Origin for those
             return Denial(403, "origin_not_allowed", "cross-site requests need an allowed Origin")
-        if request.method == "POST":
-            denial = self._body(request.headers)
+        if request.method in ("POST", "PUT"):
+            denial = self._body(request.headers, self.body_limit(request.path))
             if denial is not None:
                 return denial
         client = self.client(request, now)
@@ -100,15 +105,13 @@ class AccessPolicy:
             return True
         return origin.lower() == f"{scheme}://{host}".lower()  # the page this gateway served
 
-    def _body(self, headers: Mapping[str, str]) -> Denial | None:
+    def _body(self, headers: Mapping[str, str], limit: int) -> Denial | None:
         media_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
         if media_type not in JSON_TYPES:
             return Denial(415, "unsupported_media_type", "send the body as application/json")
         length = headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
-            return Denial(
-                413, "body_too_large", f"bodies are limited to {self.max_body_bytes} bytes"
-            )
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            return Denial(413, "body_too_large", f"bodies are limited to {limit} bytes")
         return None
 
     def client(self, request: RequestFacts, now: float) -> Client | Denial:

@@ -42,6 +42,7 @@ async def speech(request: Request) -> Response:
         language=params.language,
         normalize=params.normalize,
         markup=params.markup,
+        lexicon=params.lexicon,
     )
     fmt = params.audio_format
     timeout = service.settings.send_timeout_s

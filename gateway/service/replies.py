@@ -21,6 +21,7 @@ from gateway.reply.plan.playback_plan import ChunkPlan
 from gateway.reply.plan.protocol import Plan
 from gateway.reply.plan.rates import EarlyAudio, SpeechRate, chunk_speed
 from gateway.reply.plan.sentence_plan import SentencePlan, client_plan
+from gateway.service.lexicons import Lexicons, load_file
 from gateway.service.runtime import Runtime
 from gateway.service.voices import SavedBlends, VoiceCatalog, parse_table
 from gateway.sources.registry import Source, SourceRequest, Supplies, kind_for, llm_kind
@@ -29,6 +30,7 @@ from gateway.transports.resuming import ResumingTransport
 from kokoro_contract import limits, markup
 from kokoro_contract.errors import InvalidRequest
 from kokoro_contract.formats import AudioFormat
+from kokoro_contract.lexicon import Lexicon
 from kokoro_contract.listen import is_loopback
 from kokoro_contract.protocol import TextOptions
 from kokoro_contract.speed import SpeedModel
@@ -59,6 +61,8 @@ class ReplyFactory:
         self.runtime = runtime
         self.voices = VoiceCatalog(runtime.voices, parse_table(settings.openai_voices))
         self.saved = SavedBlends()  # each client's named blends
+        deployment = load_file(settings.lexicon_file) if settings.lexicon_file else None
+        self.lexicons = Lexicons(deployment)  # the deployment's and each client's
         self.chunker = chunker_config(settings)
         self.plan = plan_config(settings)
         # what every reply's plan learns and reads (they share the engine): seconds per chunk
@@ -166,6 +170,7 @@ class ReplyFactory:
         utterance_id: str | None = None,
         audio_format: AudioFormat | None = None,
         buffering: Buffering = Buffering.GATEWAY,
+        lexicon: Lexicon | None = None,
     ) -> Reply:
         """A reply to `params` from `source`, its events into `out`, synthesized by `tts`;
         `alone` and `progressive` say what its model server is (nothing else to do; speaks
@@ -179,7 +184,7 @@ class ReplyFactory:
             format=audio_format or params.audio_format,
             voice=params.voice or self.settings.default_voice or None,
             speed=params.speed,
-            options=TextOptions(params.language, params.normalize, params.markup),
+            options=TextOptions(params.language, params.normalize, params.markup, lexicon),
             # timings from the TTS when asked for, and for LLM answers: what a listener who
             # interrupts has heard is what the conversation keeps
             timestamps=params.timestamps or params.prompt is not None,

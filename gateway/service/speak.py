@@ -190,6 +190,8 @@ async def speak(
     # a voice no model server has: 400 before anything is streamed
     voice = await replies.voices.resolve(params.voice, replies.saved.of(client.name))
     params = params.model_copy(update={"voice": voice})
+    # the lexicon it reads with, this version to its end (400 unknown_lexicon)
+    lexicon = replies.lexicons.for_reply(client.name, params.lexicon)
     uid = utterance_id or params.utterance_id or new_utterance_id()
     async with service.gate.start(
         client,
@@ -209,6 +211,7 @@ async def speak(
             utterance_id=uid,
             audio_format=audio_format,
             buffering=buffering,
+            lexicon=lexicon,
         )
         # a plan with deadlines gives admission its spare time (`Plan.playback`); the sentences
         # plan has none.

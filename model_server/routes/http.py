@@ -148,11 +148,11 @@ def _synthesis(obj: dict[str, Any], rules: RequestRules) -> SynthesisRequest:
 async def phonemize(request: Request) -> JSONResponse:
     """What the G2P makes of a text, nothing voiced: to check how a name or a language is
     read before speaking it (its body checked as a synthesis request's: `text`, `language`,
-    `voice`, `normalize`, `markup`)."""
+    `voice`, `normalize`, `markup`, `lexicon`)."""
     loaded = _service(request).get()
     asked = _synthesis(await _json_object(request), loaded.rules)
     reading, phonemes, segments = await loaded.synthesizer.phonemize(
-        asked.text, asked.language, asked.voice, asked.normalize, asked.markup
+        asked.text, asked.language, asked.voice, asked.normalize, asked.markup, asked.lexicon
     )
     return JSONResponse(
         {

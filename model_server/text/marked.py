@@ -46,15 +46,15 @@ class Reading:
 def read(items: Sequence[Item], g2p: Callable[[str], str], timestamps: bool) -> Reading:
     """`items` as parts: a new part at each pause and each change of rate."""
     parts: list[Part] = []
-    run: list[tuple[str, WordMap | None]] = []
+    run: list[tuple[str, WordMap]] = []  # each piece's phonemes, after a space or none
     rate, pause = 1.0, 0.0
+    apart = False  # whether white space comes before the next piece
 
     def close() -> None:
         nonlocal run, pause
-        phonemes = " ".join(p for p, _ in run).strip()
-        if any(voiced(c) for c in phonemes):
-            words = join_maps([w for _, w in run]) if timestamps else None
-            parts.append(Part(phonemes, words, rate, pause))
+        words = join_maps([w for _, w in run], [sep for sep, _ in run])
+        if words.phonemes.strip():
+            parts.append(Part(words.phonemes, words if timestamps else None, rate, pause))
             pause = 0.0
         run = []
 
@@ -67,13 +67,17 @@ def read(items: Sequence[Item], g2p: Callable[[str], str], timestamps: bool) -> 
             close()
             rate = item.rate
         if isinstance(item, Words):
+            apart = apart or item.text[:1].isspace()
             phonemes = g2p(item.text).strip()
-            words = _map(item.text, phonemes, g2p) if timestamps else None
+            words = _map(item.text, phonemes, g2p) if timestamps else WordMap(phonemes, (), ())
         else:
             phonemes = said(item, g2p)
-            words = WordMap(phonemes, (item.written,), _whole(phonemes)) if timestamps else None
+            words = WordMap(phonemes, (item.written,), _whole(phonemes))
         if phonemes:
-            run.append((phonemes, words))
+            run.append((" " if apart and run else "", words))
+            apart = False
+        if isinstance(item, Words):
+            apart = item.text[-1:].isspace() or (apart and not phonemes)
     close()
     return Reading(tuple(parts), pause)
 
@@ -100,19 +104,19 @@ def _whole(phonemes: str) -> tuple[tuple[int, int], ...]:
     return ((marks[0], marks[-1] + 1),) if marks else ()
 
 
-def join_maps(maps: Sequence[WordMap | None]) -> WordMap:
-    """Word maps of phoneme runs, as one of the runs joined by spaces."""
-    phonemes: list[str] = []
+def join_maps(maps: Sequence[WordMap | None], seps: Sequence[str] | None = None) -> WordMap:
+    """Word maps of phoneme runs, as one of the runs joined: each after its separator in
+    `seps` (default: a space between each two)."""
+    phonemes = ""
     words: list[str] = []
     spans: list[tuple[int, int]] = []
-    at = 0
-    for m in maps:
+    for i, m in enumerate(maps):
         if m is None:
             continue
-        if phonemes:
-            at += 1  # the space between runs
-        phonemes.append(m.phonemes)
+        sep = seps[i] if seps is not None else (" " if phonemes else "")
+        phonemes += sep
+        at = len(phonemes)
+        phonemes += m.phonemes
         words.extend(m.words)
         spans.extend((a + at, b + at) for a, b in m.spans)
-        at += len(m.phonemes)
-    return WordMap(" ".join(phonemes), tuple(words), tuple(spans))
+    return WordMap(phonemes, tuple(words), tuple(spans))

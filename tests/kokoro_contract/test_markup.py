@@ -92,7 +92,9 @@ def test_the_ssml_subset() -> None:
         Words("slow ", 0.8),
         Said("SQL", alias="sequel", rate=0.8),
         Words("slower", 0.4),
+        Words(" "),  # white space between constructs stays: their words are apart
         Said("ABC", say_as="characters"),
+        Words(" "),
         Said("Kokoro", ipa="kˈOkəɹO"),
         Words("Para graph & more."),
     )

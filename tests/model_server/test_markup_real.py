@@ -69,6 +69,9 @@ async def test_an_ipa_override_changes_that_word_only(model_server: RunningServe
     marked = await _phonemes(model_server, "Say [Kokoro](/kˈOkəɹO/) now.")
     assert marked.split() == [plain.split()[0], "kˈOkəɹO", plain.split()[2]]
     assert "kˈOkəɹO" not in plain
+    # a lexicon's entry reads the same as the inline pronunciation
+    entries = {"kokoro": "/kˈOkəɹO/"}
+    assert await _phonemes(model_server, "Say Kokoro now.", lexicon=entries) == marked
     _, words = await _timed(model_server, "Say [Kokoro](/kˈOkəɹO/) now.")
     assert [w["word"] for w in words] == ["Say", "Kokoro", "now."]
 

@@ -66,6 +66,9 @@ ERROR_CODES = frozenset(
         "tts_invalid_markup",
         "tts_invalid_ipa",
         "tts_pause_too_long",
+        "unknown_lexicon",
+        "tts_invalid_lexicon",
+        "tts_lexicon_too_large",
     }
 )
 MAX_TEXT = 120

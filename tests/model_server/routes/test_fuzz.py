@@ -64,6 +64,8 @@ ERROR_CODES = frozenset(
         "invalid_markup",
         "invalid_ipa",
         "pause_too_long",
+        "invalid_lexicon",
+        "lexicon_too_large",
         "invalid_field",
         "unknown_type",
         "duplicate_request_id",

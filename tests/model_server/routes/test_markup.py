@@ -53,7 +53,7 @@ def test_parts_at_pauses_and_rates_and_words_said_as_written() -> None:
         Words(" now."),
         Pause(1.0),
         Pause(0.5),
-        Words("Slowly", 0.8),
+        Words("Slowly ", 0.8),
         Said("Kokoro", ipa="kˈOkəɹO", rate=0.8),
         Pause(0.3),
     )
