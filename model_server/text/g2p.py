@@ -143,6 +143,30 @@ class JapaneseG2P:
         with self._lock:
             return str(self._g2p(text)).strip()
 
+    def words(self, text: str) -> list[tuple[int, int]]:
+        """Where `text`'s words are, as its reader cuts them (the text has no spaces between
+        words): pyopenjtalk's, the words its readings are of."""
+        import pyopenjtalk
+
+        with self._lock:
+            surfaces = [str(word["string"]) for word in pyopenjtalk.run_frontend(text)]
+        return spans_of(text, surfaces)
+
+
+def spans_of(text: str, surfaces: list[str]) -> list[tuple[int, int]]:
+    """Where each of `surfaces` (a text's words, in order) is in `text`; white space and what
+    is not found are no word."""
+    spans, at = [], 0
+    for surface in surfaces:
+        if not surface.strip():
+            continue
+        start = text.find(surface, at)
+        if start < 0:
+            continue
+        spans.append((start, start + len(surface)))
+        at = start + len(surface)
+    return spans
+
 
 def japanese_share(text: str) -> float:
     """How much of `text`'s speech is in Japanese or Chinese script (a kana or kanji weighing
@@ -204,6 +228,7 @@ class MandarinG2P:
         self._english = english
         self._g2p = ZHG2P()
         self._lock = threading.Lock()
+        self._cut = jieba.tokenize
 
     def __call__(self, text: str) -> str:
         pieces = []
@@ -215,6 +240,12 @@ class MandarinG2P:
                     phonemes, _ = self._g2p(rest)
                 pieces.append(str(phonemes).strip())
         return " ".join(p for p in pieces if p)
+
+    def words(self, text: str) -> list[tuple[int, int]]:
+        """Where `text`'s words are, as jieba cuts them (the words its readings are of)."""
+        with self._lock:
+            surfaces = [str(word) for word, _, _ in self._cut(text)]
+        return spans_of(text, surfaces)
 
 
 # runs of Latin words (with the spaces, apostrophes and hyphens between them), and what is between

@@ -68,8 +68,11 @@ def word_pieces(text: str) -> list[tuple[int, int]]:
 
 
 def map_words(text: str, phonemes: str, g2p: Callable[[str], str]) -> WordMap:
-    """The words of `text` and their spans in `phonemes` (what `g2p(text)` gave)."""
-    pieces = word_pieces(text)
+    """The words of `text` and their spans in `phonemes` (what `g2p(text)` gave): its
+    white-space pieces (`word_pieces`), or, for a G2P that says where a text's words are (a
+    `words(text)` method: Japanese and Mandarin, written without spaces), its words."""
+    cut = getattr(g2p, "words", None)
+    pieces = cut(text) if cut is not None and not text.isascii() else word_pieces(text)
     per_word = [_phonemize(g2p, text[a:b]) for a, b in pieces]
     labels = _label(phonemes, per_word)
     first: dict[int, int] = {}

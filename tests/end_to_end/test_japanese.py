@@ -33,8 +33,13 @@ async def test_japanese_is_cut_at_its_sentence_marks_and_spoken_as_japanese(
     # 37 characters at 0.156-0.169 s each, as the measured sentences spoke
     assert 4.0 <= len(pcm) / 48_000 <= 8.5
     assert mos_judge.score(judges.decode(pcm, "pcm")) >= MOS_FLOOR
-    # timed on the written text: no spaces, so a sentence is one word, in order, in its chunk
+    # timed on the written text word by word (the Japanese reader's words: no spaces), in
+    # order, each sentence's in its chunk; punctuation is no word
     words = [w for body in reply.data("words") for w in body["words"]]
-    assert [w["word"] for w in words] == [FIRST, SECOND]
+    assert "".join(w["word"] for w in words) == (FIRST + SECOND).replace("。", "").replace("、", "")
+    assert words[0]["word"] == "かしこまり"  # the reader's first word, not the sentence
     first_chunk_ms = metrics["chunk_audio_s"][0] * 1000
-    assert words[0]["end_ms"] <= first_chunk_ms <= words[1]["start_ms"]
+    cut = next(i for i, w in enumerate(words) if w["start_ms"] >= first_chunk_ms)
+    assert "".join(w["word"] for w in words[:cut]) == FIRST.removesuffix("。")
+    starts = [w["start_ms"] for w in words]
+    assert starts == sorted(starts)

@@ -8,6 +8,8 @@ import pytest
 from kokoro_contract import languages
 from model_server.text import g2p
 from model_server.text.g2p import EspeakG2P, english_g2p
+from model_server.text.words import map_words
+from tests.support.fakes import IdentityG2P
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +86,36 @@ def test_japanese_phonemes_are_in_kokoros_vocabulary(japanese: g2p.JapaneseG2P) 
     vocab = load_vocab()
     text = "ポートランドの倉庫から、木曜日の午後に届く予定です。追跡番号はメールでお送りします？"
     assert set(japanese(text)) <= set(vocab) | {" "}
+
+
+def _timed_words(reader: g2p.G2P, text: str) -> list[tuple[str, str]]:
+    phonemes = reader(text)
+    words = map_words(text, phonemes, reader)
+    return [(w, phonemes[a:b]) for w, (a, b) in zip(words.words, words.spans, strict=True)]
+
+
+def test_japanese_and_mandarin_are_timed_word_by_word(japanese: g2p.JapaneseG2P) -> None:
+    """Written without spaces, they are timed by their readers' words (pyopenjtalk's, jieba's),
+    each on the phonemes its reading made; punctuation is no word."""
+    assert _timed_words(japanese, "ご注文は昨日、発送されました！") == [
+        ("ご", "ɡo"),
+        ("注文", "ʨɨːmoɴ"),
+        ("は", "βa"),
+        ("昨日", "kʲinoː"),
+        ("発送", "haʔsoː"),
+        ("さ", "sa"),
+        ("れ", "ɾe"),
+        ("まし", "maɕi"),
+        ("た", "ta"),
+    ]
+    mandarin = g2p.MandarinG2P(IdentityG2P())
+    assert _timed_words(mandarin, "你好，我们今天发货了。") == [
+        ("你好", "ni↓xau↓"),
+        ("我们", "wo↓mən"),
+        ("今天", "ʨi→ntʰjɛ→n"),
+        ("发货", "fa→xwo↘"),
+        ("了", "lɤ"),
+    ]
 
 
 class _Named:
