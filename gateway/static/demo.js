@@ -161,11 +161,19 @@ const SAMPLES = {
   it: "Il suo ordine è partito ieri dal nostro magazzino. Dovrebbe arrivare giovedì pomeriggio.",
   "pt-br": "Seu pedido saiu ontem do nosso armazém. Deve chegar na quinta-feira à tarde.",
 };
+// Markup (docs/protocols.md#markup): a pause, a word said as written in IPA, and SSML
+const EXAMPLES = {
+  pause: "Let me check that for you. [pause:1s] Your order shipped this morning.",
+  ipa: "Your assistant today is [Kokoro](/kˈOkəɹO/), and it reads names the way you write them.",
+  ssml: '<speak>Your order code is <say-as interpret-as="characters">KX</say-as>' +
+    '<break time="600ms"/> <prosody rate="slow">four eight two one.</prosody></speak>',
+};
 let offered = $("text").value; // the text the page last put there
-$("language").addEventListener("change", () => {
-  const sample = SAMPLES[$("language").value];
+function offer(sample) {
   if (sample && $("text").value === offered) $("text").value = offered = sample; // never over the listener's own
-});
+}
+$("language").addEventListener("change", () => offer(SAMPLES[$("language").value]));
+$("example").addEventListener("change", () => offer(EXAMPLES[$("example").value]));
 
 $("form").addEventListener("submit", async (event) => {
   event.preventDefault();

@@ -646,3 +646,25 @@ async def test_the_language_picker_offers_a_sample_and_asks_for_the_language(
     assert "".join(fake_engine.calls).replace(" ", "") == "Hola,buenosdías."
     assert console.errors == []
     await page.close()
+
+
+async def test_the_markup_examples_are_voiced_not_read(
+    browser: Browser, gateway_on_fake: RunningServer, fake_engine: FakeEngine
+) -> None:
+    page, console = await open_demo(browser, gateway_on_fake.http_url)
+    await page.select_option("#example", "ipa")
+    assert "[Kokoro](/kˈOkəɹO/)" in await page.input_value("#text")
+    await page.select_option("#example", "pause")  # offered over the page's own example
+    assert "[pause:1s]" in await page.input_value("#text")
+    fake_engine.reset()
+    await page.select_option("#transport", "sse")
+    await page.select_option("#format", "pcm")
+    await page.click("#speak")
+    await wait_for_state(page, "done")
+    # the pause is between two engine calls, neither of which reads the brackets
+    assert fake_engine.calls == ["Let me check that for you.", "Your order shipped this morning."]
+    captions = await page.text_content("#captions") or ""
+    assert "pause" not in captions
+    assert "morning" in captions
+    assert console.errors == []
+    await page.close()
