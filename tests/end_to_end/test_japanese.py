@@ -27,7 +27,10 @@ async def test_japanese_is_cut_at_its_sentence_marks_and_spoken_as_japanese(
     reply = await sse_post(gateway_server.http_url, body)
     assert "error" not in reply.names
     metrics = reply.one("agent_end")["metrics"]
-    assert metrics["chunks"] == 2  # one a sentence, cut at 。
+    # the first a sentence, cut at 。; the second whole, or cut after its 、 when the plan
+    # finds it too long for its deadline on this machine
+    assert metrics["chunk_chars"][0] == len(FIRST)
+    assert metrics["chunk_chars"][1:] in ([len(SECOND)], [9, len(SECOND) - 9])
     pcm = b"".join(reply.audio_chunks())
     assert sum(metrics["chunk_audio_s"]) == pytest.approx(len(pcm) / 48_000, abs=0.005)
     # 37 characters at 0.156-0.169 s each, as the measured sentences spoke

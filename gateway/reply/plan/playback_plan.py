@@ -59,7 +59,7 @@ from gateway.reply.chunker import ChunkerConfig, IncrementalSentenceChunker
 from gateway.reply.plan.config import PlanConfig
 from gateway.reply.plan.protocol import UNFINISHED_MAX, Chunk, Plan, Playback
 from gateway.reply.plan.rates import EarlyAudio, Rates, SpeechRate, chunk_speed
-from gateway.reply.plan.timeline import Inputs, Sent, Timeline, build
+from gateway.reply.plan.timeline import Inputs, Sent, Timeline, build, spoken_chars
 from kokoro_contract.speed import SpeedModel
 
 
@@ -285,7 +285,7 @@ class ChunkPlan(Plan, Playback):
         start = max(now, self._busy_until())
         audio_before = sum(s.audio_s for s in self._sent)
         first = not self._sent
-        chars = len(text)
+        chars = spoken_chars(text)
         rates = self._rates()
         ready, finish = start + rates.first_s(chars), start + rates.synth_s(chars)
         self._sent.append(Sent(chars, now, start, ready, finish, rates.audio_s(chars)))
@@ -316,9 +316,10 @@ class ChunkPlan(Plan, Playback):
             for unit in self._units[1:]:
                 candidate = f"{group} {unit}"
                 if (
-                    len(candidate) > self.config.max_chars
-                    or timeline.inputs.rates.first_s(len(candidate)) > self.config.max_group_s
-                    or not timeline.fits(len(candidate))
+                    spoken_chars(candidate) > self.config.max_chars
+                    or timeline.inputs.rates.first_s(spoken_chars(candidate))
+                    > self.config.max_group_s
+                    or not timeline.fits(spoken_chars(candidate))
                 ):
                     break
                 group, taken = candidate, taken + 1

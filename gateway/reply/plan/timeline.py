@@ -25,7 +25,14 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from gateway.reply.chunker import CLAUSE_MARKS, PHRASE_STARTS, word_of
+from gateway.reply.chunker import (
+    CJK_CLAUSE_MARKS,
+    CLAUSE_MARKS,
+    PHRASE_STARTS,
+    WORD_CHARS,
+    spoken_len,
+    word_of,
+)
 from gateway.reply.plan.config import PlanConfig
 from gateway.reply.plan.rates import Rates
 
@@ -148,28 +155,43 @@ def cut(
     unit: str, start: float, needed: float, rates: Rates, config: PlanConfig
 ) -> tuple[str, str | None]:
     """`unit` whole if its synthesis, from `start`, ends its margin before `needed`; else
-    cut before a phrase (a clause mark, a conjunction or preposition) that leaves
-    `first_min_words` words on each side: the longest first part that is ready in time,
-    else the shortest (late, but less late than the whole); whole if there is no such
-    place."""
+    cut before a phrase (a clause mark, a conjunction or preposition; in Japanese or Chinese,
+    after a clause mark `、，；：`) that leaves `first_min_words` words on each side (of CJK
+    text, as much speech: `spoken_len`): the longest first part that is ready in time, else
+    the shortest (late, but less late than the whole); whole if there is no such place."""
     min_words = config.first_min_words
 
     def fits(text: str) -> bool:
-        return spare(Slot.at(len(text), start, rates, config), needed, config) >= 0
+        return spare(Slot.at(spoken_chars(text), start, rates, config), needed, config) >= 0
 
     if fits(unit):
         return unit, None
     words = unit.split(" ")
     cuts = [
-        i
+        (" ".join(words[:i]), " ".join(words[i:]))
         for i in range(min_words, len(words) - min_words + 1)
         if words[i - 1][-1] in CLAUSE_MARKS or word_of(words[i]) in PHRASE_STARTS
     ]
+    least = min_words * WORD_CHARS
+    cuts += [
+        (unit[: i + 1].strip(), unit[i + 1 :].strip())
+        for i, c in enumerate(unit)
+        if c in CJK_CLAUSE_MARKS
+        and spoken_len(unit[: i + 1]) >= least
+        and spoken_len(unit[i + 1 :]) >= least
+    ]
     if not cuts:
         return unit, None
-    fitting = [i for i in cuts if fits(" ".join(words[:i]))]
-    best = max(fitting) if fitting else min(cuts)
-    return " ".join(words[:best]), " ".join(words[best:])
+    cuts.sort(key=lambda parts: len(parts[0]))
+    fitting = [parts for parts in cuts if fits(parts[0])]
+    head, tail = fitting[-1] if fitting else cuts[0]
+    return head, tail
+
+
+def spoken_chars(text: str) -> int:
+    """A chunk's length as the plan counts it: in English characters' worth of speech (a CJK
+    character 2.5: `chunker.spoken_len`), so one learned rate serves every script."""
+    return round(spoken_len(text))
 
 
 @dataclass(frozen=True)
@@ -255,7 +277,7 @@ class Timeline:
                 profile.append((spare(late, played + before, config), ready - now))
             before += sent.audio_s
         for unit in self.inputs.waiting:
-            slot = Slot.at(len(unit), ready, rates, config)
+            slot = Slot.at(spoken_chars(unit), ready, rates, config)
             ready = slot.finish
             profile.append((spare(slot, played + before, config), ready - now))
             before += slot.audio_s
@@ -293,7 +315,7 @@ def build(inputs: Inputs, now: float) -> Timeline:
         tuple(plays_at),
         play_start + audio_sent,
         planned,
-        sum(rates.synth_s(len(unit)) for unit in waiting),
+        sum(rates.synth_s(spoken_chars(unit)) for unit in waiting),
     )
 
 
@@ -312,7 +334,7 @@ def _planned(
     units = list(waiting)
     while units:
         head, rest = cut(units.pop(0), ready, start + before, rates, config)
-        slot = Slot.at(len(head), ready, rates, config)
+        slot = Slot.at(spoken_chars(head), ready, rates, config)
         yield Planned(head, rest, slot, start + before)
         ready = slot.finish
         before += slot.audio_s

@@ -14,8 +14,10 @@ from gateway.reply.plan.timeline import (
     Sent,
     Slot,
     build,
+    cut,
     rest_spare,
     spare,
+    spoken_chars,
     window_spans,
 )
 
@@ -156,3 +158,25 @@ def test_a_timeline_holds_while_the_moment_does_not_move_it() -> None:
     assert not timeline.holds(moved, 1.0)  # any input changed
     quiet = Inputs(sent, (), PROGRESSIVE, CONFIG, True, None)
     assert build(quiet, 0.3).holds(quiet, 9.0)  # no text waits: nothing depends on the moment
+
+
+def test_a_sentence_too_long_for_its_deadline_is_cut_at_a_phrase_in_any_script() -> None:
+    english = (
+        "Your order left our warehouse in Portland yesterday, and it is on its way to you now."
+    )
+    japanese = "ご注文の品は昨日、ポートランドの倉庫から発送されました。"
+    # time for all of either: whole
+    assert cut(english, 0.0, 60.0, WHOLE, CONFIG) == (english, None)
+    assert cut(japanese, 0.0, 60.0, WHOLE, CONFIG) == (japanese, None)
+    # not: before a phrase, or after a Japanese clause mark (no spaces to cut at)
+    assert cut(english, 0.0, 2.6, WHOLE, CONFIG) == (
+        "Your order left our warehouse in Portland yesterday,",
+        "and it is on its way to you now.",
+    )
+    assert cut(japanese, 0.0, 2.6, WHOLE, CONFIG) == (
+        "ご注文の品は昨日、",
+        "ポートランドの倉庫から発送されました。",
+    )
+    # a CJK character counts as the 2.5 letters of English it takes to say
+    assert spoken_chars(japanese) == round(28 * 2.5)
+    assert spoken_chars(english) == len(english)
