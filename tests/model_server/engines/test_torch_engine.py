@@ -6,6 +6,7 @@ real code path and served through the real routes; and its two passes for progre
 from __future__ import annotations
 
 import asyncio
+import base64
 import itertools
 import json
 import os
@@ -945,3 +946,36 @@ def test_the_full_config_has_every_shape_of_the_registry_model(tmp_path: Path) -
                 matched += 1
                 assert tuple(tensor.dims) in (shapes[key], shapes[key][::-1]), key
     assert matched >= 300
+
+
+@pytest.mark.parametrize("progressive", [False, True], ids=["one-call", "progressive"])
+async def test_markup_on_the_torch_engine(
+    torch_server: RunningServer, progressive_torch_server: RunningServer, progressive: bool
+) -> None:
+    """Markup is read above the engines: on the torch engine too, a pause is its silence (the
+    asked second less the margins trimming keeps, as exact zeros), an IPA word is voiced as
+    given and timed as written, a slower rate speaks longer."""
+    server = progressive_torch_server if progressive else torch_server
+    body = {"format": "pcm", "timestamps": True, "voice": VOICE}
+    async with httpx.AsyncClient(base_url=server.http_url, timeout=300) as http:
+        paused = await http.post(
+            "/invocations", json={**body, "text": "Hello there. [pause:1s] [Kokoro](/kˈOkəɹO/)."}
+        )
+        plain = await http.post("/invocations", json={**body, "text": "Hello there, how are you?"})
+        slow = await http.post(
+            "/invocations",
+            json={
+                **body,
+                "text": '<speak><prosody rate="50%">Hello there, how are you?</prosody></speak>',
+            },
+        )
+    assert paused.status_code == 200, paused.text
+    reply = paused.json()
+    assert [w["word"] for w in reply["words"]] == ["Hello", "there.", "Kokoro"]
+    pcm = np.frombuffer(base64.b64decode(reply["audio"]), "<i2")
+    zero = np.concatenate([[False], pcm == 0, [False]]).astype(np.int8)
+    starts, ends = np.flatnonzero(np.diff(zero) == 1), np.flatnonzero(np.diff(zero) == -1)
+    longest = int(np.max(ends - starts))
+    assert 24_000 - 3_600 <= longest <= 24_000  # the inserted silence, with the pad before it
+    heard = [len(base64.b64decode(r.json()["audio"])) for r in (plain, slow)]
+    assert heard[1] / heard[0] == pytest.approx(2.0, rel=0.15)
