@@ -703,3 +703,32 @@ async def test_metrics_and_details_only_on_the_internal_listener(
         assert (await internal.get("/v1/voices")).status_code == 404
     assert "gateway_open_sessions" in metrics.text
     assert detail.json()["tts"] == gateway_on_fake.app.state.service.settings.model_server_url
+
+
+async def test_a_lexicon_is_its_keys_and_a_token_may_only_speak_with_it(
+    fake_server: RunningServer, fake_engine: FakeEngine
+) -> None:
+    entries = {"entries": {"kokoro": "/kˈOkəɹO/"}}
+    with gateway(fake_server, api_keys=KEYS) as gw:
+        async with httpx.AsyncClient(base_url=gw.http_url, timeout=15) as http:
+            assert (await http.put("/v1/lexicons/names", json=entries)).status_code == 401
+            saved = await http.put("/v1/lexicons/names", json=entries, headers=auth())
+            assert saved.json() == {"name": "names", "version": 1, "entries": 1}
+            token = (await http.post("/v1/tokens", json={}, headers=auth())).json()["token"]
+            params = {"text": "Kokoro.", "lexicon": "names", "token": token}
+            async with http.stream("GET", "/v1/speak/sse", params=params) as r:
+                await read_sse(r)
+            assert fake_engine.calls == ["kˈOkəɹO."]  # the key's visitor speaks with it
+            for refused in (
+                await http.put("/v1/lexicons/names", json=entries, headers=auth(token)),
+                await http.get("/v1/lexicons", params={"token": token}),
+                await http.delete("/v1/lexicons/names", headers=auth(token)),
+            ):
+                assert code_of(refused) == (403, "token_not_for_route")
+            # another key neither sees nor speaks it
+            other = (await http.get("/v1/lexicons", headers=auth(OTHER_KEY))).json()
+            assert other == {"deployment": None, "lexicons": []}
+            unknown = await http.post(
+                "/v1/speak", json={"text": "Kokoro.", "lexicon": "names"}, headers=auth(OTHER_KEY)
+            )
+            assert code_of(unknown) == (400, "unknown_lexicon")

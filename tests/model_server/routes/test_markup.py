@@ -6,6 +6,8 @@ WebSocket session stays usable). The real weights: tests/model_server/test_marku
 from __future__ import annotations
 
 import base64
+import io
+import wave
 from typing import Any
 
 import httpx
@@ -178,3 +180,19 @@ async def test_phonemize_shows_the_override(fake_server: RunningServer) -> None:
     assert answer.json()["phonemes"] == "Say kˈOkəɹO now."
     assert answer.json()["segments"] == ["Say kˈOkəɹO", "now."]
     assert orjson.loads(answer.content)["g2p"] == "identity"
+
+
+async def test_a_pause_is_counted_in_a_wav_as_in_pcm(
+    fake_server: RunningServer, fake_engine: FakeEngine
+) -> None:
+    text = "Hello there. [pause:500ms] How are you?"
+    async with httpx.AsyncClient(base_url=fake_server.http_url) as http:
+        wav = await http.post("/invocations", json={"text": text, "format": "wav"})
+        pcm = await http.post("/invocations", json={"text": text, "format": "pcm"})
+    with wave.open(io.BytesIO(wav.content)) as read:
+        frames = read.readframes(read.getnframes())
+    silence = round(0.5 * RATE) - MARGINS
+    assert frames == pcm.content
+    assert len(frames) == (
+        expected_pcm_bytes("Hello there.") + 2 * silence + expected_pcm_bytes("How are you?")
+    )
