@@ -118,6 +118,17 @@ def check_flag(value: object, name: str) -> bool:
     return value
 
 
+def check_choice(value: object, name: str, choices: tuple[str, ...]) -> str:
+    """An optional field that is one of `choices`; absent means the first."""
+    if value is None:
+        return choices[0]
+    if value not in choices:
+        raise InvalidRequest(
+            f"field '{name}' must be one of {', '.join(choices)}", code="invalid_field"
+        )
+    return str(value)
+
+
 def check_deadline_ms(deadline: object) -> float | None:
     """Milliseconds from a request's arrival by which its first audio is needed; None: as soon
     as possible."""

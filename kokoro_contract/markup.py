@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from xml.parsers import expat
 
+from kokoro_contract import limits
 from kokoro_contract.errors import InvalidRequest
 
 MARKUP = ("auto", "strict", "none")
@@ -73,13 +74,7 @@ _PERCENT = re.compile(r"\s*([0-9]*\.?[0-9]+)\s*%\s*")
 
 
 def check_markup(value: object) -> str:
-    if value is None:
-        return "auto"
-    if value not in MARKUP:
-        raise InvalidRequest(
-            f"field 'markup' must be one of {', '.join(MARKUP)}", code="invalid_field"
-        )
-    return str(value)
+    return limits.check_choice(value, "markup", MARKUP)
 
 
 @dataclass(frozen=True)

@@ -87,13 +87,7 @@ NORMALIZE = ("auto", "on", "off")
 
 
 def check_normalize(value: object) -> str:
-    if value is None:
-        return "auto"
-    if value not in NORMALIZE:
-        raise InvalidRequest(
-            f"field 'normalize' must be one of {', '.join(NORMALIZE)}", code="invalid_field"
-        )
-    return str(value)
+    return limits.check_choice(value, "normalize", NORMALIZE)
 
 
 @dataclass(frozen=True)
