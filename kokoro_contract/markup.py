@@ -41,6 +41,8 @@ PHONEMES = frozenset(
     "ʝʣʤʥʦʧʨʰʲˈˌː\u0303βθχᵊᵝᵻ—“”…→↓↗↘ꭧ"
 )
 DEFAULT_MAX_PAUSE_S = 10.0
+# one text's pauses together, in its longest pauses: a text of many pauses is no flood of silence
+PAUSES_PER_TEXT = 6
 # an inline construct or SSML tag still open this many characters after it began is not held
 # any longer: the chunker cuts as if it were text (and `strict` answers it as invalid)
 HOLD_CHARS = 256
@@ -125,12 +127,22 @@ def parse(
     """`text`'s items under `mode`. `symbols`: the phonemes the model knows (IPA with others is
     `invalid_ipa` under `strict`, text under `auto`); None checks none. `InvalidRequest`:
     `invalid_markup`, `invalid_ipa` (under `strict`), `pause_too_long` (a pause over
-    `max_pause_s`, in any mode but `none`)."""
+    `max_pause_s`, or pauses over `PAUSES_PER_TEXT` times that together, in any mode but
+    `none`)."""
     if mode == "none":
         return plain(text)
     if is_ssml(text):
-        return _Ssml(mode == "strict", symbols, max_pause_s).parse(text)
-    return tuple(_merge(_inline(text, mode == "strict", symbols, max_pause_s)))
+        items = _Ssml(mode == "strict", symbols, max_pause_s).parse(text)
+    else:
+        items = tuple(_merge(_inline(text, mode == "strict", symbols, max_pause_s)))
+    total = sum(item.seconds for item in items if isinstance(item, Pause))
+    if total > PAUSES_PER_TEXT * max_pause_s:
+        raise InvalidRequest(
+            f"pauses of {total:g} s in all; one text may pause {PAUSES_PER_TEXT * max_pause_s:g} "
+            "s at most",
+            code="pause_too_long",
+        )
+    return items
 
 
 def spoken_text(items: tuple[Item, ...]) -> str:

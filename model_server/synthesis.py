@@ -1,6 +1,7 @@
-"""Text to PCM for one request: normalise + G2P, split into segments, run each segment through
-the shared scheduler, trim, convert. Yields audio segment by segment (with `timestamps`, each
-segment's word timings beside it: `timings.py`).
+"""Text to PCM for one request: its markup and lexicon read (`text/marked.py`: parts at a rate,
+the silence asked between them), normalise + G2P, split into segments, run each segment through
+the shared scheduler, trim, convert; a pause is silence between segments. Yields audio segment
+by segment (with `timestamps`, each segment's word timings beside it: `timings.py`).
 
 Each segment is needed by a deadline: the request's own (its arrival plus `deadline_ms`, or
 its arrival when it names none) for the first, and for each later one that plus the audio

@@ -69,6 +69,14 @@ def test_a_pause_over_the_limit_is_refused_in_any_mode_that_reads_markup(mode: s
     assert parse("[pause:10s]", mode) == (Pause(10.0),)
 
 
+def test_a_texts_pauses_together_are_bounded_too() -> None:
+    assert len(parse("a [pause:10s] " * 6)) == 12
+    with pytest.raises(InvalidRequest) as caught:
+        parse("a [pause:10s] " * 7)
+    assert caught.value.code == "pause_too_long"
+    assert "70 s in all" in caught.value.message
+
+
 def test_the_pause_limit_is_the_callers() -> None:
     with pytest.raises(InvalidRequest):
         parse("[pause:3s]", max_pause_s=2.5)
