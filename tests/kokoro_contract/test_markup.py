@@ -4,6 +4,8 @@ the SSML subset, the three modes, and what the chunker needs (protected spans, S
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kokoro_contract import markup
 from kokoro_contract.errors import InvalidRequest
@@ -208,3 +210,74 @@ def test_ssml_frames_make_each_chunk_a_document() -> None:
         Words(" four."),
         Words("five."),
     ]
+
+
+# --- whatever comes ------------------------------------------------------------------------
+
+PIECES = st.sampled_from(
+    [
+        "Hello",
+        " ",
+        ".",
+        "[",
+        "]",
+        "(",
+        ")",
+        "/",
+        "pause:",
+        "1.5s",
+        "500ms",
+        "kˈO",
+        "<speak>",
+        "</speak>",
+        "<break time='1s'/>",
+        "<prosody rate='slow'>",
+        "</prosody>",
+        "<sub alias='x'>",
+        "</sub>",
+        "&amp;",
+        "&",
+        "<",
+        ">",
+        "ʘ",
+    ]
+)
+TEXTS = st.lists(PIECES, max_size=30).map("".join) | st.text(max_size=60)
+
+
+def _read(text: str, mode: str) -> tuple[markup.Item, ...] | InvalidRequest:
+    try:
+        return parse(text, mode, SYMBOLS)
+    except InvalidRequest as exc:
+        return exc
+
+
+@settings(max_examples=300, deadline=None)
+@given(TEXTS)
+def test_auto_never_fails_on_what_an_llm_might_write(text: str) -> None:
+    items = _read(text, "auto")
+    if isinstance(items, InvalidRequest):
+        assert items.code == "pause_too_long"
+        return
+    for item in items:
+        assert isinstance(item, Words | Said | Pause)
+        if isinstance(item, Pause):
+            assert 0 <= item.seconds <= markup.DEFAULT_MAX_PAUSE_S
+
+
+@settings(max_examples=300, deadline=None)
+@given(TEXTS)
+def test_strict_fails_only_with_a_named_code(text: str) -> None:
+    refused = _read(text, "strict")
+    if isinstance(refused, InvalidRequest):
+        assert refused.code in {"invalid_markup", "invalid_ipa", "pause_too_long"}
+        assert refused.message
+
+
+@settings(max_examples=200, deadline=None)
+@given(TEXTS)
+def test_protected_spans_are_whole_and_in_the_text(text: str) -> None:
+    for ssml in (False, True):
+        spans, held = markup.protected(text, ssml)
+        assert all(0 <= start < end <= len(text) for start, end in spans)
+        assert held is None or 0 <= held < len(text)

@@ -5,6 +5,8 @@ together say what the whole says."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.reply.chunker import ChunkerConfig, HeldText, IncrementalSentenceChunker
 from kokoro_contract import markup
@@ -82,3 +84,38 @@ def test_a_clients_held_text_is_split_outside_markup() -> None:
     pieces = held.flush()
     assert all(markup.protected(piece, False)[1] is None for piece in pieces)
     assert "[Kokoro](/kˈOkəɹO/)" in " ".join(pieces)
+
+
+FRAGMENTS = st.sampled_from(
+    [
+        "Sure thing, my friend.",
+        " ",
+        "Your order ships today",
+        ", ",
+        ". ",
+        "[pause:1.5s]",
+        "[Kokoro](/kˈOkəɹO/)",
+        "[docs](/docs/)",
+        "[1]",
+        "<break time='1s'/>",
+        "<sub alias='sequel'>SQL</sub>",
+        "&amp;",
+        "and then we will see about it",
+        "? ",
+    ]
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.booleans(), st.lists(FRAGMENTS, min_size=1, max_size=25), st.data())
+def test_any_mix_is_cut_alike_however_it_arrives_and_never_inside_a_construct(
+    ssml: bool, fragments: list[str], data: st.DataObject
+) -> None:
+    text = ("<speak>" if ssml else "") + "".join(fragments) + ("</speak>" if ssml else "")
+    whole = _chunks([text])
+    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(text) - 1)), max_size=6)))
+    pieces = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
+    assert _chunks(pieces) == whole
+    spans, _ = markup.protected(text, ssml)
+    for start, end in spans:  # every construct whole in one chunk
+        assert any(text[start:end] in chunk for chunk in whole), text[start:end]
