@@ -24,7 +24,7 @@ def _summary(lexicon: Lexicon) -> dict[str, object]:
 async def list_lexicons(request: Request) -> JSONResponse:
     """The deployment's lexicon (`--lexicon-file`; on every reply) and the client's own."""
     lexicons = service_of(request).replies.lexicons
-    own = lexicons.of(client_of(request.scope).name)
+    own = await lexicons.of(client_of(request.scope).name)
     deployment = lexicons.deployment
     return JSONResponse(
         {
@@ -37,7 +37,8 @@ async def list_lexicons(request: Request) -> JSONResponse:
 @router.get("/v1/lexicons/{name}", responses=openapi.LEXICON)
 async def get_lexicon(request: Request, name: str) -> JSONResponse:
     """One of the client's lexicons, its entries and version."""
-    lexicon = service_of(request).replies.lexicons.of(client_of(request.scope).name).get(name)
+    lexicons = service_of(request).replies.lexicons
+    lexicon = await lexicons.get(client_of(request.scope).name, name)
     if lexicon is None:
         raise GatewayError(f"no lexicon {name!r}", code="unknown_lexicon", status=404)
     return JSONResponse({**_summary(lexicon), "entries": dict(lexicon.entries)})
@@ -56,13 +57,14 @@ async def put_lexicon(request: Request, name: str) -> JSONResponse:
     if set(body) != {"entries"}:
         raise BadRequest('the body is {"entries": {word: reading}}', code="invalid_field")
     lexicons = service_of(request).replies.lexicons
-    saved = lexicons.save(client_of(request.scope).name, name, body["entries"])
+    saved = await lexicons.save(client_of(request.scope).name, name, body["entries"])
     return JSONResponse(_summary(saved))
 
 
 @router.delete("/v1/lexicons/{name}", status_code=204, responses=openapi.DELETE_LEXICON)
 async def delete_lexicon(request: Request, name: str) -> Response:
     """The client's lexicon of that name forgotten (404 `unknown_lexicon`: it had none)."""
-    if not service_of(request).replies.lexicons.delete(client_of(request.scope).name, name):
+    lexicons = service_of(request).replies.lexicons
+    if not await lexicons.delete(client_of(request.scope).name, name):
         raise GatewayError(f"no lexicon {name!r}", code="unknown_lexicon", status=404)
     return Response(status_code=204)

@@ -62,7 +62,8 @@ class ReplyFactory:
         self.voices = VoiceCatalog(runtime.voices, parse_table(settings.openai_voices))
         self.saved = SavedBlends()  # each client's named blends
         deployment = load_file(settings.lexicon_file) if settings.lexicon_file else None
-        self.lexicons = Lexicons(deployment)  # the deployment's and each client's
+        # the deployment's and each client's (a fleet's, through its Redis)
+        self.lexicons = Lexicons(deployment, runtime.store)
         self.chunker = chunker_config(settings)
         self.plan = plan_config(settings)
         # what every reply's plan learns and reads (they share the engine): seconds per chunk

@@ -191,7 +191,7 @@ async def speak(
     voice = await replies.voices.resolve(params.voice, replies.saved.of(client.name))
     params = params.model_copy(update={"voice": voice})
     # the lexicon it reads with, this version to its end (400 unknown_lexicon)
-    lexicon = replies.lexicons.for_reply(client.name, params.lexicon)
+    lexicon = await replies.lexicons.for_reply(client.name, params.lexicon)
     uid = utterance_id or params.utterance_id or new_utterance_id()
     async with service.gate.start(
         client,

@@ -23,6 +23,7 @@ from websockets.exceptions import InvalidStatus
 
 from gateway.app import create_app as create_gateway
 from gateway.config import Settings as GatewaySettings
+from tests.support.fakes import FakeEngine
 from tests.support.gateway_client import metric, wait_for_metric
 from tests.support.processes import gateway_process
 from tests.support.redis_server import RedisServer, redis_server
@@ -282,3 +283,53 @@ async def test_a_cancel_sent_to_the_other_gateway_stops_the_reply(
             assert "event: agent_end" not in rest
             unknown = await http.post(b.http_url + "/v1/speak/nobody/cancel", json={})
             assert unknown.status_code == 404
+
+
+async def _spoken(http: httpx.AsyncClient, url: str, **body: Any) -> httpx.Response:
+    """A whole reply through `url`'s SSE route (its body read to the end)."""
+    return await http.post(url + "/v1/speak", json={**HI, **body}, headers=AUTH)
+
+
+async def test_a_lexicon_saved_through_one_gateway_is_read_through_the_other(
+    fake_server: RunningServer, fake_engine: FakeEngine, redis_db: RedisServer
+) -> None:
+    """Saved through a, listed and spoken through b; a new version through b is a's next
+    reply's; deleted through a, b knows it no more. Saved while Redis is away, it is written
+    back when Redis answers again (empty), and b reads it."""
+    v1, v2 = {"entries": {"kokoro": "/kˈOkəɹO/"}}, {"entries": {"kokoro": "/kˈʌkʌɹʌ/"}}
+    with (
+        gateway(fake_server, redis_db.url) as a,
+        gateway(fake_server, redis_db.url) as b,
+    ):
+        async with httpx.AsyncClient(timeout=15) as http:
+            saved = await http.put(a.http_url + "/v1/lexicons/names", json=v1, headers=AUTH)
+            assert saved.json() == {"name": "names", "version": 1, "entries": 1}
+            listed = (await http.get(b.http_url + "/v1/lexicons", headers=AUTH)).json()
+            assert listed["lexicons"] == [{"name": "names", "version": 1, "entries": 1}]
+            await _spoken(http, b.http_url, text="Kokoro.", lexicon="names")
+            assert fake_engine.calls == ["kˈOkəɹO."]
+            again = await http.put(b.http_url + "/v1/lexicons/names", json=v2, headers=AUTH)
+            assert again.json()["version"] == 2  # numbered once for the fleet
+            await _spoken(http, a.http_url, text="Kokoro.", lexicon="names")
+            assert fake_engine.calls[-1] == "kˈʌkʌɹʌ."
+            gone = await http.delete(a.http_url + "/v1/lexicons/names", headers=AUTH)
+            assert gone.status_code == 204
+            unknown = await _spoken(http, b.http_url, text="Kokoro.", lexicon="names")
+            assert unknown.json()["error"]["code"] == "unknown_lexicon"
+
+            redis_db.stop()
+            # the call that finds Redis gone degrades the store; saved here all the same
+            meanwhile = await http.put(a.http_url + "/v1/lexicons/later", json=v1, headers=AUTH)
+            assert meanwhile.status_code == 200
+            assert await wait_for_metric(a, "gateway_fleet_up", 0) == 0
+            redis_db.start()  # empty
+            assert await wait_for_metric(a, "gateway_fleet_up", 1) == 1
+            fake_engine.reset()
+            await eventually(lambda: _has_lexicon(http, b.http_url, "later"), timeout_s=30)
+            await _spoken(http, b.http_url, text="Kokoro.", lexicon="later")
+            assert fake_engine.calls == ["kˈOkəɹO."]
+
+
+async def _has_lexicon(http: httpx.AsyncClient, url: str, name: str) -> bool:
+    listed = (await http.get(url + "/v1/lexicons", headers=AUTH)).json()
+    return name in [lexicon["name"] for lexicon in listed["lexicons"]]
