@@ -30,7 +30,7 @@ async def voices(request: Request) -> JSONResponse:
     502 only while none has answered yet), without paths; and the client's saved blends."""
     replies = service_of(request).replies
     listing = public_listing(await replies.voices.listing())
-    saved = replies.saved.of(client_of(request.scope).name)
+    saved = await replies.saved.of(client_of(request.scope).name)
     listing["blends"] = [{"name": name, "blend": blend} for name, blend in sorted(saved.items())]
     return JSONResponse(listing)
 
@@ -55,7 +55,8 @@ async def save_blend(request: Request) -> JSONResponse:
     canonical = await replies.voices.resolve(blend)
     if canonical is None or "+" not in canonical:
         raise BadRequest("field 'blend': a blend of two voices or more", code="invalid_field")
-    replies.saved.save(client.name, body.get("name"), canonical, await replies.voices.known())
+    known = await replies.voices.known()
+    await replies.saved.save(client.name, body.get("name"), canonical, known)
     return JSONResponse({"name": body["name"], "blend": canonical}, status_code=201)
 
 
@@ -63,7 +64,7 @@ async def save_blend(request: Request) -> JSONResponse:
 async def delete_blend(request: Request, name: str) -> Response:
     """The client's saved blend of that name forgotten (404 `unknown_blend`: it had none)."""
     client = _key_holder(request)
-    if not service_of(request).replies.saved.delete(client.name, name):
+    if not await service_of(request).replies.saved.delete(client.name, name):
         raise GatewayError(f"no saved blend {name!r}", code="unknown_blend", status=404)
     return Response(status_code=204)
 

@@ -60,7 +60,7 @@ class ReplyFactory:
         self.metrics = metrics
         self.runtime = runtime
         self.voices = VoiceCatalog(runtime.voices, parse_table(settings.openai_voices))
-        self.saved = SavedBlends()  # each client's named blends
+        self.saved = SavedBlends(store=runtime.store)  # each client's named blends
         deployment = load_file(settings.lexicon_file) if settings.lexicon_file else None
         # the deployment's and each client's (a fleet's, through its Redis)
         self.lexicons = Lexicons(deployment, runtime.store)

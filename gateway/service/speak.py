@@ -188,7 +188,7 @@ async def speak(
     replies = service.replies
     source = replies.source_for(params, history, client_text=client_text)
     # a voice no model server has: 400 before anything is streamed
-    voice = await replies.voices.resolve(params.voice, replies.saved.of(client.name))
+    voice = await replies.voices.resolve(params.voice, lambda: replies.saved.of(client.name))
     params = params.model_copy(update={"voice": voice})
     # the lexicon it reads with, this version to its end (400 unknown_lexicon)
     lexicon = await replies.lexicons.for_reply(client.name, params.lexicon)

@@ -25,7 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath, PureWindowsPath
 from typing import Any
 
+import redis.asyncio as aioredis
+
 from gateway.errors import BadRequest, UpstreamError
+from gateway.fleet.store import Store
 from kokoro_contract import blends
 from kokoro_contract.errors import InvalidRequest
 
@@ -112,21 +115,36 @@ _SAVED_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
 
 class SavedBlends:
     """Each client's named blends (`POST /v1/voices`), at most `per_client` each and `total`
-    in all (anonymous clients are each address: without a bound, many addresses could fill
-    memory), in this gateway's memory: a name the client then asks for as a voice speaks that
-    blend."""
+    held by this gateway in all (anonymous clients are each address: without a bound, many
+    addresses could fill memory): a name the client then asks for as a voice speaks that
+    blend. A fleet (`store`) shares them through Redis (a hash per client); while Redis does
+    not answer, a gateway reads and saves its own, and writes what was saved through it back
+    when Redis answers again (where the name is not taken meanwhile)."""
 
-    def __init__(self, per_client: int = 50, total: int = 10_000) -> None:
+    def __init__(
+        self, per_client: int = 50, total: int = 10_000, store: Store | None = None
+    ) -> None:
         self.per_client = per_client
         self.total = total
-        self._by_client: dict[str, dict[str, str]] = {}
+        self.store = store
+        self._by_client: dict[str, dict[str, str]] = {}  # saved through this gateway
         self._count = 0
+        if store is not None:
+            store.on_rejoin.append(self._write_back)
 
-    def of(self, client: str) -> dict[str, str]:
-        """The client's saved blends, name -> canonical blend."""
+    async def of(self, client: str) -> dict[str, str]:
+        """The client's saved blends, name -> canonical blend: the fleet's when Redis
+        answers, else those saved through this gateway."""
+        if self.store is not None:
+            key = self._key(client)
+            shared = await self.store.call(lambda r: r.hgetall(key))
+            if shared is not None:
+                return {str(k): str(v) for k, v in shared.items()}
         return dict(self._by_client.get(client, {}))
 
-    def save(self, client: str, name: object, blend: str, known: frozenset[str] | None) -> None:
+    async def save(
+        self, client: str, name: object, blend: str, known: frozenset[str] | None
+    ) -> None:
         """Saved (again, if the name was the client's already); `invalid_field` for a name
         that is not 1-40 of `a-z 0-9 _ -` or is a voice's or OpenAI's, `too_many_blends` past
         `per_client`."""
@@ -138,13 +156,14 @@ class SavedBlends:
             )
         if name in OPENAI_VOICES or (known is not None and name in known):
             raise BadRequest(f"field 'name': {name!r} is a voice's name", code="invalid_field")
-        saved = self._by_client.get(client, {})
-        if name not in saved:
-            if len(saved) >= self.per_client:
-                raise BadRequest(
-                    f"this client has {len(saved)} saved blends, the most it may keep; delete one",
-                    code="too_many_blends",
-                )
+        saved = await self.of(client)
+        if name not in saved and len(saved) >= self.per_client:
+            raise BadRequest(
+                f"this client has {len(saved)} saved blends, the most it may keep; delete one",
+                code="too_many_blends",
+            )
+        held = self._by_client.get(client, {})
+        if name not in held:
             if self._count >= self.total:
                 raise BadRequest(
                     "this gateway keeps as many saved blends as it may; delete one",
@@ -152,16 +171,32 @@ class SavedBlends:
                 )
             self._count += 1
         self._by_client.setdefault(client, {})[name] = blend
+        if self.store is not None:
+            key = self._key(client)
+            await self.store.call(lambda r: r.hset(key, name, blend))
 
-    def delete(self, client: str, name: str) -> bool:
-        """Whether the client had a blend of that name (it has none now)."""
+    async def delete(self, client: str, name: str) -> bool:
+        """Whether the client had a blend of that name (it has none now, fleet-wide)."""
         saved = self._by_client.get(client, {})
-        if saved.pop(name, None) is None:
-            return False
-        self._count -= 1
-        if not saved:
-            del self._by_client[client]
-        return True
+        here = saved.pop(name, None) is not None
+        if here:
+            self._count -= 1
+            if not saved:
+                del self._by_client[client]
+        gone = None
+        if self.store is not None:
+            key = self._key(client)
+            gone = await self.store.call(lambda r: r.hdel(key, name))
+        return here or bool(gone)
+
+    def _key(self, client: str) -> str:
+        assert self.store is not None
+        return self.store.key("blends", client)
+
+    async def _write_back(self, redis: aioredis.Redis) -> None:
+        for client, saved in self._by_client.items():
+            for name, blend in saved.items():
+                await redis.hsetnx(self._key(client), name, blend)
 
 
 @dataclass
@@ -209,15 +244,24 @@ class VoiceCatalog:
         return body
 
     async def resolve(
-        self, requested: str | list[str] | None, saved: Mapping[str, str] | None = None
+        self,
+        requested: str | list[str] | None,
+        saved: Callable[[], Awaitable[Mapping[str, str]]] | None = None,
     ) -> str | None:
         """The voice to ask the model server for (None: its default): a voice, a blend by its
-        canonical name, or the blend a client `saved` under the name asked for."""
+        canonical name, or the blend a client saved under the name asked for (`saved` gives
+        the client's, asked only for a name that could be one: no voice's, no blend's)."""
         if requested is None:
             return None
-        if isinstance(requested, str) and saved is not None and requested in saved:
-            requested = saved[requested]
         known = await self.known()
+        if (
+            saved is not None
+            and isinstance(requested, str)
+            and _SAVED_NAME.fullmatch(requested)
+            and requested not in OPENAI_VOICES
+            and (known is None or requested not in known)
+        ):
+            requested = (await saved()).get(requested, requested)
         if isinstance(requested, list) or blends.is_blend(requested):
             return _checked_blend(requested, known)
         if known is not None and requested in known:

@@ -333,3 +333,25 @@ async def test_a_lexicon_saved_through_one_gateway_is_read_through_the_other(
 async def _has_lexicon(http: httpx.AsyncClient, url: str, name: str) -> bool:
     listed = (await http.get(url + "/v1/lexicons", headers=AUTH)).json()
     return name in [lexicon["name"] for lexicon in listed["lexicons"]]
+
+
+async def test_a_blend_saved_through_one_gateway_speaks_through_the_other(
+    fake_server: RunningServer, fake_engine: FakeEngine, redis_db: RedisServer
+) -> None:
+    blend = {"name": "warm", "blend": "jf_alpha(1)+af_test(2)"}
+    with (
+        gateway(fake_server, redis_db.url) as a,
+        gateway(fake_server, redis_db.url) as b,
+    ):
+        async with httpx.AsyncClient(timeout=15) as http:
+            saved = await http.post(a.http_url + "/v1/voices", json=blend, headers=AUTH)
+            assert saved.status_code == 201
+            listed = (await http.get(b.http_url + "/v1/voices", headers=AUTH)).json()["blends"]
+            assert listed == [{"name": "warm", "blend": "af_test(2)+jf_alpha(1)"}]
+            await _spoken(http, b.http_url, voice="warm")
+            assert fake_engine.voices_called == ["af_test(2)+jf_alpha(1)"]
+            assert (
+                await http.delete(b.http_url + "/v1/voices/warm", headers=AUTH)
+            ).status_code == 204
+            gone = await _spoken(http, a.http_url, voice="warm")
+            assert gone.json()["error"]["code"] == "unknown_voice"

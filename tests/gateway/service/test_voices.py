@@ -158,8 +158,18 @@ async def test_a_blend_resolves_to_its_canonical_name_against_the_servers_voices
     catalog = VoiceCatalog(Voices(LOADED), parse_table(""), clock=lambda: 0.0)
     assert await catalog.resolve("jm_kumo(2)+af_alloy(1)") == "af_alloy(1)+jm_kumo(2)"
     assert await catalog.resolve(["jm_kumo", "af_alloy"]) == "af_alloy(1)+jm_kumo(1)"
-    saved = {"warm": "af_alloy(1)+jm_kumo(2)"}
+    asked: list[str] = []
+
+    async def saved() -> dict[str, str]:
+        asked.append("saved")
+        return {"warm": "af_alloy(1)+jm_kumo(2)"}
+
     assert await catalog.resolve("warm", saved) == "af_alloy(1)+jm_kumo(2)"  # a saved name
+    # a voice, an OpenAI name or a blend never asks for the client's saved ones (a round trip
+    # to a fleet's Redis)
+    for voice in ("jm_kumo", "alloy", "jm_kumo+af_alloy"):
+        await catalog.resolve(voice, saved)
+    assert asked == ["saved"]
     for bad, code in [
         ("jm_kumo+af_nope", "unknown_voice"),
         ("jm_kumo(0)+af_alloy", "invalid_voice"),
@@ -171,23 +181,23 @@ async def test_a_blend_resolves_to_its_canonical_name_against_the_servers_voices
     assert await unknown.resolve("x_a(1)+x_b(3)") == "x_a(1)+x_b(3)"  # their check, then
 
 
-def test_saved_blends_are_bounded_per_client_and_in_all() -> None:
+async def test_saved_blends_are_bounded_per_client_and_in_all() -> None:
     saved = SavedBlends(per_client=2, total=3)
-    saved.save("a", "one", "x(1)+y(1)", None)
-    saved.save("a", "two", "x(1)+y(2)", None)
-    saved.save("a", "two", "x(1)+y(3)", None)  # the same name again: replaced, not counted
+    await saved.save("a", "one", "x(1)+y(1)", None)
+    await saved.save("a", "two", "x(1)+y(2)", None)
+    await saved.save("a", "two", "x(1)+y(3)", None)  # the same name again: replaced, not counted
     with pytest.raises(BadRequest, match="this client has 2 saved blends") as per_client:
-        saved.save("a", "three", "x(1)+y(1)", None)
+        await saved.save("a", "three", "x(1)+y(1)", None)
     assert per_client.value.code == "too_many_blends"
-    saved.save("b", "one", "x(1)+y(1)", None)
+    await saved.save("b", "one", "x(1)+y(1)", None)
     with pytest.raises(BadRequest, match="this gateway keeps") as in_all:
-        saved.save("c", "one", "x(1)+y(1)", None)
+        await saved.save("c", "one", "x(1)+y(1)", None)
     assert in_all.value.code == "too_many_blends"
-    assert saved.delete("b", "one")
-    assert not saved.delete("b", "one")
-    saved.save("c", "one", "x(1)+y(1)", None)  # room again
-    assert saved.of("a") == {"one": "x(1)+y(1)", "two": "x(1)+y(3)"}
-    assert saved.of("b") == {}
+    assert await saved.delete("b", "one")
+    assert not await saved.delete("b", "one")
+    await saved.save("c", "one", "x(1)+y(1)", None)  # room again
+    assert await saved.of("a") == {"one": "x(1)+y(1)", "two": "x(1)+y(3)"}
+    assert await saved.of("b") == {}
 
 
 async def test_a_saved_blend_speaks_on_every_route_for_its_client_only(
