@@ -220,10 +220,13 @@ class Lexicons:
 
     async def _write_back(self, redis: aioredis.Redis) -> None:
         """Redis answers again: what was saved through this gateway, where Redis has no newer."""
-        for client, held in self._held.items():
+        # a copy: saves and deletes may come while each write waits
+        for client, held in list(self._held.items()):
             versions_key, entries_key = self._keys(client)
-            for name in held.saved_here:
-                lexicon = held.lexicons[name]
+            for name in list(held.saved_here):
+                lexicon = held.lexicons.get(name)
+                if lexicon is None:
+                    continue
                 body = orjson.dumps({"version": lexicon.version, "entries": dict(lexicon.entries)})
                 await _put(redis, versions_key, entries_key, name, lexicon.version, body)
 

@@ -194,8 +194,9 @@ class SavedBlends:
         return self.store.key("blends", client)
 
     async def _write_back(self, redis: aioredis.Redis) -> None:
-        for client, saved in self._by_client.items():
-            for name, blend in saved.items():
+        # a copy: saves and deletes may come while each write waits
+        for client, saved in list(self._by_client.items()):
+            for name, blend in list(saved.items()):
                 await redis.hsetnx(self._key(client), name, blend)
 
 
