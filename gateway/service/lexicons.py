@@ -12,6 +12,8 @@ what was saved through it back when Redis answers again, unless a newer version 
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,9 +22,11 @@ import orjson
 import redis.asyncio as aioredis
 
 from gateway.errors import BadRequest, GatewayError
-from gateway.fleet.store import Store
+from gateway.fleet.store import FAILURES, Store
 from kokoro_contract.errors import InvalidRequest
 from kokoro_contract.lexicon import MAX_ENTRIES, Lexicon, check_entries
+
+log = logging.getLogger(__name__)
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
 
@@ -65,6 +69,7 @@ class Lexicons:
         self.per_client = per_client
         self.total_entries = total_entries
         self._held: dict[str, _Held] = {}
+        self._tasks: set[asyncio.Task[None]] = set()  # write-backs nobody waits for
         if store is not None:
             store.on_rejoin.append(self._write_back)
 
@@ -219,7 +224,15 @@ class Lexicons:
         )
 
     async def _write_back(self, redis: aioredis.Redis) -> None:
-        """Redis answers again: what was saved through this gateway, where Redis has no newer."""
+        """Redis answers again: what was saved through this gateway is written back, where
+        Redis has no newer, beside the rejoin (a large lexicon may take longer than one call's
+        deadline, which the rejoin itself keeps), each write with its own deadline."""
+        task = asyncio.create_task(self._writing_back(redis), name="lexicons-write-back")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _writing_back(self, redis: aioredis.Redis) -> None:
+        assert self.store is not None
         # a copy: saves and deletes may come while each write waits
         for client, held in list(self._held.items()):
             versions_key, entries_key = self._keys(client)
@@ -228,7 +241,16 @@ class Lexicons:
                 if lexicon is None:
                     continue
                 body = orjson.dumps({"version": lexicon.version, "entries": dict(lexicon.entries)})
-                await _put(redis, versions_key, entries_key, name, lexicon.version, body)
+                try:
+                    async with asyncio.timeout(max(self.store.timeout_s, 5.0)):
+                        await _put(redis, versions_key, entries_key, name, lexicon.version, body)
+                except FAILURES as exc:  # its type only: a message may name the host
+                    log.warning(
+                        "fleet: lexicons saved here while Redis was away not all written back "
+                        "(%s); each is again when next saved",
+                        type(exc).__name__,
+                    )
+                    return
 
 
 _PUT = """
