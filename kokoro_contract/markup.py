@@ -70,8 +70,9 @@ SAY_AS = (
 INLINE_ELEMENTS = frozenset({"phoneme", "sub", "say-as"})
 _ELEMENTS = frozenset({"speak", "break", "prosody", "p", "s"}) | INLINE_ELEMENTS
 
-_PAUSE = re.compile(r"\[pause:\s*([0-9]*\.?[0-9]+)\s*(ms|s)\s*\]", re.IGNORECASE)
-_DURATION = re.compile(r"\s*([0-9]*\.?[0-9]+)\s*(ms|s)\s*", re.IGNORECASE)
+_SECONDS = r"\s*([0-9]*\.?[0-9]+)\s*(ms|s)\s*"  # a pause's length: 1.5s, 500ms
+_PAUSE = re.compile(r"\[pause:" + _SECONDS + r"\]", re.IGNORECASE)
+_DURATION = re.compile(_SECONDS, re.IGNORECASE)
 _PERCENT = re.compile(r"\s*([0-9]*\.?[0-9]+)\s*%\s*")
 
 

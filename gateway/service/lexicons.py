@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,12 +22,11 @@ import redis.asyncio as aioredis
 
 from gateway.errors import BadRequest, GatewayError
 from gateway.fleet.store import FAILURES, Store
+from gateway.service.voices import SAVED_NAME
 from kokoro_contract.errors import InvalidRequest
 from kokoro_contract.lexicon import MAX_ENTRIES, Lexicon, check_entries
 
 log = logging.getLogger(__name__)
-
-_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
 
 
 def load_file(path: Path) -> Lexicon:
@@ -89,7 +87,7 @@ class Lexicons:
     async def save(self, client: str, name: str, entries: object) -> Lexicon:
         """The client's lexicon `name`, new or its next version. `BadRequest`: `invalid_field`
         (the name), `invalid_lexicon`, `invalid_ipa`, `lexicon_too_large`, `too_many_lexicons`."""
-        if not _NAME.fullmatch(name):
+        if not SAVED_NAME.fullmatch(name):
             raise BadRequest(
                 "a lexicon's name: 1-40 characters of a-z, 0-9, '_' and '-', starting with a "
                 "letter or digit",

@@ -109,8 +109,8 @@ def _checked_blend(blend: str | Sequence[object], known: frozenset[str] | None) 
         raise BadRequest(exc.message, code=exc.code) from None
 
 
-# a saved blend's name: what a voice's name looks like, never a blend's spelling
-_SAVED_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
+# a saved blend's (or lexicon's) name: what a voice's name looks like, never a blend's spelling
+SAVED_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
 
 
 class SavedBlends:
@@ -148,7 +148,7 @@ class SavedBlends:
         """Saved (again, if the name was the client's already); `invalid_field` for a name
         that is not 1-40 of `a-z 0-9 _ -` or is a voice's or OpenAI's, `too_many_blends` past
         `per_client`."""
-        if not isinstance(name, str) or not _SAVED_NAME.fullmatch(name):
+        if not isinstance(name, str) or not SAVED_NAME.fullmatch(name):
             raise BadRequest(
                 "field 'name': 1-40 characters of a-z, 0-9, '_' and '-', starting with a letter "
                 "or digit",
@@ -258,7 +258,7 @@ class VoiceCatalog:
         if (
             saved is not None
             and isinstance(requested, str)
-            and _SAVED_NAME.fullmatch(requested)
+            and SAVED_NAME.fullmatch(requested)
             and requested not in OPENAI_VOICES
             and (known is None or requested not in known)
         ):

@@ -328,12 +328,13 @@ def _phone(m: re.Match[str]) -> str:
     five, five five five, zero one two three"."""
     raw = m.group(0)
     digits = sum(c.isdigit() for c in raw)
-    if not 7 <= digits <= 15:
-        return raw
-    groups = re.findall(r"\d+", raw)
-    if raw.startswith("+") and len(groups) == 1:  # "+14155550123": the digits alone
-        return "plus " + _spell(groups[0])
-    spoken = ", ".join(_spell(g) for g in groups)
+    return _telephone(raw) if 7 <= digits <= 15 else raw
+
+
+def _telephone(raw: str) -> str:
+    """A number's digit groups spelled, a pause between them, "plus" for a leading "+"
+    ("+14155550123", one group: the digits alone)."""
+    spoken = ", ".join(_spell(g) for g in re.findall(r"\d+", raw))
     return "plus " + spoken if raw.startswith("+") else spoken
 
 
@@ -499,7 +500,5 @@ def say_as(kind: str, text: str) -> str:
     if kind in ("cardinal", "ordinal") and number is not None:
         return _cardinal(number.group(1)) if kind == "cardinal" else _ordinal(number.group(1))
     if kind == "telephone" and sum(c.isdigit() for c in raw) >= 3:
-        groups = re.findall(r"\d+", raw)
-        spoken = ", ".join(_spell(g) for g in groups)
-        return "plus " + spoken if raw.startswith("+") else spoken
+        return _telephone(raw)
     return normalize(raw)
