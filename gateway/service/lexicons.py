@@ -140,7 +140,7 @@ class Lexicons:
         with that one on top. 400 `unknown_lexicon` for a name the client has none of."""
         own = None
         if name is not None:
-            own = await self._one(client, name)
+            own = await self.get(client, name)
             if own is None:
                 raise GatewayError(
                     f"no lexicon {name!r} for this client (PUT /v1/lexicons/{{name}} saves one)",
@@ -150,9 +150,6 @@ class Lexicons:
         if self.deployment is None:
             return own
         return self.deployment.merged(own)
-
-    async def get(self, client: str, name: str) -> Lexicon | None:
-        return await self._one(client, name)
 
     # --- inside ---------------------------------------------------------------------------
 
@@ -172,7 +169,8 @@ class Lexicons:
                     return
                 del held.lexicons[name]
 
-    async def _one(self, client: str, name: str) -> Lexicon | None:
+    async def get(self, client: str, name: str) -> Lexicon | None:
+        """The client's lexicon `name`: the fleet's when Redis answers, else the one held."""
         held = self._held.get(client, _Held()).lexicons.get(name)
         if self.store is None:
             return held
