@@ -34,7 +34,7 @@ from pathlib import Path
 import httpx
 
 from bench.bench_gateway import ANSWER, FIRST_MS, TPS, engine_seconds
-from bench.harness import ReplyResult, one_reply
+from bench.harness import ReplyResult, cpu_seconds, one_reply
 from bench.harness import stack as stack  # bench_quality takes it from here
 
 POLICIES: dict[str, tuple[list[str], list[str]]] = {
@@ -44,6 +44,8 @@ POLICIES: dict[str, tuple[list[str], list[str]]] = {
         ["--chunk-plan", "sentences", "--admission", "false", "--first-max-words", "8"],
     ),
     "realtime": ([], []),
+    # the current defaults but each segment's decoder steps alone (`--batch off`)
+    "unbatched": (["--batch", "off"], []),
 }
 
 
@@ -66,6 +68,14 @@ class Row:
     n: int
     replies: list[ReplyResult] = field(default_factory=list)
     engine_s: float = 0.0  # the model server's engine time while this N ran
+    cpu_s: float = 0.0  # the model server process's CPU time while this N ran
+
+    @property
+    def cpu_per_audio_s(self) -> float:
+        """The model server's CPU seconds per second of audio it served: the compute a
+        conversation costs, whatever the calls' wall time (batched or not)."""
+        audio = sum(r.audio_s for r in self.served)
+        return self.cpu_s / audio if audio else float("nan")
 
     @property
     def engine_per_reply(self) -> float:
@@ -142,7 +152,7 @@ def describe(policy: str, row: Row) -> str:
         f"refused {sum(r.refused for r in row.replies):>3}  errors {errors:>2}  "
         f"first audio p50 {row.first_audio(0.5):5.2f} s  p95 {row.first_audio(0.95):5.2f} s  "
         f"with a gap {len(gapped):>3}/{len(served):<3}  gap s/reply {gap_mean:5.2f}  "
-        f"engine s/reply {row.engine_per_reply:5.2f}"
+        f"engine s/reply {row.engine_per_reply:5.2f}  cpu s/audio s {row.cpu_per_audio_s:4.2f}"
     )
 
 
@@ -213,9 +223,10 @@ def main() -> None:
             )
             results[policy] = []
             for n in ns:
-                before = engine_seconds(urls.model_server)
+                before, cpu = engine_seconds(urls.model_server), cpu_seconds(urls.procs[0])
                 row = asyncio.run(load([base], n, args.replies, args.seed, args.mode, args.limit_s))
                 row.engine_s = engine_seconds(urls.model_server) - before
+                row.cpu_s = cpu_seconds(urls.procs[0]) - cpu
                 results[policy].append(row)
                 print(describe(policy, row), flush=True)
                 if args.timelines:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import math
 import os
 import subprocess
 import sys
@@ -171,6 +172,16 @@ class Stack:
     procs: tuple[subprocess.Popen[bytes], ...] = ()
     gateways: tuple[str, ...] = ()  # every gateway, the first `gateway`
     internals: tuple[str, ...] = ()  # their /metrics listeners, when asked for
+
+
+def cpu_seconds(proc: subprocess.Popen[bytes]) -> float:
+    """The CPU time a process has used so far (user and system, all its threads; Linux's
+    /proc), or nan where it cannot be read."""
+    try:
+        fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return math.nan
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @contextlib.contextmanager

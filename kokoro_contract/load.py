@@ -7,6 +7,7 @@ sizes the gateway's chunk plan expects."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Self
@@ -55,6 +56,9 @@ class LoadReport:
     first_window_s: float | None = None
     deadline_misses: int = 0  # explicit deadlines missed since the server started
     scheduling: str = "edf"  # the server's --scheduling
+    # with --batch on: seconds per frame of a batched decoder step (each row a block of that
+    # many frames) by the batch sizes seen, learned (None: not batched, or an older server)
+    batch_curve: dict[str, float] | None = None
     # requests and sessions the server runs now, as `/ping` counts them: its route fills this
     # in, the scheduler does not know it
     inflight: int = 0
@@ -95,6 +99,7 @@ class LoadReport:
             first_window_s=_optional(body, "first_window_s"),
             deadline_misses=_number(body, "deadline_misses", int, 0),
             scheduling=scheduling,
+            batch_curve=_curve(body.get("batch_curve")),
             inflight=_number(body, "inflight", int, 0),
         )
 
@@ -105,6 +110,22 @@ class LoadReport:
     def encode(self) -> bytes:
         """The `/load` body."""
         return orjson.dumps(self.to_json())
+
+
+def _curve(value: Any) -> dict[str, float] | None:
+    """A `batch_curve`: batch sizes (as strings) to positive seconds per frame, or None."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str)
+        and k.isdigit()
+        and isinstance(v, int | float)
+        and not isinstance(v, bool)
+        and 0 <= v < math.inf
+        for k, v in value.items()
+    ):
+        raise MalformedLoadReport(f"the /load answer's batch_curve is not a curve: {value!r:.60}")
+    return {k: float(v) for k, v in value.items()}
 
 
 def _number[N: (int, float)](

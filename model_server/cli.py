@@ -48,6 +48,7 @@ def run(settings: Settings) -> None:
     settings = resolve_engine(settings)
     try:
         check_listening(settings.host, settings.api_key, settings.allow_anonymous)
+        settings.batch_policy  # noqa: B018 (a batch window out of range: refused here)
         preflight(settings)
         sock = listen.bind(settings.host, settings.port, "--port")
     except (ValueError, ModelUnavailable, listen.CannotListen) as exc:

@@ -10,6 +10,7 @@ from pathlib import Path
 from kokoro_contract import limits
 from kokoro_contract.markup import DEFAULT_MAX_PAUSE_S
 from kokoro_contract.settings import parse_dataclass
+from model_server.batching import Policy
 from model_server.engines.checkpoint import SAGEMAKER_MODEL_DIR
 from model_server.engines.hub_voices import MODES as ENGLISH_VOICES_MODES
 from model_server.engines.registry import DECODERS, ENGINES
@@ -40,6 +41,9 @@ class Settings:
     # (docs/measured.md, "Progressive synthesis")
     progressive: bool = True
     decoder: str = "auto"  # progressive: stream (exact), windows, auto (stream with torch)
+    # the streamed decoder's steps of several segments as one batched call (`batcher`)
+    batch: bool = True
+    batch_window_ms: float = 4.0  # how long a due step may wait for others to join it
     threads: int = 0  # onnxruntime intra-op threads per call; 0: all cores
     max_text_chars: int = limits.MAX_TEXT_CHARS
     max_pause_s: float = DEFAULT_MAX_PAUSE_S  # a markup pause longer: 400 pause_too_long
@@ -54,6 +58,11 @@ class Settings:
     api_key: str = ""  # every route but /ping needs it (the gateways' --model-server-key)
     allow_anonymous: bool = False  # beyond loopback without a key (SageMaker's serve: IAM)
     log_level: str = "info"
+
+    @property
+    def batch_policy(self) -> Policy | None:
+        """How the engines batch their decoder steps (`--batch`; None: off)."""
+        return Policy(window_s=self.batch_window_ms / 1000) if self.batch else None
 
     @property
     def engine_threads(self) -> int:
@@ -104,6 +113,13 @@ _HELP = {
     "windows or the machine's speed, no seams, heard as one call; windows: each window decoded "
     "with context, joined by crossfades (onnx: no torch needed); auto: stream where torch and "
     "kokoro are installed, else windows (docs/measured.md)",
+    "batch": "on: the streamed decoder's steps that are due from several segments run as one "
+    "batched call, each segment's samples bit for bit those it gets alone (earliest deadline "
+    "first; the time per batch size is learned and reported in GET /load's batch_curve); off: "
+    "each segment's steps alone",
+    "batch_window_ms": "how long a due decoder step may wait for other segments' to join its "
+    "batch, while others are decoding and never past its deadline (0: only what is due at "
+    "once)",
     "threads": "CPU threads per engine call (0: all cores for onnx, torch's default for torch)",
     "max_text_chars": "longest text accepted in one request",
     "max_pause_s": "longest pause markup may ask for ([pause:1.5s], SSML <break time>): a longer "

@@ -236,6 +236,8 @@ class Scheduler:
         self._active = 0  # engine calls running or waiting for a worker
         self._idle_since = self.clock()
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="engine")
+        # the engine's learned time per batch size, for `load` (`ProgressiveEngine.batch_curve`)
+        self.batch_curve: Callable[[], dict[str, float] | None] = lambda: None
 
     async def run(
         self,
@@ -264,7 +266,7 @@ class Scheduler:
             self._ended_one()
             raise
         loop = asyncio.get_running_loop()
-        token = CancelToken()
+        token = CancelToken(deadline)
         started = self.clock()
         shared = bool(self._running)
         self._running[seq] = (started, cost)
@@ -387,6 +389,7 @@ class Scheduler:
                 else None
             ),
             scheduling=self.scheduling,
+            batch_curve=self.batch_curve(),
         )
 
     def close(self) -> None:

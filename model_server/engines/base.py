@@ -62,9 +62,12 @@ def check_window(window: Window, frames: int) -> None:
 
 
 class CancelToken:
-    """Set from the event loop, read (or hooked) by the engine's worker thread."""
+    """Set from the event loop, read (or hooked) by the engine's worker thread. `deadline`:
+    when the call's result is needed (the scheduler's clock, `time.perf_counter`), for an
+    engine that orders work of its own (`batcher`); None: as soon as it can."""
 
-    def __init__(self) -> None:
+    def __init__(self, deadline: float | None = None) -> None:
+        self.deadline = deadline
         self._lock = threading.Lock()
         self._cancelled = False
         self._callbacks: list[Callable[[], None]] = []
@@ -147,6 +150,11 @@ class ProgressiveEngine(Engine, Protocol):
         """Whether `decode` gives any window's core as one call gives those frames, with no
         context (its decoder carries every layer's state): its windows then need none, and
         their sizes change when audio is computed, not its samples."""
+        ...
+
+    def batch_curve(self) -> dict[str, float] | None:
+        """The learned seconds per frame of a batched decoder step by batch size (`GET
+        /load`'s `batch_curve`); None: its decoder steps are not batched."""
         ...
 
     def front(self, phonemes: str, voice: str, speed: float, cancel: CancelToken) -> Front:

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from kokoro_contract import blends
+from model_server.batching import Policy
 from model_server.cuda_compat import DRIVER_FILE
 from model_server.engines import checkpoint
 from model_server.engines import voices as voice_packs
@@ -92,6 +93,9 @@ class TorchOptions:
     # progressive synthesis: stream (exact, every layer's state carried; auto is stream) or
     # windows (with context, crossfaded, the norms carried)
     decoder: str = "auto"
+    # the streamed decoder's steps of several segments run as one batch by this policy
+    # (`batcher`); None: each alone
+    batch: Policy | None = None
 
 
 def torch_version_ok(version: str) -> bool:
@@ -196,7 +200,7 @@ class TorchEngine:
         self._stream_priors: StreamPriors | None = None
         self._norms = 0
         if self.decoder == "stream":
-            self._stream_decoder(options.threads)
+            self._stream_decoder(options.threads, options.batch)
         else:
             from model_server.engines import torch_norms
 
@@ -222,19 +226,22 @@ class TorchEngine:
             ", ".join(self._packs),
         )
 
-    def _stream_decoder(self, threads: int) -> None:
-        """The streamed decoder over KModel's own, and its priors by voice."""
+    def _stream_decoder(self, threads: int, batch: Policy | None) -> None:
+        """The streamed decoder over KModel's own, and its priors by voice; its segments' steps
+        batched by `batch` (None: each alone: on CUDA each worker queues its own on a stream of
+        its own; with batches one thread queues them all)."""
         from model_server.engines import int8
         from model_server.engines.streamed import (
             CallingThread,
             StreamedDecoder,
             StreamPriors,
-            TorchThread,
+            runner,
         )
 
         cpu = self._device.type == "cpu"
-        runner = TorchThread(threads or self._torch.get_num_threads()) if cpu else CallingThread()
-        self._streamed = StreamedDecoder(self._model.decoder, runner, int8=cpu and int8.available())
+        threads = threads or self._torch.get_num_threads()
+        steps = runner(threads, batch) if cpu or batch is not None else CallingThread()
+        self._streamed = StreamedDecoder(self._model.decoder, steps, int8=cpu and int8.available())
         self._stream_priors = StreamPriors(
             self._streamed,
             self._prior_dir,
@@ -344,6 +351,9 @@ class TorchEngine:
         """Whether a segment's windows need no context and no crossfade: with the streamed
         decoder (`TorchOptions.decoder` stream)."""
         return self._streamed is not None
+
+    def batch_curve(self) -> dict[str, float] | None:
+        return None if self._streamed is None else self._streamed.thread.batch_curve()
 
     def front(self, phonemes: str, voice: str, speed: float, cancel: CancelToken) -> Front:
         if self._streamed is not None:

@@ -27,6 +27,7 @@ import numpy as np
 import onnxruntime as ort
 
 from kokoro_contract import blends
+from model_server.batching import Policy
 from model_server.engines import hub_voices
 from model_server.engines import voices as voice_packs
 from model_server.engines.base import (
@@ -97,6 +98,9 @@ class OnnxOptions:
     # `carried_norms`), or auto: stream where torch and kokoro are installed, else windows
     # (`chosen_decoder`)
     decoder: str = "auto"
+    # the streamed decoder's steps of several segments run as one batch by this policy
+    # (`batcher`); None: each alone
+    batch: Policy | None = None
 
 
 # how each decoder input is sliced for a window of frames [start, end): its axis and the
@@ -128,17 +132,18 @@ def chosen_decoder(asked: str) -> str:
     return asked
 
 
-def _streamed_decoder(model: Path, threads: int) -> StreamedDecoder:
+def _streamed_decoder(model: Path, threads: int, batch: Policy | None) -> StreamedDecoder:
     """The registry graph's decoder weights in kokoro's torch `Decoder`, streamed, computing
-    on `threads` CPU threads of its own thread (built there too); the generator's resblocks'
-    convolutions in int8 where this torch has oneDNN's (`int8`), as the graph's are."""
+    on `threads` CPU threads of its own thread (built there too), several segments' steps in
+    one batch by `batch` (None: each alone); the generator's resblocks' convolutions in int8
+    where this torch has oneDNN's (`int8`), as the graph's are."""
     import onnx
 
     from model_server.engines import int8
     from model_server.engines.registry_decoder import GRAPH_GAIN, registry_decoder
-    from model_server.engines.streamed import StreamedDecoder, TorchThread
+    from model_server.engines.streamed import StreamedDecoder, runner
 
-    thread = TorchThread(threads)
+    thread = runner(threads, batch)
     decoder = thread.run(registry_decoder, onnx.load(str(model)))
     return StreamedDecoder(decoder, thread, int8=int8.available(), gain=GRAPH_GAIN)
 
@@ -169,7 +174,7 @@ class OnnxEngine:
             if decoder == "stream":
                 from model_server.engines.streamed import StreamPriors
 
-                self._streamed = _streamed_decoder(model, alone)
+                self._streamed = _streamed_decoder(model, alone, options.batch)
                 self._stream_priors = StreamPriors(
                     self._streamed,
                     self._prior_dir,
@@ -254,6 +259,9 @@ class OnnxEngine:
         """Whether `decode` gives a window's frames as one call would, with no context: the
         streamed decoder (`OnnxOptions.decoder` stream)."""
         return self._streamed is not None
+
+    def batch_curve(self) -> dict[str, float] | None:
+        return None if self._streamed is None else self._streamed.thread.batch_curve()
 
     def front(self, phonemes: str, voice: str, speed: float, cancel: CancelToken) -> Front:
         if self._front_sessions is None:

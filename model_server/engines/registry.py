@@ -49,6 +49,7 @@ def _load_onnx(settings: Settings) -> Engine:
             shared_threads=settings.shared_threads,
             progressive=settings.progressive,
             decoder=settings.decoder,
+            batch=settings.batch_policy,
         )
     )
 
@@ -73,6 +74,7 @@ def _load_torch(settings: Settings) -> Engine:
             threads=settings.threads,
             cache_dir=settings.cache_dir,
             decoder=settings.decoder,
+            batch=settings.batch_policy,
         )
     )
 

@@ -38,11 +38,12 @@ from __future__ import annotations
 
 import functools
 import itertools
+import logging
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -52,14 +53,17 @@ import torch
 from torch import Tensor, nn
 
 from kokoro_contract import blends
+from model_server.batching import Policy
 from model_server.engines.base import CancelToken, FloatAudio, Front, Pause, check_window
 from model_server.engines.carried_norms import CALIBRATION_PHONEMES, NormStats, voice_prior
 from model_server.engines.int8 import Int8Convs
+from model_server.engines.stream_batch import DifferentStates
 from model_server.engines.streaming_decoder import Kernels, Statistics, StreamingDecoder
 from model_server.errors import SynthesisCancelled, SynthesisFailed
 from model_server.windows import Window
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 # the decoder's blocks: these first (a reply's first audio needs ~14 frames past its first
 # window), then `LATER_BLOCK` frames each: a push has a cost of its own, so small blocks cost
@@ -243,12 +247,36 @@ class Inputs:
 
 
 class Runner(Protocol):
-    """Where a decoder's torch work runs: `run(fn, *args)` answers `fn(*args)`."""
+    """Where a decoder's torch work runs: `run(fn, *args)` answers `fn(*args)`; `step` runs a
+    segment's next decoder step (alone, or batched with other segments': `batcher.Batcher`),
+    `decoding()` is around a segment's steps for one window."""
 
     def run(self, fn: Callable[..., T], *args: Any) -> T: ...
 
+    def step(self, stream: SegmentStream, cancel: CancelToken) -> None: ...
 
-class CallingThread:
+    def decoding(self) -> AbstractContextManager[None]: ...
+
+    def batch_curve(self) -> dict[str, float] | None: ...
+
+
+class _OneByOne:
+    """Each segment's steps alone, as they are asked for."""
+
+    def run(self, fn: Callable[..., T], *args: Any) -> T:
+        raise NotImplementedError
+
+    def step(self, stream: SegmentStream, cancel: CancelToken) -> None:
+        self.run(stream.step)
+
+    def decoding(self) -> AbstractContextManager[None]:
+        return nullcontext()
+
+    def batch_curve(self) -> dict[str, float] | None:
+        return None
+
+
+class CallingThread(_OneByOne):
     """The decoder's torch work on the thread that asks: on CUDA, where each engine worker
     queues its kernels on a stream of its own (`kmodel`), so segments overlap on the device."""
 
@@ -256,7 +284,7 @@ class CallingThread:
         return fn(*args)
 
 
-class TorchThread:
+class TorchThread(_OneByOne):
     """One thread for all of a decoder's torch work. On the CPU, torch computes in an OpenMP
     team per calling thread: teams of several engine workers, idle or spinning, take the cores
     from the one computing (on a CPU of few cores a segment is markedly slower from a second
@@ -271,6 +299,17 @@ class TorchThread:
     def run(self, fn: Callable[..., T], *args: Any) -> T:
         """`fn(*args)` on the thread, waited for."""
         return self._pool.submit(fn, *args).result()
+
+
+def runner(threads: int, batch: Policy | None) -> Runner:
+    """One thread for a decoder's torch work on `threads` threads (on the CPU the cores'
+    owner; on CUDA the one that queues the batches): its segments' steps batched by `batch`
+    (`batcher.Batcher`), or each alone (`TorchThread`)."""
+    if batch is None:
+        return TorchThread(threads)
+    from model_server.engines.batcher import Batcher
+
+    return Batcher(threads, batch)
 
 
 class StreamedDecoder:
@@ -516,10 +555,11 @@ class SegmentStream:
                 f"{self.next_start}"
             )
         wanted = end * self.frame_samples
-        while self._computed < wanted:
-            if cancel.cancelled:
-                raise SynthesisCancelled()
-            self._thread.run(self._step)
+        with self._thread.decoding():
+            while self._computed < wanted:
+                if cancel.cancelled:
+                    raise SynthesisCancelled()
+                self._thread.step(self, cancel)
         return self._thread.run(self._collect, wanted)
 
     def _collect(self, wanted: int) -> FloatAudio:
@@ -531,26 +571,67 @@ class SegmentStream:
         self._taken = wanted
         return np.asarray((out * self._gain).float().cpu().numpy(), dtype=np.float32)
 
-    def _step(self) -> None:
+    def batch_key(self) -> Hashable | None:
+        """What the next step may be batched with: a block of as many frames, the segment's
+        first or not (None: the flush, which runs alone). After its first block a stream's
+        state has the same shapes wherever it is in its segment (its caches are full), so this
+        stands for its `StreamingDecoder.signature`, which costs a walk of every layer;
+        `step_together` checks the states as it stacks them."""
+        if self._decoder is None or self._pushed >= len(self._blocks):
+            return None
+        return self.next_frames, self._pushed == 0
+
+    @property
+    def next_frames(self) -> int:
+        """The frames of the next block pushed (0: none is left)."""
+        if self._pushed >= len(self._blocks):
+            return 0
+        a, b = self._blocks[self._pushed]
+        return b - a
+
+    def _block(self) -> tuple[Tensor, Tensor]:
+        """The next block's generator input and harmonic source."""
+        a, b = self._blocks[self._pushed]
+        n = self.frame_samples
+        return self._body[..., 2 * a : 2 * b], self.inputs.harmonics[:, a * n : b * n]
+
+    def step(self) -> None:
+        """The next block pushed (the flush after the last), on the decoder's thread."""
         decoder = self._decoder
         assert decoder is not None
         with torch.inference_mode():
             if self._pushed < len(self._blocks):
-                a, b = self._blocks[self._pushed]
-                n = self.frame_samples
-                out = decoder.push_generator(
-                    self._body[..., 2 * a : 2 * b],
-                    self.inputs.harmonics[:, a * n : b * n],
-                )
-                self._pushed += 1
+                out = decoder.push_generator(*self._block())
             elif self._pushed == len(self._blocks):
                 out = decoder.flush()
-                self._pushed += 1
             else:
                 raise SynthesisFailed(
                     f"{self._computed} samples from {self.frames} frames: the decoder gave "
                     "fewer than its frames"
                 )
+        self._took(out)
+
+    @staticmethod
+    def step_together(streams: list[SegmentStream]) -> None:
+        """The next block of each stream (of one `batch_key`), pushed as one batch (each alone
+        where their states differ after all)."""
+        blocks = [s._block() for s in streams]
+        try:
+            outs = StreamingDecoder.push_generator_together(
+                [s._decoder for s in streams if s._decoder is not None],
+                [body for body, _ in blocks],
+                [source for _, source in blocks],
+            )
+        except DifferentStates:
+            log.warning("segments of one batch key whose states differ: each stepped alone")
+            for stream in streams:
+                stream.step()
+            return
+        for stream, out in zip(streams, outs, strict=True):
+            stream._took(out)
+
+    def _took(self, out: Tensor) -> None:
+        self._pushed += 1
         self._audio.append(out.reshape(-1))
         self._computed += int(out.numel())
 

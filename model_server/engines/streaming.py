@@ -30,7 +30,9 @@ DESIGN.md §6) over tensors of shape (batch, channels, time), time last:
 - `Seq` and `Parallel` (branches from one input, then a `Join`) compose them.
 
 `state_bytes()` says what a stream holds between pushes (its caches and delay lines). Dropping a
-stream object is cancelling it: nothing else holds its state.
+stream object is cancelling it: nothing else holds its state. Each class names its state
+(`STATE`: the attributes a push changes) and the streams it is made of (`PARTS`), so that the
+streams of several sessions can be pushed as one batch (`stream_batch`).
 """
 
 from __future__ import annotations
@@ -92,6 +94,8 @@ class Pad:
     of `left` needs `left + 1` of them, so it holds them back until then); the right one at
     `flush` (a reflection from a copy of the last `right + 1` samples: no delay)."""
 
+    STATE = ("_started", "_head", "_tail", "_like")
+
     def __init__(self, left: int, right: int, mode: str = "zeros") -> None:
         if left < 0 or right < 0:
             raise ValueError("padding is not negative")
@@ -141,6 +145,8 @@ class Conv1d:
     """A valid (unpadded) 1-d convolution, any stride, dilation and groups: keeps the inputs
     its next output still reads (`(kernel - 1) x dilation` of them at stride 1)."""
 
+    STATE = ("_pending",)
+
     def __init__(
         self,
         weight: Tensor,
@@ -149,9 +155,11 @@ class Conv1d:
         dilation: int = 1,
         groups: int = 1,
         kernel: Callable[[Tensor], Tensor] | None = None,
+        rows: bool = False,
     ) -> None:
         self.weight, self.bias = weight, bias
         self.stride, self.dilation, self.groups = stride, dilation, groups
+        self.rows = rows  # a batch computed row by row (`row_by_row`)
         self.span = dilation * (weight.shape[-1] - 1) + 1
         self._pending: Tensor | None = None
         # the valid convolution of the inputs given, when not `F.conv1d` with this weight
@@ -169,7 +177,10 @@ class Conv1d:
         self._pending = buffer[..., count * self.stride :]
         if self._kernel is not None:
             return self._kernel(used)
-        return F.conv1d(used, self.weight, self.bias, self.stride, 0, self.dilation, self.groups)
+        return row_by_row(self._float, self.rows)(used)
+
+    def _float(self, x: Tensor) -> Tensor:
+        return F.conv1d(x, self.weight, self.bias, self.stride, 0, self.dilation, self.groups)
 
     def flush(self) -> Tensor:
         if self._pending is None:
@@ -190,6 +201,8 @@ class ConvTranspose1d:
     is longer than the carried tail, the difference is held back; a negative one is the bias
     appended, as `output_padding` gives)."""
 
+    STATE = ("_skip", "_tail", "_held", "_like")
+
     def __init__(
         self,
         weight: Tensor,
@@ -198,12 +211,14 @@ class ConvTranspose1d:
         padding: int = 0,
         output_padding: int = 0,
         groups: int = 1,
+        rows: bool = False,
     ) -> None:
         kernel = weight.shape[-1]
         if kernel < stride:
             raise ValueError(f"a kernel of {kernel} shorter than its stride {stride}")
         self.weight, self.bias = weight, bias
         self.stride, self.groups = stride, groups
+        self.rows = rows  # a batch computed row by row (`row_by_row`)
         self.overlap = kernel - stride
         self.out_channels = weight.shape[1] * groups
         self.right_crop = padding - output_padding
@@ -238,11 +253,14 @@ class ConvTranspose1d:
             self._like = _empty_like(x, self.out_channels)
         if steps == 0:
             return self._like
-        z = F.conv_transpose1d(x, self.weight, None, self.stride, 0, 0, self.groups)
+        z = row_by_row(self._float, self.rows)(x)
         if self._tail is not None and self.overlap:
             z = torch.cat([z[..., : self.overlap] + self._tail, z[..., self.overlap :]], dim=-1)
         self._tail = z[..., steps * self.stride :]
         return self._emit(self._biased(z[..., : steps * self.stride]))
+
+    def _float(self, x: Tensor) -> Tensor:
+        return F.conv_transpose1d(x, self.weight, None, self.stride, 0, 0, self.groups)
 
     def flush(self) -> Tensor:
         if self._like is None:
@@ -267,6 +285,8 @@ class ConvTranspose1d:
 class Pointwise:
     """`fn` applied to each time step alone (an activation, a norm with fixed statistics,
     nearest upsampling): no state, no delay."""
+
+    STATE = ("_like",)
 
     def __init__(self, fn: Callable[[Tensor], Tensor]) -> None:
         self.fn = fn
@@ -295,6 +315,8 @@ class Join:
     steps (any number, empty too); the steps all inputs have reached are combined and emitted,
     the rest of an input that is ahead waits (a delay line as long as the latencies differ)."""
 
+    STATE = ("_pending",)
+
     def __init__(self, fn: Callable[..., Tensor], inputs: int) -> None:
         self.fn, self.inputs = fn, inputs
         self._pending: list[Tensor | None] = [None] * inputs
@@ -322,6 +344,8 @@ class Join:
 class Seq:
     """Streams one after another."""
 
+    PARTS = ("layers",)
+
     def __init__(self, *layers: Stream) -> None:
         self.layers = layers
 
@@ -346,6 +370,8 @@ class Parallel:
     """Branches from one input, joined by `fn` (a residual block: `Parallel([body,
     identity()], lambda y, x: y + x)`)."""
 
+    PARTS = ("branches", "join")
+
     def __init__(self, branches: Sequence[Stream], fn: Callable[..., Tensor]) -> None:
         self.branches = tuple(branches)
         self.join = Join(fn, len(self.branches))
@@ -360,10 +386,27 @@ class Parallel:
         return sum(b.state_bytes() for b in self.branches) + self.join.state_bytes()
 
 
-def conv1d(module: nn.Conv1d, kernel: Callable[[Tensor], Tensor] | None = None) -> Seq:
+def row_by_row(fn: Callable[[Tensor], Tensor], rows: bool = True) -> Callable[[Tensor], Tensor]:
+    """`fn` over a batch, one row at a time when `rows` (else `fn` itself). oneDNN chooses a
+    float convolution's algorithm, and so the order of its sums, by the whole input's shape, the
+    batch included: computed row by row, a row batched with others gets the bytes it gets
+    alone (where a quantised layer after it would turn a difference in the last bit into a
+    different rounding: `stream_batch`)."""
+    if not rows:
+        return fn
+
+    def each(x: Tensor) -> Tensor:
+        return fn(x) if x.shape[0] == 1 else torch.cat([fn(row) for row in x.split(1)])
+
+    return each
+
+
+def conv1d(
+    module: nn.Conv1d, kernel: Callable[[Tensor], Tensor] | None = None, rows: bool = False
+) -> Seq:
     """An `nn.Conv1d` (zero padding, any stride, dilation, groups; weight-normed or not),
     streamed: its padding, then the valid convolution, with its own weight and bias (computed
-    by `kernel` when one is given: `Conv1d`)."""
+    by `kernel` when one is given, else in float, row by row when `rows`: `Conv1d`)."""
     if module.padding_mode != "zeros":
         raise ValueError(f"padding mode {module.padding_mode!r}")
     if isinstance(module.padding, str):
@@ -376,12 +419,14 @@ def conv1d(module: nn.Conv1d, kernel: Callable[[Tensor], Tensor] | None = None) 
         module.dilation[0],
         module.groups,
         kernel,
+        rows,
     )
     return Seq(Pad(pad, pad), conv)
 
 
-def conv_transpose1d(module: nn.ConvTranspose1d) -> ConvTranspose1d:
-    """An `nn.ConvTranspose1d` (dilation 1; weight-normed or not), streamed."""
+def conv_transpose1d(module: nn.ConvTranspose1d, rows: bool = False) -> ConvTranspose1d:
+    """An `nn.ConvTranspose1d` (dilation 1; weight-normed or not), streamed (a batch row by
+    row when `rows`)."""
     if module.dilation[0] != 1:
         raise ValueError("a dilated transposed convolution")
     return ConvTranspose1d(
@@ -391,6 +436,7 @@ def conv_transpose1d(module: nn.ConvTranspose1d) -> ConvTranspose1d:
         module.padding[0],
         module.output_padding[0],
         module.groups,
+        rows,
     )
 
 
@@ -398,6 +444,8 @@ class Frames:
     """`torch.stft` without centring (`center=False`) over the samples pushed so far: a frame
     of `n_fft` every `hop` samples, as a complex (batch, bins, frames) tensor; keeps the
     samples its next frame reads. Input (batch, 1, samples)."""
+
+    STATE = ("_pending",)
 
     def __init__(self, n_fft: int, hop: int, window: Tensor) -> None:
         self.n_fft, self.hop, self.window = n_fft, hop, window
@@ -459,6 +507,8 @@ class ISTFT:
     beside it (the divisor: constant inside, not at the ends), both cropped `n_fft // 2` at
     each end, then divided."""
 
+    PARTS = ("_signal", "_envelope", "_divide")
+
     def __init__(self, n_fft: int, hop: int, window: Tensor) -> None:
         self.n_fft, self.hop, self.window = n_fft, hop, window
         self._signal: ConvTranspose1d | None = None
@@ -472,7 +522,7 @@ class ISTFT:
             crop = self.n_fft // 2
             self._signal = overlap_add(self.n_fft, self.hop, crop, frames)
             self._envelope = overlap_add(self.n_fft, self.hop, crop, frames)
-        squares = (window * window).expand(1, -1, frames.shape[-1])
+        squares = (window * window).expand(frames.shape[0], -1, frames.shape[-1])
         return self._divide.push(self._signal.push(frames * window), self._envelope.push(squares))
 
     def flush(self) -> Tensor:

@@ -44,6 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from model_server.engines import stream_batch
 from model_server.engines.streaming import (
     ISTFT,
     Join,
@@ -91,22 +92,37 @@ def recording_statistics(decoder: nn.Module) -> Iterator[Statistics]:
 
 
 class _Norms:
-    """Every norm's statistics, as the norms read them at each push: by name, the mean and
-    1 / sqrt(variance + eps) in the decoder's dtype, from the `Statistics` last set."""
+    """Every norm's statistics, as the norms read them at each push: by name, from the
+    `Statistics` last set, each AdaIN folded into one scale and shift per channel (its
+    normalisation by the mean and 1 / sqrt(variance + eps), its affine weight and bias, the
+    style's 1 + gamma and beta), so a norm is one pass over its input (`adain`)."""
+
+    STATE = ("_folded",)  # a stream's own rows when streams are pushed together
 
     def __init__(self, statistics: Statistics, dtype: Any, observe: Observer | None) -> None:
         self.statistics = statistics
         self.observe = observe
         self._dtype = dtype
         self._eps: dict[str, float] = {}  # the norms built so far, by name
-        self._scaled: dict[str, tuple[Tensor, Tensor]] = {}
+        # each norm's affine weight and bias (or None), the style's 1 + gamma and beta
+        self._affine: dict[str, tuple[Tensor | None, Tensor | None, Tensor, Tensor]] = {}
+        self._folded: dict[str, tuple[Tensor, Tensor]] = {}  # scale, shift
 
-    def add(self, name: str, eps: float) -> None:
-        """A norm built: it has statistics now, or `KeyError`."""
+    def add(
+        self,
+        name: str,
+        eps: float,
+        affine: tuple[Tensor | None, Tensor | None],
+        gamma: Tensor,
+        beta: Tensor,
+    ) -> None:
+        """A norm built, with its `affine` weight and bias (None, None: none) and its AdaIN's
+        `gamma` and `beta`: it has statistics now, or `KeyError`."""
         if name not in self.statistics:
             raise KeyError(f"no statistics for the norm {name}")
         self._eps[name] = eps
-        self._scaled[name] = self._scale(self.statistics[name], eps)
+        self._affine[name] = (*affine, 1 + gamma, beta)
+        self._folded[name] = self._fold(name, self.statistics[name])
 
     def set(self, statistics: Statistics) -> None:
         """Every norm's statistics from now on (`KeyError`, nothing changed, where one has
@@ -114,18 +130,30 @@ class _Norms:
         for name in self._eps:
             if name not in statistics:
                 raise KeyError(f"no statistics for the norm {name}")
-        self._scaled = {n: self._scale(statistics[n], eps) for n, eps in self._eps.items()}
+        self._folded = {n: self._fold(n, statistics[n]) for n in self._eps}
         self.statistics = statistics
 
-    def _scale(self, stats: tuple[Tensor, Tensor], eps: float) -> tuple[Tensor, Tensor]:
-        mean, var = (t.to(self._dtype) for t in stats)
-        return mean, torch.rsqrt(var + eps)
+    def _fold(self, name: str, stats: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
+        """`adain`'s scale and shift for `name` with `stats` (computed in float64)."""
+        weight, bias, scale, beta = (None if t is None else t.double() for t in self._affine[name])
+        assert scale is not None
+        assert beta is not None
+        mean, var = (t.double() for t in stats)
+        inverse = torch.rsqrt(var + self._eps[name])
+        if weight is not None and bias is not None:
+            k = inverse * weight * scale
+            shift = (bias - mean * inverse * weight) * scale + beta
+        else:
+            k, shift = inverse * scale, beta - mean * inverse * scale
+        return k.to(self._dtype), shift.to(self._dtype)
 
-    def normalise(self, name: str, x: Tensor) -> Tensor:
+    def adain(self, name: str, x: Tensor) -> Tensor:
+        """`AdaIN1d` of `x` by the norm `name`'s statistics: (1 + gamma) x (its normalised
+        input, times its affine weight, plus its bias) + beta, as one scale and shift."""
         if self.observe is not None:
             self.observe(name, x)
-        mean, inverse = self._scaled[name]
-        return (x - mean) * inverse
+        k, shift = self._folded[name]
+        return torch.addcmul(shift, x, k)
 
 
 @dataclass(frozen=True)
@@ -140,6 +168,13 @@ class _Build:
     dtype: Any
     kernels: Kernels | None
 
+    @property
+    def rows(self) -> bool:
+        """Whether the generator's float convolutions compute a batch row by row: where its
+        resblocks' are quantised (`kernels`), which would turn a float difference between a
+        row batched and alone into a different rounding (`streaming.row_by_row`)."""
+        return self.kernels is not None
+
     def conv(self, module: nn.Conv1d) -> Seq:
         """A generator resblock's convolution, streamed (through `kernels` when given)."""
         return conv1d(module, None if self.kernels is None else self.kernels(module))
@@ -150,15 +185,13 @@ class _Build:
         norm = module.norm
         name = self.names[norm]
         norms = self.norms
-        norms.add(name, norm.eps)
         h = module.fc(self.style)
         gamma, beta = torch.chunk(h.view(h.size(0), h.size(1), 1), chunks=2, dim=1)
+        weight = bias = None
         if norm.affine:
             weight, bias = norm.weight.view(1, -1, 1), norm.bias.view(1, -1, 1)
-            return Pointwise(
-                lambda x: (1 + gamma) * (norms.normalise(name, x) * weight + bias) + beta
-            )
-        return Pointwise(lambda x: (1 + gamma) * norms.normalise(name, x) + beta)
+        norms.add(name, norm.eps, (weight, bias), gamma, beta)
+        return Pointwise(lambda x: norms.adain(name, x))
 
 
 # frames of the harmonic source let in ahead of the body's output: the fewest that do not delay
@@ -168,18 +201,26 @@ SOURCE_AHEAD = 2
 
 
 class _Gate:
-    """Steps of an input held back until the branch it feeds reads them: `release(x, upto)`
-    takes `x` in and gives what is held up to step `upto` of the input (None: everything)."""
+    """Steps of an input held back until the branch it feeds reads them: `lead` steps are let
+    through before the branch has read any; `release(x, more)` takes `x` in, lets `more` steps
+    more through (None: everything) and gives what is held as far as it may. What it may let
+    through is kept relative (not a count since the segment began), so two streams at other
+    places of their segments hold the same state when they hold as much (`stream_batch`)."""
 
-    def __init__(self) -> None:
+    STATE = ("_held", "_allowed")
+
+    def __init__(self, lead: int) -> None:
         self._held: Tensor | None = None
-        self._given = 0
+        self._allowed = lead  # steps it may still let through
 
-    def release(self, x: Tensor, upto: int | None) -> Tensor:
+    def release(self, x: Tensor, more: int | None) -> Tensor:
         held = x if self._held is None else torch.cat([self._held, x], dim=-1)
         size = held.shape[-1]
-        ready = size if upto is None else max(0, min(size, upto - self._given))
-        self._held, self._given = held[..., ready:], self._given + ready
+        if more is not None:
+            self._allowed += more
+        ready = size if more is None else min(size, self._allowed)
+        self._held = held[..., ready:]
+        self._allowed -= ready
         return held[..., :ready]
 
     def state_bytes(self) -> int:
@@ -225,8 +266,16 @@ def _body_block(block: nn.Module, build: _Build) -> Parallel:
 
 
 def _snake(alpha: Tensor) -> Pointwise:
+    """x + sin(alpha x)^2 / alpha, in four passes over x (the sine in place, its square and
+    the sum as one `addcmul`)."""
     a = alpha.detach()
-    return Pointwise(lambda x: x + (1 / a) * (torch.sin(a * x) ** 2))
+    inverse = 1 / a
+
+    def snake(x: Tensor) -> Tensor:
+        s = torch.sin_(a * x)
+        return torch.addcmul(x, s, s * inverse)
+
+    return Pointwise(snake)
 
 
 def _resblock1(block: nn.Module, build: _Build) -> Seq:
@@ -269,13 +318,14 @@ def _through(stream: Any, final: bool, *xs: Tensor) -> Tensor:
 class _Stage:
     """One of the generator's upsampling stages, streamed."""
 
+    PARTS = ("upsampled", "noise", "add", "mix", "source")
+
     upsampled: Seq  # LeakyReLU 0.1, ups[i] (and the last stage's reflection pad)
     noise: Seq  # noise_convs[i], noise_res[i]
     add: Join  # x + x_source
     mix: Parallel  # the mean of the stage's resblocks
-    source: _Gate  # the source's STFT, held until the branch is read
+    source: _Gate  # the source's STFT, held until the branch reads it (its reach let in first)
     stride: int  # source steps per step of the stage
-    reach: int  # source steps its branch reads past stride x its index
 
 
 class StreamingDecoder:
@@ -292,7 +342,25 @@ class StreamingDecoder:
     the generator's resblocks' convolutions (nearly all of the decoder's multiply-adds) another
     way, e.g. `int8.Int8Convs.kernel`; the body's stay float, as its errors reach every
     sample after it (docs/measured.md, "2026-12-06 (night): the stream in int8, the generator
-    alone, a prior by length, the default")."""
+    alone, a prior by length, the default").
+
+    Streams of several segments (one decoder, each its own style and statistics) whose states
+    have the same shapes are pushed as one batch by `push_generator_together`."""
+
+    STATE = ("_like",)
+    PARTS = (
+        "_f0",
+        "_n",
+        "_asr_res",
+        "_encode_in",
+        "_encode",
+        "_decode",
+        "_harmonics",
+        "_source",
+        "_stages",
+        "_post",
+        "_norms",
+    )
 
     def __init__(
         self,
@@ -305,9 +373,8 @@ class StreamingDecoder:
     ) -> None:
         gen = decoder.generator
         self._per_half_frame = int(gen.f0_upsamp.scale_factor)  # source samples per F0 step
-        self._source_ahead = 2 * source_ahead  # in half frames
-        self._harmonics = _Gate()  # source samples not yet given to the generator
-        self._body_out = 0  # half frames the body has given the generator
+        # source samples not yet given to the generator (`source_ahead` frames let in first)
+        self._harmonics = _Gate(2 * source_ahead * self._per_half_frame)
         if not hasattr(gen.stft, "window"):
             raise ValueError("a generator without torch's STFT (disable_complex) is not streamed")
         dtype = next(decoder.parameters()).dtype
@@ -333,39 +400,44 @@ class StreamingDecoder:
             n_fft, hop = gen.stft.filter_length, gen.stft.hop_length
             self._source = Seq(
                 stft(n_fft, hop, window),
-                Pointwise(lambda z: torch.cat([torch.abs(z), torch.angle(z)], dim=1)),
+                # atan2 for `torch.angle`: the same value, but computed alike at every position
+                # of a batch (angle's vectorised loop is not), so rows batched are rows alone
+                Pointwise(lambda z: torch.cat([torch.abs(z), torch.atan2(z.imag, z.real)], dim=1)),
             )
             self._stages: list[_Stage] = []
             k = gen.num_kernels
             pad_left, pad_right = gen.reflection_pad.padding  # the last stage's: (1, 0)
             for i in range(gen.num_upsamples):
                 last = i == gen.num_upsamples - 1
+                stride, reach = _source_reach(gen.noise_convs[i], gen.noise_res[i])
                 self._stages.append(
                     _Stage(
                         Seq(
                             Pointwise(lambda x: F.leaky_relu(x, negative_slope=0.1)),
-                            conv_transpose1d(gen.ups[i]),
+                            conv_transpose1d(gen.ups[i], build.rows),
                             Pad(pad_left, pad_right, "reflect") if last else identity(),
                         ),
-                        Seq(conv1d(gen.noise_convs[i]), _resblock1(gen.noise_res[i], build)),
+                        Seq(
+                            conv1d(gen.noise_convs[i], rows=build.rows),
+                            _resblock1(gen.noise_res[i], build),
+                        ),
                         Join(torch.add, 2),
                         Parallel(
                             [_resblock1(gen.resblocks[i * k + j], build) for j in range(k)], _mean
                         ),
-                        _Gate(),
-                        *_source_reach(gen.noise_convs[i], gen.noise_res[i]),
+                        _Gate(reach),
+                        stride,
                     )
                 )
             bins = gen.post_n_fft // 2 + 1
             self._post = Seq(
                 Pointwise(F.leaky_relu),
-                conv1d(gen.conv_post),
+                conv1d(gen.conv_post, rows=build.rows),
                 Pointwise(
                     lambda x: torch.exp(x[:, :bins]) * torch.exp(torch.sin(x[:, bins:]) * 1j)
                 ),
                 ISTFT(n_fft, hop, window),
             )
-        self._stage_steps = [0] * len(self._stages)  # steps each stage's upsampling gave
         # what the first push was (empty, for the flush): the whole decoder's four inputs, or
         # the generator's two (`push_generator`)
         self._like: tuple[Tensor, ...] | None = None
@@ -397,6 +469,28 @@ class StreamingDecoder:
         with torch.inference_mode():
             return self._generator(body, harmonics, final=False)
 
+    @staticmethod
+    def push_generator_together(
+        decoders: list[StreamingDecoder], bodies: list[Tensor], harmonics: list[Tensor]
+    ) -> list[Tensor]:
+        """`push_generator` of each decoder with its body output and harmonic source, as one
+        batch (`stream_batch.together`): the decoders are streams of one `StreamingDecoder`'s
+        decoder with the same `signature` and are given the same number of frames. Each
+        answer is the decoder's own, as alone (up to the order of sums in a batched kernel)."""
+        for decoder, body, source in zip(decoders, bodies, harmonics, strict=True):
+            decoder._first((body, source))
+        with torch.inference_mode():
+            return stream_batch.together(
+                decoders,
+                list(zip(bodies, harmonics, strict=True)),
+                lambda d, body, source: d._generator(body, source, final=False),
+            )
+
+    def signature(self) -> Any:
+        """What a stream pushed together with this one must share (`stream_batch.signature`):
+        its state's shapes, which follow from the frames pushed so far."""
+        return stream_batch.signature(self)
+
     def _first(self, inputs: tuple[Tensor, ...]) -> None:
         if self._like is None:
             self._like = tuple(t[..., :0] for t in inputs)
@@ -427,17 +521,15 @@ class StreamingDecoder:
         return self._generator(x, harmonics, final)
 
     def _generator(self, x: Tensor, harmonics: Tensor, final: bool) -> Tensor:
-        self._body_out += x.shape[-1]
         # the source goes in only as far ahead of the body as its branches read: what it would
         # run ahead by waits here, one channel, not in the delay lines of 256 and 128 after it
-        ahead = (self._body_out + self._source_ahead) * self._per_half_frame
+        ahead = x.shape[-1] * self._per_half_frame
         harmonics = self._harmonics.release(harmonics, None if final else ahead)
         har = _through(self._source, final, harmonics.unsqueeze(1))
-        for i, stage in enumerate(self._stages):
+        for stage in self._stages:
             x = _through(stage.upsampled, final, x)
-            self._stage_steps[i] += x.shape[-1]
             # and each stage's branch reads its STFT only as far as the stage has come
-            upto = stage.stride * self._stage_steps[i] + stage.reach
+            upto = stage.stride * x.shape[-1]
             source = stage.source.release(har, None if final else upto)
             x_source = _through(stage.noise, final, source)
             x = _through(stage.add, final, x, x_source)

@@ -25,6 +25,7 @@ EVERY_FIELD = LoadReport(
     first_window_s=0.031,
     deadline_misses=7,
     scheduling="fair",
+    batch_curve={"1": 0.0061, "2": 0.0042},
     inflight=5,
 )
 MINIMAL = {
@@ -61,6 +62,7 @@ def test_the_answer_keeps_its_keys_and_their_order() -> None:
         "first_window_s",
         "deadline_misses",
         "scheduling",
+        "batch_curve",
         "inflight",
     ]
     said = dataclasses.asdict(EVERY_FIELD)
@@ -72,6 +74,7 @@ def test_an_older_servers_answer_reads_with_the_defaults() -> None:
     assert report == LoadReport(2, 1, 0, 1.5, None, 0.1, 0.02)
     assert (report.realtime_streams, report.shared_seconds_per_call) == (1e9, None)
     assert (report.first_window_s, report.deadline_misses, report.inflight) == (None, 0, 0)
+    assert report.batch_curve is None
 
 
 def test_keys_it_does_not_know_are_left_out() -> None:
@@ -92,6 +95,10 @@ def test_keys_it_does_not_know_are_left_out() -> None:
         (json.dumps(MINIMAL | {"realtime_streams": None}), "realtime_streams is not a number"),
         (json.dumps(MINIMAL | {"first_window_s": "soon"}), "first_window_s is not a number"),
         (json.dumps(MINIMAL | {"scheduling": 1}), "the /load answer's scheduling is not a string"),
+        (json.dumps(MINIMAL | {"batch_curve": [0.1]}), "batch_curve is not a curve: [0.1]"),
+        (json.dumps(MINIMAL | {"batch_curve": {"two": 0.1}}), "batch_curve is not a curve"),
+        (json.dumps(MINIMAL | {"batch_curve": {"2": -1}}), "batch_curve is not a curve"),
+        (json.dumps(MINIMAL | {"batch_curve": {"2": True}}), "batch_curve is not a curve"),
         (json.dumps({k: v for k, v in MINIMAL.items() if k != "workers"}), "has no workers"),
     ],
 )

@@ -175,6 +175,9 @@ class FakeProgressiveEngine(FakeEngine):
     two_passes = True
     exact_windows = False  # its windows come with context, as the windows decoder's do
 
+    def batch_curve(self) -> dict[str, float] | None:
+        return None  # each window alone
+
     def reset(self) -> None:
         super().reset()
         self.hold_from: int | None = None

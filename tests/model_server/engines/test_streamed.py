@@ -23,6 +23,7 @@ from model_server.engines.streaming_decoder import Kernels, Statistics
 from model_server.errors import SynthesisCancelled, SynthesisFailed
 from model_server.windows import Window
 from quality import closeness
+from tests.model_server.engines.batched import batched_decodes
 
 HELLO = "həlˈO ðˈɛɹ."
 FOX = "ðə kwˈɪk bɹˈWn fˈɑks ʤˈʌmps ˌOvəɹ ðə lˈAzi dˈɑɡ nˌɪɹ ðə ɹˈɪvəɹ bˈæŋk."
@@ -330,3 +331,41 @@ def test_the_onnx_engine_needs_torch_only_for_the_stream(
         onnx.chosen_decoder("stream")
     with pytest.raises(ValueError, match="one of auto, stream, windows"):
         onnx.chosen_decoder("exact")
+
+
+# --- batched steps (`--batch on`) ----------------------------------------------------------
+
+ORDER = "jʊɹ ˈɔɹdəɹ ʃˈɪpt ðɪs mˈɔɹnɪŋ ænd əɹɹˈIvz ˌɔn fɹˈIdA."
+
+
+@pytest.mark.real_model
+def test_segments_decoded_in_one_batch_are_each_the_same_bytes_as_alone(
+    engine: OnnxEngine,
+) -> None:
+    """Three segments of other lengths, their steps batched while their blocks line up (the
+    int8 convolutions quantise row by row, the float ones compute row by row): each one's
+    samples are bit for bit what it gets alone."""
+    texts = [FOX, ORDER, HELLO]
+    alone = [_audio(engine, t, [10_000]) for t in texts]
+    together, batches = batched_decodes(engine, VOICE, texts)
+    assert batches.get(3, 0) >= 1  # the first blocks ran as one batch of three
+    for a, b in zip(alone, together, strict=True):
+        assert b is not None
+        assert b.size == a.size
+        assert np.array_equal(a, b)
+
+
+@pytest.mark.real_model
+def test_a_segment_cancelled_in_the_queue_leaves_its_batch_and_the_others_unchanged(
+    engine: OnnxEngine,
+) -> None:
+    texts = [FOX, ORDER, HELLO]
+    alone = [_audio(engine, t, [10_000]) for t in texts]
+    together, batches = batched_decodes(engine, VOICE, texts, cancelled=1)
+    assert together[1] is None  # SynthesisCancelled, at once
+    assert batches.get(3, 0) == 0
+    assert batches.get(2, 0) >= 1
+    for i in (0, 2):
+        got = together[i]
+        assert got is not None
+        assert np.array_equal(alone[i], got)

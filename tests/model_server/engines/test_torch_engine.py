@@ -979,3 +979,17 @@ async def test_markup_on_the_torch_engine(
     assert 24_000 - 3_600 <= longest <= 24_000  # the inserted silence, with the pad before it
     heard = [len(base64.b64decode(r.json()["audio"])) for r in (plain, slow)]
     assert heard[1] / heard[0] == pytest.approx(2.0, rel=0.15)
+
+
+def test_segments_decoded_in_one_batch_are_each_their_bytes_alone(streaming: TorchEngine) -> None:
+    """The torch engine's streamed decoder batched (`--batch on`), its random weights: three
+    segments' steps run as one batch are each bit for bit what they are alone."""
+    from tests.model_server.engines.batched import batched_decodes
+
+    texts = [FOX, HELLO, "ðə wˈɛðəɹ təmˈɑɹO lˈʊks sˈʌni."]
+    alone = [_stream_whole(streaming, streaming.front(t, VOICE, 1.0, CancelToken())) for t in texts]
+    together, batches = batched_decodes(streaming, VOICE, texts)
+    assert batches.get(3, 0) >= 1
+    for a, b in zip(alone, together, strict=True):
+        assert b is not None
+        np.testing.assert_array_equal(a, b)
