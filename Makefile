@@ -12,7 +12,7 @@ MODEL_PORT ?= 8080
 PORT ?= 8000
 
 .PHONY: help setup browser dev dev-fleet dev-docker dev-gpu images k8s-render test lint typecheck bench \
-	test-quick redis bench-model bench-demo bench-load bench-quality bench-timings bench-blends bench-speech bench-faults bench-frameworks bench-fleet soak gpu-check deploy-sagemaker lock clean
+	test-quick redis bench-model bench-demo bench-load bench-quality bench-timings bench-blends bench-speech bench-batch bench-faults bench-frameworks bench-fleet soak gpu-check deploy-sagemaker lock clean
 
 help:
 	@echo "make dev          model server ($(HOST):$(MODEL_PORT)) and gateway (http://$(HOST):$(PORT))"
@@ -27,6 +27,7 @@ help:
 	@echo "make bench-timings  word timings against where the waveform's energy puts them"
 	@echo "make bench-blends   voice blends streamed against their one call, beside their voices"
 	@echo "make bench-speech   pauses, a pronunciation, Japanese vs English first audio, markup's cost"
+	@echo "make bench-batch    the model server with --batch off and on: concurrent streams side by side"
 	@echo "make bench-faults   a model server killed and restarted, frozen alone and in a pair"
 	@echo "make bench-frameworks  first audio and word timestamps: pipecat, LiveKit plugins vs the WebSocket"
 	@echo "                   BENCH_ARGS=\"--scenario both\" (or barge-in): and barge-in to the next turn, plugins at c2154e7 vs now"
@@ -133,6 +134,9 @@ bench-timings: setup
 
 bench-blends: setup
 	$(PY) -m bench.bench_blends $(BENCH_ARGS)
+
+bench-batch: setup
+	$(PY) -m bench.bench_batch $(BENCH_ARGS)
 
 bench-speech: setup
 	$(PY) -m bench.bench_speech $(BENCH_ARGS)

@@ -44,8 +44,8 @@ POLICIES: dict[str, tuple[list[str], list[str]]] = {
         ["--chunk-plan", "sentences", "--admission", "false", "--first-max-words", "8"],
     ),
     "realtime": ([], []),
-    # the current defaults but each segment's decoder steps alone (`--batch off`)
-    "unbatched": (["--batch", "off"], []),
+    # the current defaults with the decoder's steps of several segments batched (`--batch on`)
+    "batched": (["--batch", "on"], []),
 }
 
 

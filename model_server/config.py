@@ -41,8 +41,10 @@ class Settings:
     # (docs/measured.md, "Progressive synthesis")
     progressive: bool = True
     decoder: str = "auto"  # progressive: stream (exact), windows, auto (stream with torch)
-    # the streamed decoder's steps of several segments as one batched call (`batcher`)
-    batch: bool = True
+    # the streamed decoder's steps of several segments as one batched call (`batcher`): off by
+    # default, as on the project's 2-core CPUs it does not pay (docs/measured.md, "Batched
+    # decoder steps"); made for a GPU, where a step's fixed cost is most of it
+    batch: bool = False
     batch_window_ms: float = 4.0  # how long a due step may wait for others to join it
     threads: int = 0  # onnxruntime intra-op threads per call; 0: all cores
     max_text_chars: int = limits.MAX_TEXT_CHARS
@@ -116,7 +118,8 @@ _HELP = {
     "batch": "on: the streamed decoder's steps that are due from several segments run as one "
     "batched call, each segment's samples bit for bit those it gets alone (earliest deadline "
     "first; the time per batch size is learned and reported in GET /load's batch_curve); off: "
-    "each segment's steps alone",
+    "each segment's steps alone (the default: on a CPU of few cores batches do not pay; "
+    "docs/measured.md)",
     "batch_window_ms": "how long a due decoder step may wait for other segments' to join its "
     "batch, while others are decoding and never past its deadline (0: only what is due at "
     "once)",
