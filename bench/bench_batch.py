@@ -1,11 +1,11 @@
 """`make bench-batch`: the model server with `--batch off` and `--batch on`, side by side.
 
 For each setting (its own model server process, one after the other), N = 1, 2, 3 concurrent
-streamed `POST /invocations` of the same two-sentence answer (12.3 s of audio), after one to
-warm up: the wall time until every stream ended, the audio seconds served per wall second (the
-higher the more conversations a machine carries), and `GET /load`'s `batch_curve` (seconds per
-frame of a decoder step by batch size: which batch sizes formed). `--rounds R` repeats the
-whole comparison, alternating, for its spread.
+streamed `POST /invocations` of the same two-sentence answer (12.3 s of audio in jm_kumo),
+after one to warm up: the wall time until every stream ended, the audio seconds served per wall
+second (the higher, the more conversations a machine carries), and `GET /load`'s `batch_curve`
+(seconds per frame of a decoder step by batch size: which batch sizes formed). `--rounds R`
+repeats the whole comparison, alternating, for its spread.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def main() -> None:
     for _ in range(args.rounds):
         for setting in ("off", "on"):
             table += asyncio.run(_run(["--batch", setting, *extra], ns))
-    print("\nbench-batch: streamed POST /invocations of a 12.3 s answer, N at once")
+    print("\nbench-batch: streamed POST /invocations of a two-sentence answer, N at once")
     print("\n".join(table))
 
 
