@@ -2,9 +2,10 @@
 
 With `--batch on` each session's decoder steps (a block of its segment's frames pushed into the
 streamed generator) are not run one by one: the steps that are due from several sessions and
-can be stacked (the same shape class, `Due.key`: the block's frames and the shapes of the
-decoder's carried state) run as one call, each session's rows its own (`engines/batcher.py`
-runs them; `engines/stream_batch.py` stacks the state).
+can be stacked (the same shape class, `Due.key`: a block of as many frames, each past its
+segment's first, so that their carried states have the same shapes) run as one call, each
+session's rows its own (`engines/batcher.py` runs them; `engines/stream_batch.py` stacks the
+state).
 
 The rule (`form`), over the steps due now:
 - earliest deadline first: the step whose audio is needed first (`Due.deadline`) leads, and

@@ -3,8 +3,8 @@ one batched call (`--batch on`).
 
 Like `streamed.TorchThread` (all of a decoder's torch work on one thread, on all its cores), but
 a segment's decoder step (a block of its frames into the streamed generator) is not run the
-moment it is asked for: the steps due from several segments that share a shape class (the
-block's frames and the carried state's shapes) are stacked into one call
+moment it is asked for: the steps due from several segments that share a shape class (a block
+of as many frames, each past its segment's first) are stacked into one call
 (`StreamingDecoder.push_generator_together`), each segment's rows its own, bit for bit what it
 would get alone. Which steps, and when, is `batching.form`'s: earliest deadline first (the
 deadline the scheduler gave the call, `CancelToken.deadline`), no batch that would make the
@@ -21,7 +21,6 @@ drops them: the other rows are untouched.
 from __future__ import annotations
 
 import itertools
-import logging
 import threading
 import time
 from collections import deque
@@ -37,7 +36,6 @@ from model_server.batching import BatchCurve, Due, Policy, Run, form
 from model_server.engines.base import CancelToken
 from model_server.errors import SynthesisCancelled, SynthesisFailed
 
-log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
@@ -132,8 +130,9 @@ class Batcher:
         future.result()
 
     def batch_curve(self) -> dict[str, float]:
-        """`GET /load`'s `batch_curve` (`BatchCurve.report`)."""
-        return self.curve.report()
+        """`GET /load`'s `batch_curve` (`BatchCurve.report`), from any thread."""
+        with self._cond:
+            return self.curve.report()
 
     def _wake(self) -> None:
         with self._cond:
@@ -199,6 +198,8 @@ class Batcher:
             for step in steps:
                 step.future.set_exception(exc)
             return
-        self.curve.observe(len(steps), steps[0].due.frames, self._clock() - started)
+        took = self._clock() - started
+        with self._cond:
+            self.curve.observe(len(steps), steps[0].due.frames, took)
         for step in steps:
             step.future.set_result(None)

@@ -147,12 +147,17 @@ def test_the_gpu_check_script_parses() -> None:
     result = subprocess.run(["bash", "-n", str(ROOT / "scripts" / "gpu-check")], check=False)
     assert result.returncode == 0
     text = (ROOT / "scripts" / "gpu-check").read_text()
-    steps = ("KOKORO_TEST_DEVICE=$device", "bench.bench_model --engine torch", "bench.bench_load")
+    steps = (
+        "KOKORO_TEST_DEVICE=$device",
+        "bench.bench_model --engine torch",
+        "bench.bench_load",
+        "bench.bench_batch",  # --batch off and on, side by side
+    )
     for step in (
         *steps,
         "device=${TORCH_DEVICE:-cuda}",  # CUDA unless told otherwise
         "--sections progressive",  # the torch engine's progressive table
-        "${STEPS:-load model progressive tests}",
+        "${STEPS:-load batch model progressive tests}",
         'tests.support.kokoro_checkpoint "$dir" --full',
     ):
         assert step in text
