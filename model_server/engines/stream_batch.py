@@ -8,8 +8,10 @@ stream is stacked along the batch axis into the first stream, the push runs once
 stacked input, and each stream gets back its own rows of the new state (`together`). Nothing
 is mixed between the rows by the layers (a convolution, a norm with the row's own statistics,
 an overlap-add all act row by row), so each stream's output is what it would have been alone,
-up to the order of floating point sums inside a batched kernel. A layer that quantises its input
-must do so row by row (`int8.Int8Conv`).
+up to the order of floating point sums inside a batched kernel; where that order would matter
+(a float convolution before quantised ones) the layer computes row by row
+(`streaming.row_by_row`), and a layer that quantises its input does so row by row
+(`int8.Int8Conv`): the streamed decoder's rows are then bit for bit its streams alone.
 
 What is not a tensor in a state (a count of steps given, whether a padding has started) is the
 same in streams of one signature and evolves with the shapes alone, so every stream gets the
@@ -63,24 +65,6 @@ def _replica(obj: Any) -> Any:
     for name in getattr(type(obj), "PARTS", ()):
         setattr(made, name, _replica(getattr(obj, name)))
     return made
-
-
-def load(obj: Any, value: Any, like: Any = None) -> None:
-    """`state(obj)`'s inverse: `value` put back into `obj` and its parts. A part that a stream
-    makes at its first push (`ISTFT`'s) and `obj` has not made yet is copied from `like`'s (a
-    stream built alike that has)."""
-    if obj is None:
-        return
-    own, parts = value
-    for name, v in zip(getattr(type(obj), "STATE", ()), own, strict=True):
-        setattr(obj, name, v)
-    if like is not None:
-        for name in getattr(type(obj), "PARTS", ()):
-            if getattr(obj, name) is None and getattr(like, name) is not None:
-                setattr(obj, name, _replica(getattr(like, name)))
-    liked = _parts(like) if like is not None else [None] * len(parts)
-    for p, v, q in zip(_parts(obj), parts, liked, strict=True):
-        load(p, v, q)
 
 
 def _shape(value: Any) -> Any:
