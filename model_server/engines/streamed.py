@@ -575,7 +575,7 @@ class SegmentStream:
         """What the next step may be batched with: a block of as many frames, the segment's
         first or not (None: the flush, which runs alone). After its first block a stream's
         state has the same shapes wherever it is in its segment (its caches are full), so this
-        stands for its `StreamingDecoder.signature`, which costs a walk of every layer;
+        stands for `stream_batch.signature`, which costs a walk of every layer;
         `step_together` checks the states as it stacks them."""
         if self._decoder is None or self._pushed >= len(self._blocks):
             return None

@@ -486,11 +486,6 @@ class StreamingDecoder:
                 lambda d, body, source: d._generator(body, source, final=False),
             )
 
-    def signature(self) -> Any:
-        """What a stream pushed together with this one must share (`stream_batch.signature`):
-        its state's shapes, which follow from the frames pushed so far."""
-        return stream_batch.signature(self)
-
     def _first(self, inputs: tuple[Tensor, ...]) -> None:
         if self._like is None:
             self._like = tuple(t[..., :0] for t in inputs)
