@@ -5,8 +5,11 @@ Kokoro's harmonic source (`SineGen` under the generator's `m_source`) draws its 
 and its noise from torch's global generators, the only random numbers an evaluating KModel
 draws. `SeededSource` stands in for it: while a thread is inside `seeded(seed)`, the source's
 draws come from generators forked from the global ones and seeded with `seed`, one source at a
-time (a lock: the fork is process-wide), and the global generators are as they were after it;
-outside, it is kokoro's own. `segment_seed` derives the seed from what the segment is (its
+time in the process (one lock for every source and every draw, seeded or not: the generators
+are the process's, so another engine's source drawing meanwhile, e.g. a whole call of a prior's
+calibration whose source is replaced after it is drawn, would take numbers from the seeded
+fork or seed it again), and the global generators are as they were after it; outside, it is
+kokoro's own. `segment_seed` derives the seed from what the segment is (its
 tokens, voice and speed), so a whole call and a front pass of the same segment draw the same
 numbers."""
 
@@ -29,6 +32,10 @@ def segment_seed(tokens: Sequence[int], voice: str, speed: float) -> int:
     return int.from_bytes(digest[:8], "little") >> 1
 
 
+# held while a source's draws are seeded: torch's global generators are one per process
+_GLOBAL_GENERATORS = threading.Lock()
+
+
 class SeededSource(nn.Module):  # type: ignore[misc]
     """`source` (a generator's `m_source`), its draws seeded where the thread asks."""
 
@@ -37,7 +44,6 @@ class SeededSource(nn.Module):  # type: ignore[misc]
         self.source = source
         self._devices = devices  # the CUDA devices whose generators are forked too
         self._local = threading.local()
-        self._lock = threading.Lock()
 
     @contextmanager
     def seeded(self, seed: int) -> Iterator[None]:
@@ -50,11 +56,12 @@ class SeededSource(nn.Module):  # type: ignore[misc]
 
     def forward(self, x: Any) -> Any:
         seed = getattr(self._local, "seed", None)
-        if seed is None:
-            return self.source(x)
-        with self._lock, torch.random.fork_rng(devices=self._devices):
-            torch.manual_seed(seed)
-            return self.source(x)
+        with _GLOBAL_GENERATORS:  # unseeded draws too: they would take numbers from a seeded fork
+            if seed is None:
+                return self.source(x)
+            with torch.random.fork_rng(devices=self._devices):
+                torch.manual_seed(seed)
+                return self.source(x)
 
 
 def seed_source(generator: nn.Module, devices: list[int]) -> SeededSource:

@@ -981,10 +981,6 @@ async def test_markup_on_the_torch_engine(
     assert heard[1] / heard[0] == pytest.approx(2.0, rel=0.15)
 
 
-@pytest.mark.skip(
-    reason="open (#50): in 2 of about 6 runs the batched torch-engine stream differed from alone "
-    "from its first sample (the onnx engine's twin test has not failed); --batch is off by default"
-)
 def test_segments_decoded_in_one_batch_are_each_their_bytes_alone(streaming: TorchEngine) -> None:
     """The torch engine's streamed decoder batched (`--batch on`), its random weights: three
     segments' steps run as one batch are each bit for bit what they are alone."""
