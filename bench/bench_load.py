@@ -36,6 +36,7 @@ import httpx
 from bench.bench_gateway import ANSWER, FIRST_MS, TPS, engine_seconds
 from bench.harness import ReplyResult, cpu_seconds, one_reply
 from bench.harness import stack as stack  # bench_quality takes it from here
+from bench.sim_engine import DEFAULT_CURVE, Curve
 
 POLICIES: dict[str, tuple[list[str], list[str]]] = {
     # (model server flags, gateway flags)
@@ -195,7 +196,13 @@ def main() -> None:
     parser.add_argument(
         "--simulate-gpu",
         action="store_true",
-        help="engine calls take an H200's measured time (bench/sim_engine.py): a GPU's scale",
+        help="engine calls take a GPU's measured time (bench/sim_engine.py): a GPU's scale",
+    )
+    parser.add_argument(
+        "--curve",
+        type=Path,
+        default=DEFAULT_CURVE,
+        help="with --simulate-gpu: a measured curve (bench_batch --curve-out), default the H200's",
     )
     parser.add_argument("--plot", type=Path, default=Path("docs/bench-load.png"))
     parser.add_argument(
@@ -205,12 +212,15 @@ def main() -> None:
     )
     args = parser.parse_args()
     ns = [int(n) for n in args.conversations.split(",")]
+    model_command = None
+    if args.simulate_gpu:
+        model_command = [sys.executable, "-m", "bench.sim_engine", "--curve", str(args.curve)]
+        print(f"simulated engine, its curve measured on {Curve.load(args.curve).source}")
     results: dict[str, list[Row]] = {}
     batches: dict[str, float] = {}
     for policy in args.policies.split(","):
         model_flags, gateway_flags = POLICIES[policy]
         gateway_flags = [*gateway_flags, *clients_apart(max(ns)), *shlex.split(args.gateway_args)]
-        model_command = [sys.executable, "-m", "bench.sim_engine"] if args.simulate_gpu else None
         model_flags = [*model_flags, *shlex.split(args.model_args)]
         with stack(model_flags, gateway_flags, model_command=model_command) as urls:
             base = urls.gateway

@@ -23,6 +23,8 @@ FIRST_CHUNK_PHONEMES = 45
 # a typical later chunk: the server's real-time capacity and admission's slowdown of a reply
 # beside another are both reckoned on a segment this long
 SEGMENT_PHONEMES = 60
+# seconds of speech per phoneme token, typically (a server learns its own from what it voices)
+SPEECH_S_PER_PHONEME = 0.065
 # a progressive server's decoder windows: Kokoro's frame (600 samples at 24 kHz), and the
 # largest window, which the server's window ladder stops at and a gateway's chunk plan expects
 FRAME_S = 0.025
@@ -99,7 +101,7 @@ class LoadReport:
             first_window_s=_optional(body, "first_window_s"),
             deadline_misses=_number(body, "deadline_misses", int, 0),
             scheduling=scheduling,
-            batch_curve=_curve(body.get("batch_curve")),
+            batch_curve=batch_curve_from_json(body.get("batch_curve")),
             inflight=_number(body, "inflight", int, 0),
         )
 
@@ -112,13 +114,14 @@ class LoadReport:
         return orjson.dumps(self.to_json())
 
 
-def _curve(value: Any) -> dict[str, float] | None:
-    """A `batch_curve`: batch sizes (as strings) to positive seconds per frame, or None."""
+def batch_curve_from_json(value: Any) -> dict[str, float] | None:
+    """A `batch_curve`: batch sizes (as strings, 1 or more) to seconds per frame, or None."""
     if value is None:
         return None
     if not isinstance(value, dict) or not all(
         isinstance(k, str)
         and k.isdigit()
+        and int(k) >= 1
         and isinstance(v, int | float)
         and not isinstance(v, bool)
         and 0 <= v < math.inf

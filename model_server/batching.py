@@ -26,6 +26,8 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
+from kokoro_contract import capacity
+
 # the time per batch of n is learned as seconds per frame of each of the n rows' blocks
 _DECAY = 0.8  # each new batch scales the weight of the older ones by this
 
@@ -89,14 +91,9 @@ class BatchCurve:
         self.batches[size] = self.batches.get(size, 0) + 1
 
     def seconds(self, size: int, frames: int) -> float | None:
-        """How long a batch of `size` rows of `frames` frames takes, as learned."""
-        if size in self.seconds_per_frame:
-            return self.seconds_per_frame[size] * frames
-        below = [n for n in self.seconds_per_frame if n < size]
-        if not below:
-            return None
-        n = max(below)
-        return self.seconds_per_frame[n] * frames * size / n
+        """How long a batch of `size` rows of `frames` frames takes, as learned
+        (`capacity.batch_seconds`: the gateway's admission reads the curve alike)."""
+        return capacity.batch_seconds(self.seconds_per_frame, size, frames)
 
     def report(self) -> dict[str, float]:
         """`GET /load`'s `batch_curve`: seconds per frame of every row's block by batch size

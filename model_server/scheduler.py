@@ -36,7 +36,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from kokoro_contract.load import FIRST_CHUNK_PHONEMES, SEGMENT_PHONEMES, LoadReport
+from kokoro_contract import capacity
+from kokoro_contract.load import (
+    FIRST_CHUNK_PHONEMES,
+    SEGMENT_PHONEMES,
+    SPEECH_S_PER_PHONEME,
+    LoadReport,
+)
 from kokoro_contract.speed import PRIOR_SECONDS_PER_CALL, PRIOR_SECONDS_PER_PHONEME, SpeedModel
 from model_server.engines.base import CancelToken
 
@@ -226,7 +232,7 @@ class Scheduler:
         # when the synthesizer is progressive
         self.first_window = SpeedModel(prior_a=0.5, prior_b=0.004)
         self.progressive = False
-        self.audio_per_phoneme = 0.065  # seconds of speech per phoneme token, learned
+        self.audio_per_phoneme = SPEECH_S_PER_PHONEME  # seconds of speech per token, learned
         self.deadline_misses = 0
         self.engine_seconds = 0.0  # engine calls' time (ended, aborted), summed: compute spent
         self.engine_calls = 0
@@ -343,11 +349,12 @@ class Scheduler:
     def realtime_streams(self) -> float:
         """Replies the engine can voice at once: workers over the compute each needs per second
         of speech, for a typical segment (`SEGMENT_PHONEMES`) at the speed calls run side by
-        side."""
+        side; with batched decoder steps (`batch_curve`), counted in batches
+        (`capacity.realtime_streams`)."""
         workers = self.slots.slots
         speed = self.shared_speed if workers > 1 else self.speed
         rtf = speed.estimate(SEGMENT_PHONEMES) / (SEGMENT_PHONEMES * self.audio_per_phoneme)
-        return workers / rtf if rtf > 0 else float(workers)
+        return capacity.realtime_streams(workers, rtf, capacity.curve_of(self.batch_curve()))
 
     def longest_call_s(self) -> float:
         """How long the oldest engine call still running has run (0: none runs): the

@@ -108,8 +108,7 @@ class Synthesizer:
             cast(ProgressiveEngine, engine) if progressive and engine.two_passes else None
         )
         self.schedule = schedule or Schedule()
-        if self.progressive is not None:
-            scheduler.batch_curve = self.progressive.batch_curve
+        scheduler.batch_curve = engine.batch_curve
         if self.progressive is not None and self.progressive.exact_windows:
             # nothing to hide at a seam, nothing to decode twice: no context, no crossfade, and
             # by default `EXACT_FIRST` frames first

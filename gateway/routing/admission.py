@@ -2,25 +2,27 @@
 which one takes a new reply, or a refusal with how long to wait.
 
 A reply is taken only if its first audio can come within the budget (the chosen server's backlog
-plus the first chunk's own synthesis) and taking it leaves the work there on time: segments
-queued there with less slack than its first chunk's cost would be made late under EDF, and each
-reply this gateway runs there must have spare time in its playback (`ChunkPlan.spare_profile`, from
-the text it still has to voice) for what the new reply costs it: its share of the new first
-chunk, and the slowdown of all it has left to synthesize now that one more reply shares the
-cores (`LoadReport.slowdown`, from the speeds the server learned for calls alone and side by
-side). Each chunk it has still to come is asked separately (`ChunkPlan.spare_profile`): the
-new start delays it by the new first chunk's share and by the slowdown of the synthesis before
-it, so a chunk due soon needs less room than one at the end of a long reply, whose playback buffer
-grows meanwhile. A reply still starting (nothing sent yet) has the slack its plan gives a first
-chunk under load (`--first-slack-s`) and, its text unknown, a typical reply's synthesis left
-(`LoadReport.reply_s`): on 2 cores two replies starting together would both fall behind, on a
-GPU dozens may. Replies in progress are counted by what they ask the server for (an `Ask`,
+plus the first chunk's own synthesis) and taking it leaves the work there on time: segments queued
+there with less slack than its first chunk's cost would be made late under EDF, and each reply this
+gateway runs there must have spare time in its playback (`ChunkPlan.spare_profile`, from the text
+it still has to voice) for what the new reply costs it: its share of the new first chunk, and the
+slowdown of all it has left to synthesize now that one more reply shares the cores
+(`LoadReport.slowdown`, from the speeds the server learned for calls alone and side by side, and on
+a server that batches its decoder steps from its batch curve: one more reply in the batches costs
+the others less, `kokoro_contract.capacity`; the server's `realtime_streams` is counted in batches
+too). Each chunk it has still to come is asked separately (`ChunkPlan.spare_profile`): the new
+start delays it by the new first chunk's share and by the slowdown of the synthesis before it, so a
+chunk due soon needs less room than one at the end of a long reply, whose playback buffer grows
+meanwhile. A reply still starting (nothing sent yet) has the slack its plan gives a first chunk
+under load (`--first-slack-s`) and, its text unknown, a typical reply's synthesis left
+(`LoadReport.reply_s`): on 2 cores two replies starting together would both fall behind, on a GPU
+dozens may. Replies in progress are counted by what they ask the server for (an `Ask`,
 `kokoro_contract.asks`: starting, or under way with the spare time of each chunk to come;
-`placement.Upstream.asks` gives them); a reply that waits for its client's text with nothing
-asked counts for nothing. What cannot be served in time is refused up front: never
-accepted and then stuttered. A refusal that time clears by itself (a reply in progress gains
-spare time as its synthesis runs ahead, one ends) is `deferrable`: the pool may hold the new
-reply a moment and ask again (`waiting.WaitingLine.admit`) rather than refuse it.
+`placement.Upstream.asks` gives them); a reply that waits for its client's text with nothing asked
+counts for nothing. What cannot be served in time is refused up front: never accepted and then
+stuttered. A refusal that time clears by itself (a reply in progress gains spare time as its
+synthesis runs ahead, one ends) is `deferrable`: the pool may hold the new reply a moment and ask
+again (`waiting.WaitingLine.admit`) rather than refuse it.
 """
 
 from __future__ import annotations
@@ -32,9 +34,10 @@ from dataclasses import dataclass
 from typing import Protocol, Self
 
 from gateway.reply.plan.config import FIRST_SLACK_S
+from kokoro_contract import capacity
 from kokoro_contract import load as contract
 from kokoro_contract.asks import Ask, Spare
-from kokoro_contract.load import FIRST_CHUNK_PHONEMES, SEGMENT_PHONEMES
+from kokoro_contract.load import FIRST_CHUNK_PHONEMES, SEGMENT_PHONEMES, SPEECH_S_PER_PHONEME
 
 # a typical reply, for one still starting (its text unknown): the demo's five sentences,
 # 230 phonemes in 6 chunks
@@ -83,12 +86,15 @@ class LoadReport(contract.LoadReport):
 
     def _per_reply_s(self, replies: int) -> float:
         """A typical segment's time for each of `replies` replies in progress: alone on all
-        cores; beside others, at the speed of calls side by side, and taking turns for the
-        workers once there are more replies than workers."""
+        cores; beside others, at the speed of calls side by side, its decoder steps at their
+        share of a batch of them all on a server that batches (`batch_curve`), and taking
+        turns for the workers once there are more replies than workers."""
         each = self.seconds_per_call + self.seconds_per_phoneme * SEGMENT_PHONEMES  # alone
         a, b = self.shared_seconds_per_call, self.shared_seconds_per_phoneme
         if replies > 1 and self.workers > 1 and a is not None and b is not None:
             each = max(each, a + b * SEGMENT_PHONEMES)  # side by side is never faster per call
+        speech = SEGMENT_PHONEMES * SPEECH_S_PER_PHONEME
+        each = capacity.batched_s(each, speech, capacity.curve_of(self.batch_curve), replies)
         return each * max(1.0, replies / self.workers)
 
     @property

@@ -130,6 +130,12 @@ class Engine(Protocol):
         audio, sample for sample."""
         ...
 
+    def batch_curve(self) -> dict[str, float] | None:
+        """The learned seconds per frame of a batched decoder step by batch size (`GET
+        /load`'s `batch_curve`, which admission counts capacity by); None: its work is not
+        batched."""
+        ...
+
 
 class Pause(Protocol):
     """Called between the steps of work done ahead (a voice's calibration,
@@ -150,11 +156,6 @@ class ProgressiveEngine(Engine, Protocol):
         """Whether `decode` gives any window's core as one call gives those frames, with no
         context (its decoder carries every layer's state): its windows then need none, and
         their sizes change when audio is computed, not its samples."""
-        ...
-
-    def batch_curve(self) -> dict[str, float] | None:
-        """The learned seconds per frame of a batched decoder step by batch size (`GET
-        /load`'s `batch_curve`); None: its decoder steps are not batched."""
         ...
 
     def front(self, phonemes: str, voice: str, speed: float, cancel: CancelToken) -> Front:

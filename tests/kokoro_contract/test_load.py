@@ -99,6 +99,7 @@ def test_keys_it_does_not_know_are_left_out() -> None:
         (json.dumps(MINIMAL | {"batch_curve": {"two": 0.1}}), "batch_curve is not a curve"),
         (json.dumps(MINIMAL | {"batch_curve": {"2": -1}}), "batch_curve is not a curve"),
         (json.dumps(MINIMAL | {"batch_curve": {"2": True}}), "batch_curve is not a curve"),
+        (json.dumps(MINIMAL | {"batch_curve": {"0": 0.1}}), "batch_curve is not a curve"),
         (json.dumps({k: v for k, v in MINIMAL.items() if k != "workers"}), "has no workers"),
     ],
 )

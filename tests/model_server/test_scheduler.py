@@ -258,3 +258,17 @@ def test_both_policies_are_selectable(scheduling: str) -> None:
     scheduler.close()
     with pytest.raises(ValueError, match="scheduling must be one of edf, fair"):
         Scheduler(workers=1, scheduling="lifo")
+
+
+def test_the_real_time_capacity_is_counted_in_batches_when_the_engine_batches() -> None:
+    """4 workers, a 60-phoneme segment in 0.78 s for 3.9 s of speech (0.2 s a second of it):
+    20 replies at once unbatched; with batched decoder steps whose rows cost an eighth of alone
+    at 16 (`kokoro_contract.capacity`), as many as the one decoder thread keeps up with, 50."""
+    scheduler = Scheduler(workers=4, speed=SpeedModel(prior_a=0.0, prior_b=0.013))
+    scheduler.shared_speed = SpeedModel(prior_a=0.0, prior_b=0.013)
+    assert scheduler.load().realtime_streams == pytest.approx(20.0)
+    scheduler.batch_curve = lambda: {"1": 0.004, "2": 0.0044, "16": 0.008}
+    load = scheduler.load()
+    assert load.realtime_streams == pytest.approx(50.0)
+    assert load.batch_curve == {"1": 0.004, "2": 0.0044, "16": 0.008}
+    scheduler.close()

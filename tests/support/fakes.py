@@ -70,6 +70,9 @@ class FakeEngine:
     def voices(self) -> dict[str, str]:
         return {"jf_alpha": "fake", "af_test": "fake"}
 
+    def batch_curve(self) -> dict[str, float] | None:
+        return None  # each call alone
+
     def infer(self, phonemes: str, voice: str, speed: float, cancel: CancelToken) -> FloatAudio:
         return self.infer_timed(phonemes, voice, speed, cancel).audio
 
@@ -174,9 +177,6 @@ class FakeProgressiveEngine(FakeEngine):
     name = "fake-progressive"
     two_passes = True
     exact_windows = False  # its windows come with context, as the windows decoder's do
-
-    def batch_curve(self) -> dict[str, float] | None:
-        return None  # each window alone
 
     def reset(self) -> None:
         super().reset()

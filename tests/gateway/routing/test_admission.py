@@ -162,6 +162,21 @@ def test_a_reply_joining_others_slows_what_they_have_left() -> None:
     assert one_worker.slowdown(2) == pytest.approx(1.5)
 
 
+def test_on_a_server_that_batches_a_reply_joining_others_slows_them_less() -> None:
+    """Its decoder steps share the others' batches (`batch_curve`): a 60-phoneme segment (1.3
+    s, 3.9 s of speech) has 0.624 s of decoder steps alone (4 ms a frame), 0.55 of it in a
+    batch of two (4.4 ms a frame of both rows), so two replies taking turns on one worker take
+    2 x 1.019 s, not 2 x 1.3."""
+    batching = dataclasses.replace(load(workers=1), batch_curve={"1": 0.004, "2": 0.0044})
+    assert batching.slowdown(0) == 1.0
+    each = 1.3 - 0.624 * (1 - 0.0044 / 2 / 0.004)
+    assert batching.slowdown(1) == pytest.approx(2 * each / 1.3)
+    assert batching.slowdown(2) == pytest.approx(1.5)  # 3 rows read as 2's: no more gain
+    # a curve whose batches cost more than their rows alone (this CPU's): no gain counted
+    losing = dataclasses.replace(load(workers=1), batch_curve={"1": 0.0052, "2": 0.0138})
+    assert losing.slowdown(1) == pytest.approx(2.0)
+
+
 def test_replies_in_progress_without_the_spare_time_a_new_start_costs_refuse_it() -> None:
     shared = side_by_side(load())
     # the new first chunk takes 1.0 s / 2 workers from it, and the 6.2 s it has left to
