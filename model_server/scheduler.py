@@ -291,6 +291,7 @@ class Scheduler:
                     future.exception()  # the abort asked for: retrieved, not logged as lost
                 raise
             finished = self.clock()
+            own = max(0.0, finished - started - token.credit_s)  # less other calls' rows
             log.debug(
                 "engine call: %d phonemes, waited %.3f s, ran %.3f s (estimate %.3f s)%s, "
                 "slack %.3f s",
@@ -302,11 +303,11 @@ class Scheduler:
                 (deadline if deadline is not None else asked) - finished,
             )
             if phonemes:
-                (self.shared_speed if shared else self.speed).observe(phonemes, finished - started)
-            if frames:
+                (self.shared_speed if shared else self.speed).observe(phonemes, own)
+            if frames:  # when a window's audio is ready: its whole time, a batch's included
                 self.window_speed.observe(frames, finished - started)
             if tally is not None:
-                tally.seconds += finished - started
+                tally.seconds += own
                 tally.shared = tally.shared or shared
             if explicit and deadline is not None and finished > deadline:
                 self.deadline_misses += 1

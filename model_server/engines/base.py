@@ -64,10 +64,15 @@ def check_window(window: Window, frames: int) -> None:
 class CancelToken:
     """Set from the event loop, read (or hooked) by the engine's worker thread. `deadline`:
     when the call's result is needed (the scheduler's clock, `time.perf_counter`), for an
-    engine that orders work of its own (`batcher`); None: as soon as it can."""
+    engine that orders work of its own (`batcher`); None: as soon as it can. `credit_s`: the
+    seconds of the call's run that went to other calls' work, set by an engine that batches
+    (a batch's time past what the call's own step takes alone): the scheduler learns the
+    call's speed from its time less these, so what it learns stays a call's alone and the
+    batch's gain is counted once, by the batch curve (`kokoro_contract.capacity`)."""
 
     def __init__(self, deadline: float | None = None) -> None:
         self.deadline = deadline
+        self.credit_s = 0.0
         self._lock = threading.Lock()
         self._cancelled = False
         self._callbacks: list[Callable[[], None]] = []

@@ -10,7 +10,9 @@ would get alone. Which steps, and when, is `batching.form`'s: earliest deadline 
 deadline the scheduler gave the call, `CancelToken.deadline`), no batch that would make the
 leading step late where a smaller one would not, a short wait for others only while other
 segments are decoding (`decoding`). The time each batch size takes is learned (`curve`,
-`GET /load`'s `batch_curve`).
+`GET /load`'s `batch_curve`), and each row's call is charged its step alone (as the curve
+says size 1 takes), the rest of the batch's time credited to it (`CancelToken.credit_s`): the
+scheduler's learned speeds stay a call's alone, the batch's gain counted by the curve.
 
 Other torch work (a segment's body pass, building its stream, collecting its audio) runs here
 too, before any step (`run`). A step cancelled while it waits leaves the queue at once
@@ -199,7 +201,13 @@ class Batcher:
                 step.future.set_exception(exc)
             return
         took = self._clock() - started
+        frames = steps[0].due.frames
         with self._cond:
-            self.curve.observe(len(steps), steps[0].due.frames, took)
+            self.curve.observe(len(steps), frames, took)
+            alone = self.curve.seconds(1, frames) if len(steps) > 1 else took
+        # each row's call is charged its step alone (as learned; unknown: its share), the rest
+        # of the batch's time is credited (`CancelToken.credit_s`)
+        own = took / len(steps) if alone is None else min(alone, took)
         for step in steps:
+            step.cancel.credit_s += took - own
             step.future.set_result(None)

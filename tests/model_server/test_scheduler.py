@@ -10,7 +10,7 @@ from kokoro_contract.speed import SpeedModel
 from model_server.config import Settings
 from model_server.engines.base import CancelToken
 from model_server.errors import SynthesisCancelled
-from model_server.scheduler import DeadlineSlots, FairSlots, Scheduler
+from model_server.scheduler import DeadlineSlots, FairSlots, Scheduler, Tally
 from model_server.service import ModelService
 from tests.support.fakes import FakeEngine, identity_g2p
 
@@ -271,4 +271,25 @@ def test_the_real_time_capacity_is_counted_in_batches_when_the_engine_batches() 
     load = scheduler.load()
     assert load.realtime_streams == pytest.approx(50.0)
     assert load.batch_curve == {"1": 0.004, "2": 0.0044, "16": 0.008}
+    scheduler.close()
+
+
+async def test_a_call_is_learned_by_its_own_compute_less_what_a_batch_credited() -> None:
+    """A decoder step that ran in a batch: 1.0 s of the call, 0.6 s of it the other rows'
+    (`CancelToken.credit_s`): the segment's tally counts 0.4 s, its own step alone; when the
+    window's audio was ready is still the whole second."""
+    scheduler = Scheduler(workers=1)
+    now = [10.0]
+    scheduler.clock = lambda: now[0]
+
+    def batched(token: CancelToken) -> str:
+        now[0] += 1.0
+        token.credit_s += 0.6
+        return "audio"
+
+    tally = Tally()
+    before = scheduler.window_speed.estimate(16)
+    assert await scheduler.run("a", batched, frames=16, tally=tally) == "audio"
+    assert tally.seconds == pytest.approx(0.4)
+    assert scheduler.window_speed.estimate(16) > before  # learned from the whole 1.0 s
     scheduler.close()
