@@ -47,6 +47,7 @@ class Settings:
     batch: bool = False
     batch_window_ms: float = 4.0  # how long a due step may wait for others to join it
     threads: int = 0  # onnxruntime intra-op threads per call; 0: all cores
+    decoder_threads: int = 0  # onnx: the streamed decoder's torch threads; 0: as --threads
     max_text_chars: int = limits.MAX_TEXT_CHARS
     max_pause_s: float = DEFAULT_MAX_PAUSE_S  # a markup pause longer: 400 pause_too_long
     max_pending: int = 32  # queued + running requests per WebSocket session
@@ -124,6 +125,8 @@ _HELP = {
     "batch, while others are decoding and never past its deadline (0: only what is due at "
     "once)",
     "threads": "CPU threads per engine call (0: all cores for onnx, torch's default for torch)",
+    "decoder_threads": "onnx: CPU threads of the streamed decoder (torch's, one thread for every "
+    "segment's steps; 0: as --threads). 1 keeps its speed when other work takes a core",
     "max_text_chars": "longest text accepted in one request",
     "max_pause_s": "longest pause markup may ask for ([pause:1.5s], SSML <break time>): a longer "
     "one is 400 pause_too_long",

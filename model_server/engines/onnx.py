@@ -90,6 +90,7 @@ class OnnxOptions:
     # cores instead of oversubscribing them (0: the same as intra_op_threads)
     shared_threads: int = 0
     spinning: bool = False  # busy-wait between ops: faster alone, wasteful beside other workers
+    decoder_threads: int = 0  # the streamed decoder's torch threads (0: intra_op_threads)
     progressive: bool = True  # also load the front graph and a decoder for windows
     # the decoder of progressive synthesis: stream (every layer's state carried, exact, the
     # voice's prior at the segment's length for the generator's norms: `streamed`; torch with
@@ -174,7 +175,8 @@ class OnnxEngine:
             if decoder == "stream":
                 from model_server.engines.streamed import StreamPriors
 
-                self._streamed = _streamed_decoder(model, alone, options.batch)
+                threads = options.decoder_threads or alone
+                self._streamed = _streamed_decoder(model, threads, options.batch)
                 self._stream_priors = StreamPriors(
                     self._streamed,
                     self._prior_dir,

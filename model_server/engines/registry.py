@@ -46,6 +46,7 @@ def _load_onnx(settings: Settings) -> Engine:
             voices_dir=settings.voices_dir,
             english_voices=settings.english_voices,
             intra_op_threads=settings.engine_threads,
+            decoder_threads=settings.decoder_threads,
             shared_threads=settings.shared_threads,
             progressive=settings.progressive,
             decoder=settings.decoder,

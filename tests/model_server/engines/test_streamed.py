@@ -369,3 +369,22 @@ def test_a_segment_cancelled_in_the_queue_leaves_its_batch_and_the_others_unchan
         got = together[i]
         assert got is not None
         assert np.array_equal(alone[i], got)
+
+
+@pytest.mark.real_model
+def test_the_decoder_on_one_thread_gives_the_segments_audio(engine: OnnxEngine) -> None:
+    """`--decoder-threads 1` (`OnnxOptions.decoder_threads`): the streamed decoder's torch work
+    on one thread while the engine's calls keep two; its samples are the two threads' but for
+    the order of float sums in oneDNN's kernels, which the int8 layers may round otherwise."""
+    from model_server.engines.onnx import OnnxOptions
+
+    one = OnnxEngine(OnnxOptions(intra_op_threads=2, decoder="stream", decoder_threads=1))
+    assert one._streamed is not None
+    assert engine._streamed is not None
+    assert one._streamed.thread.run(torch.get_num_threads) == 1
+    assert engine._streamed.thread.run(torch.get_num_threads) == 2
+    assert one.threads == engine.threads == (2, 2)
+    alone, two = _audio(one, FOX, [8, 16, 64]), _audio(engine, FOX, [8, 16, 64])
+    assert alone.shape == two.shape
+    print(f"one thread against two: {_snr_db(two, alone):.1f} dB")
+    assert _snr_db(two, alone) >= 30
