@@ -403,6 +403,9 @@ def main() -> None:
     parser.add_argument(
         "--progressive", choices=["on", "off"], default="on", help="the model server's"
     )
+    parser.add_argument(
+        "--decoder-threads", type=int, default=0, help="the model server's (0: its default)"
+    )
     args = parser.parse_args()
 
     from gateway.app import create_app as create_gateway
@@ -411,7 +414,9 @@ def main() -> None:
     from model_server.config import Settings
     from tests.support.servers import serve
 
-    model_settings = Settings(progressive=args.progressive == "on")
+    model_settings = Settings(
+        progressive=args.progressive == "on", decoder_threads=args.decoder_threads
+    )
     model_app = create_app(model_settings)
     with serve(model_app) as model:
         if not model_app.state.service.settled.wait(300) or not model_app.state.service.ready:
