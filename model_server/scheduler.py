@@ -347,15 +347,15 @@ class Scheduler:
         if phonemes >= 10 and audio_s > 0:
             self.audio_per_phoneme += 0.1 * (audio_s / phonemes - self.audio_per_phoneme)
 
-    def realtime_streams(self) -> float:
+    def realtime_streams(self, curve: dict[str, float] | None) -> float:
         """Replies the engine can voice at once: workers over the compute each needs per second
         of speech, for a typical segment (`SEGMENT_PHONEMES`) at the speed calls run side by
-        side; with batched decoder steps (`batch_curve`), counted in batches
-        (`capacity.realtime_streams`)."""
+        side; with batched decoder steps (the engine's `curve`, `batch_curve`), counted in
+        batches (`capacity.realtime_streams`)."""
         workers = self.slots.slots
         speed = self.shared_speed if workers > 1 else self.speed
         rtf = speed.estimate(SEGMENT_PHONEMES) / (SEGMENT_PHONEMES * self.audio_per_phoneme)
-        return capacity.realtime_streams(workers, rtf, capacity.curve_of(self.batch_curve()))
+        return capacity.realtime_streams(workers, rtf, capacity.curve_of(curve))
 
     def longest_call_s(self) -> float:
         """How long the oldest engine call still running has run (0: none runs): the
@@ -367,6 +367,7 @@ class Scheduler:
         """What `GET /load` says, but for `inflight`, which the route counts."""
         now = self.clock()
         workers = self.slots.slots
+        curve = self.batch_curve()  # read once: the engine's batcher lock
         remaining = [max(0.0, cost - (now - started)) for started, cost in self._running.values()]
         waiters = self.slots.waiters()
         # project EDF: each waiter starts when the earliest-free worker is free
@@ -388,7 +389,7 @@ class Scheduler:
             deadline_misses=self.deadline_misses,
             seconds_per_call=round(a, 4),
             seconds_per_phoneme=round(b, 5),
-            realtime_streams=round(self.realtime_streams(), 2),
+            realtime_streams=round(self.realtime_streams(curve), 2),
             shared_seconds_per_call=round(shared_a, 4),
             shared_seconds_per_phoneme=round(shared_b, 5),
             first_window_s=(
@@ -397,7 +398,7 @@ class Scheduler:
                 else None
             ),
             scheduling=self.scheduling,
-            batch_curve=self.batch_curve(),
+            batch_curve=curve,
         )
 
     def close(self) -> None:

@@ -169,40 +169,6 @@ def _complete(obj: Any, like: Any) -> None:
         _complete(part, liked)
 
 
-def _stack_one(values: list[Any]) -> Any:
-    """`_stacked` with the common cases first (a tensor, nothing, a flag or a count)."""
-    first = values[0]
-    if first is None:
-        if any(v is not None for v in values):
-            raise DifferentStates("streams of different states pushed together")
-        return None
-    if isinstance(first, Tensor):
-        shape, dtype, device = first.shape[1:], first.dtype, first.device
-        for v in values:
-            if (
-                not isinstance(v, Tensor)
-                or v.shape[1:] != shape
-                or v.dtype != dtype
-                or v.device != device
-            ):
-                raise DifferentStates("streams of different states pushed together")
-        return torch.cat(values, dim=0)
-    if isinstance(first, bool | int):
-        if any(type(v) is not type(first) or v != first for v in values):
-            raise DifferentStates("streams of different states pushed together")
-        return first
-    return _stacked(values)
-
-
-def _rows_one(value: Any, sizes: list[int]) -> list[Any]:
-    """`_rows` with the common cases first."""
-    if value is None or isinstance(value, bool | int):
-        return [value] * len(sizes)
-    if isinstance(value, Tensor):
-        return list(torch.split(value, sizes, dim=0))
-    return _rows(value, sizes)
-
-
 def together(
     streams: Sequence[Any], inputs: Sequence[Sequence[Tensor]], push: Callable[..., Tensor]
 ) -> list[Tensor]:
@@ -222,7 +188,7 @@ def together(
     if any(len(other) != len(slots[0]) for other in slots):
         raise DifferentStates("streams of different states pushed together")
     values = [[getattr(holder, name) for holder, name in own] for own in slots]
-    stacked = [_stack_one([v[i] for v in values]) for i in range(len(slots[0]))]
+    stacked = [_stacked([v[i] for v in values]) for i in range(len(slots[0]))]
     sizes = [int(xs[0].shape[0]) for xs in inputs]
     lead = streams[0]
     for (holder, name), value in zip(slots[0], stacked, strict=True):
@@ -233,8 +199,7 @@ def together(
         for stream in streams[1:]:
             _complete(stream, lead)
         slots = [_slots(s)[0] for s in streams]
-    after = slots
-    for i, (holder, name) in enumerate(after[0]):
-        for own, row in zip(after, _rows_one(getattr(holder, name), sizes), strict=True):
+    for i, (holder, name) in enumerate(slots[0]):
+        for own, row in zip(slots, _rows(getattr(holder, name), sizes), strict=True):
             setattr(own[i][0], own[i][1], row)
     return list(torch.split(out, sizes, dim=0))
