@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import datetime
 import json
+import shlex
 import time
 from pathlib import Path
 from typing import Any
@@ -96,7 +97,7 @@ def main() -> None:
     parser.add_argument("--curve-source", default="this machine", help="where it was measured")
     args = parser.parse_args()
     ns = [int(n) for n in args.conversations.split(",")]
-    extra = args.model_args.split()
+    extra = shlex.split(args.model_args)
     table = []
     loads: dict[str, dict[str, Any]] = {}
     for _ in range(args.rounds):
